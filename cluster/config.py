@@ -1,0 +1,265 @@
+"""Node configuration: a TOML file (DESIGN.md section 5) read into a validated `NodeConfig`.
+
+Every error names the key (`peers[1].raft_address: ...`) and nothing starts on a bad config.
+A node with peers refuses to start without a cluster password: PySyncObj unpickles whatever
+arrives on its Raft port, so without the password anyone who reaches that port runs code on
+the node. Paths are relative to the config file's folder.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROLES = ("admin", "submit", "worker", "read")
+_NODE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+class ConfigError(Exception):
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Peer:
+    node_id: str
+    raft_address: str
+    http_address: str
+
+
+@dataclass(frozen=True)
+class RaftTuning:
+    """PySyncObj timings (seconds) and our ticker's, with the relations PySyncObj checks."""
+
+    tick_ms: int = 100  # the leader proposes Tick at least this often
+    election_timeout_min_s: float = 0.4
+    election_timeout_max_s: float = 1.0
+    heartbeat_s: float = 0.05  # appendEntriesPeriod
+    leader_fallback_s: float = 1.2  # an isolated leader steps down after this
+    connection_timeout_s: float = 2.0
+    connection_retry_s: float = 0.5
+    compaction_min_entries: int = 100_000
+    compaction_min_time_s: float = 600.0
+    commit_timeout_s: float = 5.0  # a proposal not applied by then is indeterminate
+    batch_commands_max: int = 512  # client commands coalesced into one log entry
+    fsync: bool = False
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: str
+    raft_address: str
+    http_address: str
+    data_dir: Path
+    cluster_password: str | None
+    peers: tuple[Peer, ...] = ()
+    tokens: dict[str, str] = field(default_factory=dict)  # token -> role
+    allow_unauthenticated: bool = False
+    raft: RaftTuning = RaftTuning()
+    log_level: str = "info"
+    source: Path | None = None
+
+    @property
+    def members(self) -> tuple[Peer, ...]:
+        """Every member of the cluster, this node included, ordered by node id."""
+        me = Peer(self.node_id, self.raft_address, self.http_address)
+        return tuple(sorted((me, *self.peers), key=lambda p: p.node_id))
+
+
+def load(path: str | Path) -> NodeConfig:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError("config", f"no such file: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError("config", f"{path} is not valid TOML: {error}") from None
+    return parse(raw, base_dir=path.resolve().parent, source=path)
+
+
+_TOP_KEYS = {
+    "node_id",
+    "raft_address",
+    "http_address",
+    "data_dir",
+    "cluster_password",
+    "peers",
+    "api",
+    "raft",
+    "log_level",
+}
+
+
+def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) -> NodeConfig:
+    _no_unknown(raw, _TOP_KEYS, "")
+    node_id = _node_id(raw.get("node_id"), "node_id")
+    raft_address = _address(raw.get("raft_address"), "raft_address")
+    http_address = _address(raw.get("http_address"), "http_address")
+    data_dir = raw.get("data_dir", f"data/{node_id}")
+    if not isinstance(data_dir, str) or not data_dir:
+        raise ConfigError("data_dir", "must be a path")
+    peers = _peers(raw.get("peers", []))
+    ids = [node_id, *(p.node_id for p in peers)]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("peers", f"node ids must be unique, got {ids}")
+    addresses = [
+        raft_address,
+        http_address,
+        *(a for p in peers for a in (p.raft_address, p.http_address)),
+    ]
+    if len(set(addresses)) != len(addresses):
+        raise ConfigError("peers", "every raft_address and http_address must be different")
+    password = raw.get("cluster_password", os.environ.get("RAFTCRON_CLUSTER_PASSWORD"))
+    if password is not None and (not isinstance(password, str) or len(password) < 8):
+        raise ConfigError("cluster_password", "must be a string of at least 8 characters")
+    if peers and not password:
+        raise ConfigError(
+            "cluster_password",
+            "is required when the node has peers (or set RAFTCRON_CLUSTER_PASSWORD): without it, "
+            "anyone who reaches the Raft port can run code on this node",
+        )
+    tokens, allow_unauthenticated = _api(raw.get("api", {}))
+    if not tokens and not allow_unauthenticated and not _is_loopback(http_address):
+        raise ConfigError(
+            "api.tokens",
+            f"http_address {http_address} is not a loopback address: set API tokens, "
+            "or api.allow_unauthenticated = true to serve it without authentication",
+        )
+    log_level = raw.get("log_level", "info")
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError("log_level", f"must be debug, info, warning or error, not {log_level!r}")
+    return NodeConfig(
+        node_id=node_id,
+        raft_address=raft_address,
+        http_address=http_address,
+        data_dir=(base_dir / data_dir).resolve(),
+        cluster_password=password,
+        peers=peers,
+        tokens=tokens,
+        allow_unauthenticated=allow_unauthenticated,
+        raft=_tuning(raw.get("raft", {})),
+        log_level=log_level,
+        source=source,
+    )
+
+
+def _no_unknown(table: dict[str, Any], known: set[str], prefix: str) -> None:
+    for key in table:
+        if key not in known:
+            raise ConfigError(f"{prefix}{key}", f"unknown key (known: {', '.join(sorted(known))})")
+
+
+def _node_id(value: object, key: str) -> str:
+    if not isinstance(value, str) or not _NODE_ID_RE.match(value):
+        raise ConfigError(key, "must be 1-64 letters, digits, '_', '.' or '-' (e.g. \"n1\")")
+    return value
+
+
+def split_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def _address(value: object, key: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, 'is required, as "host:port"')
+    try:
+        split_address(value)
+    except ValueError as error:
+        raise ConfigError(key, str(error)) from None
+    return value
+
+
+def _is_loopback(address: str) -> bool:
+    host, _ = split_address(address)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _peers(value: object) -> tuple[Peer, ...]:
+    if not isinstance(value, list):
+        raise ConfigError("peers", "must be an array of tables ([[peers]])")
+    peers = []
+    for index, item in enumerate(value):
+        key = f"peers[{index}]"
+        if not isinstance(item, dict):
+            raise ConfigError(key, "must be a table with node_id, raft_address and http_address")
+        _no_unknown(item, {"node_id", "raft_address", "http_address"}, f"{key}.")
+        peers.append(
+            Peer(
+                _node_id(item.get("node_id"), f"{key}.node_id"),
+                _address(item.get("raft_address"), f"{key}.raft_address"),
+                _address(item.get("http_address"), f"{key}.http_address"),
+            )
+        )
+    return tuple(peers)
+
+
+def _api(value: object) -> tuple[dict[str, str], bool]:
+    if not isinstance(value, dict):
+        raise ConfigError("api", "must be a table")
+    _no_unknown(value, {"tokens", "allow_unauthenticated"}, "api.")
+    tokens = value.get("tokens", {})
+    if not isinstance(tokens, dict):
+        raise ConfigError("api.tokens", 'must be a table of token = "role"')
+    for token, role in tokens.items():
+        if len(token) < 8:
+            raise ConfigError(f"api.tokens.{token[:4]}...", "a token must be at least 8 characters")
+        if role not in ROLES:
+            raise ConfigError(
+                f"api.tokens.{token[:4]}...",
+                f"role must be one of {', '.join(ROLES)}, not {role!r}",
+            )
+    allow = value.get("allow_unauthenticated", False)
+    if not isinstance(allow, bool):
+        raise ConfigError("api.allow_unauthenticated", "must be true or false")
+    return dict(tokens), allow
+
+
+def _tuning(value: object) -> RaftTuning:
+    if not isinstance(value, dict):
+        raise ConfigError("raft", "must be a table")
+    defaults = RaftTuning()
+    known = set(RaftTuning.__dataclass_fields__)
+    _no_unknown(value, known, "raft.")
+    fields: dict[str, Any] = {}
+    for name in known:
+        default = getattr(defaults, name)
+        given = value.get(name, default)
+        if isinstance(default, bool):
+            if not isinstance(given, bool):
+                raise ConfigError(f"raft.{name}", "must be true or false")
+        elif isinstance(given, bool) or not isinstance(given, int | float) or given <= 0:
+            raise ConfigError(f"raft.{name}", f"must be a positive number, not {given!r}")
+        elif isinstance(default, int) and not isinstance(given, int):
+            raise ConfigError(f"raft.{name}", f"must be an integer, not {given!r}")
+        fields[name] = given
+    tuning = RaftTuning(**fields)
+    # The relations PySyncObj's own validate() asserts, said in words a user can act on.
+    if tuning.election_timeout_min_s <= 3 * tuning.heartbeat_s:
+        raise ConfigError("raft.election_timeout_min_s", "must be more than 3 x raft.heartbeat_s")
+    if tuning.election_timeout_max_s <= tuning.election_timeout_min_s:
+        raise ConfigError(
+            "raft.election_timeout_max_s", "must be more than raft.election_timeout_min_s"
+        )
+    if tuning.connection_timeout_s < tuning.election_timeout_max_s:
+        raise ConfigError(
+            "raft.connection_timeout_s", "must be at least raft.election_timeout_max_s"
+        )
+    if tuning.leader_fallback_s <= tuning.heartbeat_s:
+        raise ConfigError("raft.leader_fallback_s", "must be more than raft.heartbeat_s")
+    if not 10 <= tuning.tick_ms <= 1_000:
+        raise ConfigError("raft.tick_ms", "must be between 10 and 1000")
+    return tuning

@@ -1,0 +1,159 @@
+"""Benchmark of the pure core on one core: `python -m cluster.corebench [--quick] [--json]`.
+
+It lives in cluster/ because it needs a clock, and scheduler/ has none. What it measures is
+what every replica does per command: decode the log entry and apply it.
+
+- job lifecycles/s (submit + claim + complete, the completion riding on the next claim) with
+  batches of 1 and of 100;
+- Tick cost with 100,000 schedules, idle and with 1,000 of them due;
+- snapshot bytes and seconds, and restore seconds, for 1,000,000 retained jobs; RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+from scheduler import codec
+from scheduler.commands import Ack, ClaimJobs, PutSchedule, SubmitJobs, Tick
+from scheduler.errors import Ok
+from scheduler.schedulespec import ScheduleSpec
+from scheduler.snapshot import restore, snapshot
+from scheduler.specs import JobSpec
+from scheduler.state import SchedulerState
+
+T0 = 1_800_000_000_000
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def lifecycles_per_s(batch: int, total: int) -> float:
+    """Replica-side cost: decode + apply of submit and claim(+acks) commands, per job."""
+    state = SchedulerState()
+    state.apply(Tick(T0))
+    spec = JobSpec(task="noop")
+    pending: tuple[Ack, ...] = ()
+    entries: list[bytes] = []
+    # Build the log first (that is the client's and leader's work), then time the replica.
+    scratch = SchedulerState()
+    scratch.apply(Tick(T0))
+    for seq in range(total // batch):
+        submit = codec.encode(SubmitJobs(f"s{seq}", (spec,) * batch))
+        claim_cmd = ClaimJobs(f"c{seq}", "w1", ("default",), batch, 30_000, pending)
+        claim = codec.encode(claim_cmd)
+        scratch.apply(codec.decode(submit))
+        result = scratch.apply(codec.decode(claim))
+        assert isinstance(result, Ok)
+        pending = tuple(Ack(job_id, token, "succeeded") for job_id, token in result.value["jobs"])
+        entries += (submit, claim)
+    entries.append(codec.encode(ClaimJobs("last", "w1", ("default",), 0, 30_000, pending)))
+    gc.collect()
+    started = time.perf_counter()
+    for data in entries:
+        state.apply(codec.decode(data))
+    elapsed = time.perf_counter() - started
+    assert state.table.count_by_status["succeeded"] == total
+    return total / elapsed
+
+
+def tick_cost_ms(schedules: int, due: int) -> dict[str, float]:
+    state = SchedulerState()
+    state.apply(Tick(T0))
+    job = {"task": "noop"}
+    for index in range(schedules):
+        # `due` of them fire every second; the rest once a day at staggered minutes.
+        timing: dict[str, Any] = (
+            {"every": "1s"} if index < due else {"cron": f"{index % 60} {index % 24} * * *"}
+        )
+        state.apply(PutSchedule(None, f"s{index}", ScheduleSpec.parse({**timing, "job": job})))
+    state.apply(Tick(T0 + 1))  # starts them all (pending -> filed)
+    idle = _time_ticks(state, [T0 + 1 + k for k in range(1, 201)])
+    busy = _time_ticks(state, [T0 + k * 1_000 for k in range(1, 21)])
+    return {"idle_tick_ms": idle, "tick_with_due_ms": busy}
+
+
+def _time_ticks(state: SchedulerState, times: list[int]) -> float:
+    encoded = [codec.encode(Tick(t)) for t in times]
+    started = time.perf_counter()
+    for data in encoded:
+        state.apply(codec.decode(data))
+    return (time.perf_counter() - started) / len(times) * 1_000
+
+
+def snapshot_figures(jobs: int) -> dict[str, float]:
+    state = SchedulerState()
+    state.apply(Tick(T0))
+    spec = JobSpec(task="noop", payload={"n": 1})
+    batch = 1_000
+    for index in range(jobs // batch):
+        state.apply(SubmitJobs(None, (spec,) * batch))
+        claimed = state.apply(ClaimJobs(None, "w1", ("default",), batch, 30_000))
+        assert isinstance(claimed, Ok)
+        acks = tuple(
+            Ack(job_id, token, "succeeded", result={"ok": True})
+            for job_id, token in claimed.value["jobs"]
+        )
+        state.apply(ClaimJobs(None, "w1", ("default",), 0, 30_000, acks))
+        if index % 100 == 0:
+            state.apply(Tick(T0 + index))
+    rss_loaded = rss_mb()
+    gc.collect()
+    started = time.perf_counter()
+    blob = snapshot(state)
+    snapshot_s = time.perf_counter() - started
+    del state
+    gc.collect()
+    started = time.perf_counter()
+    restored = restore(blob)
+    restore_s = time.perf_counter() - started
+    assert len(restored.table) == jobs
+    return {
+        "jobs": jobs,
+        "snapshot_bytes": len(blob),
+        "snapshot_s": round(snapshot_s, 3),
+        "restore_s": round(restore_s, 3),
+        "rss_after_load_mb": round(rss_loaded, 1),
+        "rss_peak_mb": round(rss_mb(), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m cluster.corebench", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args(argv)
+    scale = 100 if args.quick else 1
+    figures: dict[str, Any] = {
+        "lifecycles_per_s_batch_1": round(lifecycles_per_s(1, 20_000 // scale)),
+        "lifecycles_per_s_batch_100": round(lifecycles_per_s(100, 200_000 // scale)),
+    }
+    figures.update(tick_cost_ms(100_000 // scale, 1_000 // scale))
+    figures["snapshot"] = snapshot_figures(1_000_000 // scale)
+    if args.json:
+        json.dump(figures, sys.stdout)
+        print()
+    else:
+        for name, value in figures.items():
+            if isinstance(value, dict):
+                for inner, inner_value in value.items():
+                    print(f"{name}.{inner:<22} {inner_value}")
+            else:
+                print(
+                    f"{name:<31} {value:,.3f}"
+                    if isinstance(value, float)
+                    else f"{name:<31} {value:,}"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Commands to bytes and back: msgpack `[version, tag, {field: value}]`.
+
+A version is bumped only when an existing field changes meaning; new fields get defaults and
+new commands get new tags, so old log entries always decode. `decode` never raises anything but
+`Invalid`, whatever bytes it is given: a log entry is input like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from scheduler.commands import BY_TAG, Command
+from scheduler.errors import Invalid
+
+WIRE_VERSION = 1
+
+
+def encode(command: Command) -> bytes:
+    body: bytes = msgpack.packb([WIRE_VERSION, command.TAG, command.to_wire()], use_bin_type=True)
+    return body
+
+
+def decode(data: bytes) -> Command:
+    try:
+        frame: Any = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as error:  # msgpack raises several unrelated types on garbage
+        raise Invalid("command", f"is not msgpack ({type(error).__name__})") from None
+    if not (isinstance(frame, list) and len(frame) == 3):
+        raise Invalid("command", "must be [version, tag, fields]")
+    version, tag, fields = frame
+    if version != WIRE_VERSION:
+        raise Invalid("command", f"has wire version {version!r}; this node speaks {WIRE_VERSION}")
+    cls = BY_TAG.get(tag) if isinstance(tag, int) and not isinstance(tag, bool) else None
+    if cls is None:
+        raise Invalid("command", f"has unknown tag {tag!r}")
+    if not isinstance(fields, Mapping):
+        raise Invalid("command", "fields must be a map")
+    command: Command = cls.from_wire(fields)
+    return command

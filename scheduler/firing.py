@@ -1,0 +1,263 @@
+"""Schedules in the state machine: their commands, and firing them inside `Tick`.
+
+A fire creates one job (or one workflow) whose key is `<schedule>@<fire_time_ms>`, and moves
+the schedule's cursor past the fire time in the same command, so a time fires at most once
+whichever node leads. The overlap policy is applied here, at fire time: `allow` fires anyway,
+`forbid` skips (counted), `replace` cancels the active run first, `buffer_one` keeps one fire
+waiting until the active run finishes.
+
+A schedule that is created, resumed or re-timed starts at the *next* Tick rather than at
+`state.now_ms`: after a restart the state's clock can be minutes old, and starting from it would
+fire a catch-up for times before the schedule existed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from scheduler import events, limits
+from scheduler.commands import (
+    BackfillSchedule,
+    Command,
+    DeleteSchedule,
+    PauseSchedule,
+    PutSchedule,
+    ResumeSchedule,
+    TriggerSchedule,
+)
+from scheduler.errors import Invalid, Ok, Rejected, Result
+from scheduler.jobs import REPLACED, Job, stable_hash
+from scheduler.schedules import Schedule, fire_times_between, plan_fires
+
+if TYPE_CHECKING:
+    from scheduler.state import SchedulerState
+
+
+def apply_schedule_command(state: SchedulerState, command: Command) -> Result:
+    match command:
+        case PutSchedule():
+            return _put(state, command)
+        case DeleteSchedule():
+            schedule = _get(state, command.name)
+            del state.schedules[schedule.name]
+            state.pending_schedules.pop(schedule.name, None)
+            return Ok({})
+        case PauseSchedule():
+            _get(state, command.name).paused = True
+            return Ok({})
+        case ResumeSchedule():
+            schedule = _get(state, command.name)
+            if schedule.paused:
+                schedule.paused = False
+                state.pending_schedules[schedule.name] = None
+            return Ok({})
+        case TriggerSchedule():
+            return _trigger(state, command)
+        case BackfillSchedule():
+            return _backfill(state, command)
+    raise AssertionError(f"not a schedule command: {command!r}")
+
+
+def _get(state: SchedulerState, name: str) -> Schedule:
+    schedule = state.schedules.get(name)
+    if schedule is None:
+        raise Invalid("name", f"no schedule {name!r}", code="not_found")
+    return schedule
+
+
+def _put(state: SchedulerState, command: PutSchedule) -> Result:
+    schedule = state.schedules.get(command.name)
+    created = schedule is None
+    if schedule is None:
+        schedule = state.schedules[command.name] = Schedule(
+            command.name, command.spec, state.now_ms
+        )
+        state.pending_schedules[command.name] = None
+    else:
+        same_timing = schedule.spec.same_timing(command.spec)
+        schedule.spec = command.spec
+        schedule.updated_ms = state.now_ms
+        was_paused, schedule.paused = schedule.paused, command.spec.paused
+        if not same_timing or (was_paused and not schedule.paused):
+            state.pending_schedules[command.name] = None
+    return Ok({"created": created})
+
+
+def fire_due(state: SchedulerState) -> int:
+    """Inside Tick: start pending schedules, then fire every schedule whose time has come."""
+    now_ms = state.now_ms
+    for name in state.pending_schedules:
+        schedule = state.schedules[name]
+        schedule.cursor_ms = max(schedule.cursor_ms, now_ms)
+        schedule.next_fire_ms = schedule.due_after(schedule.cursor_ms)
+        _file(state, schedule)
+    state.pending_schedules.clear()
+    fired = 0
+    heap = state.schedule_heap
+    while heap and heap[0][0] <= now_ms:
+        next_fire_ms, name = heapq.heappop(heap)
+        found = state.schedules.get(name)
+        if found is None or found.paused or found.next_fire_ms != next_fire_ms:
+            continue  # a stale entry: deleted, paused or re-timed since it was filed
+        schedule = found
+        fired += _fire_due_times(state, schedule)
+        _file(state, schedule)
+    return fired
+
+
+def _file(state: SchedulerState, schedule: Schedule) -> None:
+    if schedule.next_fire_ms is not None and not schedule.paused:
+        heapq.heappush(state.schedule_heap, (schedule.next_fire_ms, schedule.name))
+
+
+def _fire_due_times(state: SchedulerState, schedule: Schedule) -> int:
+    now_ms = state.now_ms
+    plan = plan_fires(schedule.spec, schedule.cursor_ms, now_ms)
+    schedule.cursor_ms = now_ms
+    schedule.next_fire_ms = schedule.due_after(now_ms)
+    if plan.late:
+        schedule.misfires += plan.late
+        schedule.misfires_truncated |= plan.truncated
+        state.emit(
+            events.MISFIRED,
+            schedule=schedule.name,
+            missed=plan.late,
+            fired=len(plan.fire),
+            policy=schedule.spec.misfire,
+        )
+    schedule.misfire_skipped += plan.skipped
+    fired = 0
+    for fire_time_ms in plan.fire:
+        if fire(state, schedule, fire_time_ms) is not None:
+            fired += 1
+    return fired
+
+
+def fire(
+    state: SchedulerState,
+    schedule: Schedule,
+    fire_time_ms: int,
+    *,
+    trigger_seq: int = 0,
+    force: bool = False,
+) -> int | None:
+    """Create the work of one fire; the job id (first job of a workflow), or None if not created."""
+    key = (
+        f"{schedule.name}@manual-{trigger_seq}"
+        if trigger_seq
+        else f"{schedule.name}@{fire_time_ms}"
+    )
+    if state.table.job_for_key(key) is not None:
+        return None  # this time already fired (a backfill or an earlier incarnation)
+    if schedule.active and not force:
+        policy = schedule.spec.overlap
+        if policy == "forbid" or (policy == "buffer_one" and schedule.buffered is not None):
+            schedule.overlap_skipped += 1
+            state.emit(
+                events.OVERLAP_SKIPPED,
+                schedule=schedule.name,
+                fire_time_ms=fire_time_ms,
+                policy=policy,
+            )
+            return None
+        if policy == "buffer_one":
+            schedule.buffered = (fire_time_ms, trigger_seq)
+            return None
+        if policy == "replace":
+            for job_id in sorted(schedule.active):
+                job = state.table.get(job_id)
+                if job is not None and not job.final:
+                    state.cancel_job(job, REPLACED)
+    return _create_work(state, schedule, fire_time_ms, key)
+
+
+def _create_work(state: SchedulerState, schedule: Schedule, fire_time_ms: int, key: str) -> int:
+    spec = schedule.spec
+    jitter_ms = stable_hash(key) % (spec.jitter_ms + 1) if spec.jitter_ms else 0
+    run_at_ms = fire_time_ms + jitter_ms
+    if spec.workflow is not None:
+        workflow = state.create_workflow(
+            spec.workflow,
+            key=key,
+            schedule=schedule.name,
+            fire_time_ms=fire_time_ms,
+            run_at_ms=run_at_ms,
+        )
+        job_id = next(iter(workflow.job_ids.values()))
+    else:
+        assert spec.job is not None
+        job_id = state.create_job(
+            spec.job,
+            key=key,
+            schedule=schedule.name,
+            fire_time_ms=fire_time_ms,
+            run_at_ms=run_at_ms,
+        ).id
+    schedule.fires += 1
+    schedule.recent_fires.append((fire_time_ms, job_id))
+    state.count("fires", schedule.name)
+    state.emit(events.FIRED, schedule=schedule.name, fire_time_ms=fire_time_ms, job=job_id)
+    return job_id
+
+
+def job_finished(state: SchedulerState, job: Job) -> None:
+    """A job this schedule created ended: overlap bookkeeping, retention cap, buffered fire."""
+    assert job.schedule is not None
+    schedule = state.schedules.get(job.schedule)
+    if schedule is None or job.id not in schedule.active:
+        return  # created by an earlier schedule of the same name, or already accounted
+    del schedule.active[job.id]
+    schedule.finished.append(job.id)
+    while len(schedule.finished) > schedule.spec.retain:
+        old = state.table.get(schedule.finished.popleft())
+        if old is not None and old.final and old.id != job.id:
+            state.remove_job(old)
+    if not schedule.active and schedule.buffered is not None:
+        fire_time_ms, trigger_seq = schedule.buffered
+        schedule.buffered = None
+        fire(state, schedule, fire_time_ms, trigger_seq=trigger_seq, force=True)
+
+
+def _trigger(state: SchedulerState, command: TriggerSchedule) -> Result:
+    schedule = _get(state, command.name)
+    policy = schedule.spec.overlap
+    if (
+        schedule.active
+        and not command.force
+        and (policy == "forbid" or (policy == "buffer_one" and schedule.buffered is not None))
+    ):
+        return Rejected(
+            "overlap",
+            f"schedule {schedule.name!r} has a run in progress and its overlap policy is "
+            f"{policy!r}; "
+            "trigger with force to run anyway",
+            "name",
+        )
+    schedule.trigger_seq += 1
+    job_id = fire(
+        state, schedule, state.now_ms, trigger_seq=schedule.trigger_seq, force=command.force
+    )
+    return Ok({"job_id": job_id, "buffered": job_id is None})
+
+
+def _backfill(state: SchedulerState, command: BackfillSchedule) -> Result:
+    schedule = _get(state, command.name)
+    times = fire_times_between(
+        schedule.spec, command.from_ms - 1, command.to_ms - 1, limits.BACKFILL_FIRES_MAX + 1
+    )
+    if len(times) > limits.BACKFILL_FIRES_MAX:
+        return Rejected(
+            "too_large",
+            f"[from_ms, to_ms) holds more than {limits.BACKFILL_FIRES_MAX} fire times; "
+            "backfill a shorter range",
+            "to_ms",
+        )
+    out: list[list[int | bool | None]] = []
+    for fire_time_ms in times:
+        existing = state.table.job_for_key(f"{schedule.name}@{fire_time_ms}")
+        if existing is not None:
+            out.append([fire_time_ms, existing.id, False])
+        else:
+            out.append([fire_time_ms, fire(state, schedule, fire_time_ms, force=True), True])
+    return Ok({"fires": out})

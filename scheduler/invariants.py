@@ -1,0 +1,137 @@
+"""What must hold of a state after every command: `violations(state)` lists what does not.
+
+Used by the property tests after every step and by the chaos suite on every node at the end.
+An empty list is a healthy state; each entry names the job or schedule and the broken rule.
+The checks read everything (O(n)): for tests and audits, not for the hot path.
+"""
+
+from __future__ import annotations
+
+from scheduler import jobs as j
+from scheduler.state import SchedulerState
+
+
+def violations(state: SchedulerState) -> list[str]:
+    problems: list[str] = []
+    problems += _job_rules(state)
+    problems += _index_rules(state)
+    problems += _schedule_rules(state)
+    return problems
+
+
+def _job_rules(state: SchedulerState) -> list[str]:
+    out = []
+    now_ms = state.now_ms
+    tokens: dict[int, int] = {}
+    for job in state.table:
+        where = f"job {job.id}"
+        if job.id >= state.next_job_id:
+            out.append(f"{where}: id not below next_job_id {state.next_job_id}")
+        if job.status not in j.STATUSES:
+            out.append(f"{where}: unknown status {job.status}")
+        if job.final != (job.finished_ms is not None):
+            out.append(f"{where}: {job.status} with finished_ms {job.finished_ms}")
+        if job.token is not None and job.token > state.fence:
+            out.append(f"{where}: token {job.token} above the fence {state.fence}")
+        if job.attempts > job.attempt_limit:
+            out.append(f"{where}: {job.attempts} attempts over the limit {job.attempt_limit}")
+        if len(job.history) > min(job.attempts, 20):
+            out.append(f"{where}: {len(job.history)} history entries for {job.attempts} attempts")
+        if job.status == j.RUNNING:
+            if job.token is None or job.lease_until_ms is None or job.worker is None:
+                out.append(f"{where}: running without token, lease or worker")
+            elif job.lease_until_ms <= now_ms:
+                out.append(
+                    f"{where}: running with a lease that ended at {job.lease_until_ms} <= {now_ms}"
+                )
+            elif job.token in tokens:
+                out.append(f"{where}: token {job.token} also held by job {tokens[job.token]}")
+            else:
+                tokens[job.token] = job.id
+            current = job.current_attempt()
+            if current is None or current.token != job.token:
+                out.append(f"{where}: running but its last attempt is not open with its token")
+        elif job.current_attempt() is not None:
+            out.append(f"{where}: {job.status} with an attempt still open")
+        if job.status == j.SCHEDULED and job.run_at_ms <= now_ms:
+            out.append(f"{where}: scheduled for {job.run_at_ms}, already due at {now_ms}")
+        if job.status == j.BLOCKED:
+            pending = 0
+            for parent_id in job.depends_on:
+                parent = state.table.get(parent_id)
+                if parent is not None and parent.status != j.SUCCEEDED:
+                    pending += 1
+                    if parent.status in (j.FAILED, j.CANCELLED):
+                        out.append(f"{where}: blocked on job {parent_id}, which is {parent.status}")
+            if pending != job.waiting_on or pending == 0:
+                out.append(
+                    f"{where}: blocked, waiting_on {job.waiting_on}, unfinished parents {pending}"
+                )
+        if job.status in (j.QUEUED, j.RUNNING, j.SUCCEEDED):
+            for parent_id in job.depends_on:
+                parent = state.table.get(parent_id)
+                if parent is not None and parent.status != j.SUCCEEDED:
+                    out.append(f"{where}: {job.status} while parent {parent_id} is {parent.status}")
+    return out
+
+
+def _index_rules(state: SchedulerState) -> list[str]:
+    out = []
+    table = state.table
+    counted = dict.fromkeys(j.STATUSES, 0)
+    for job in table:
+        counted[job.status] += 1
+        index = table.by_status.get(job.status)
+        if index is not None and job.id not in index:
+            out.append(f"job {job.id}: missing from the {job.status} index")
+        if job.status == j.QUEUED:
+            ready = table.ready.get(job.queue)
+            if ready is None or job.id not in ready.members:
+                out.append(f"job {job.id}: queued but not in ready queue {job.queue!r}")
+    if counted != table.count_by_status:
+        out.append(f"status counts {table.count_by_status} differ from the records {counted}")
+    for status, index in table.by_status.items():
+        for job_id in index:
+            indexed = table.get(job_id)
+            if indexed is None or indexed.status != status:
+                out.append(f"job {job_id}: in the {status} index but is not {status}")
+    for name, ready in table.ready.items():
+        for job_id in ready.members:
+            member = table.get(job_id)
+            if member is None or member.status != j.QUEUED or member.queue != name:
+                out.append(f"job {job_id}: in ready queue {name!r} but not queued there")
+    for key, (job_id, _) in table.keys.items():
+        keyed = table.get(job_id)
+        if keyed is not None and keyed.key != key:
+            out.append(f"key {key!r}: points at job {job_id}, whose key is {keyed.key!r}")
+    return out
+
+
+def _schedule_rules(state: SchedulerState) -> list[str]:
+    out = []
+    for name, schedule in state.schedules.items():
+        where = f"schedule {name!r}"
+        if schedule.cursor_ms > state.now_ms:
+            out.append(f"{where}: cursor {schedule.cursor_ms} ahead of now {state.now_ms}")
+        pending = name in state.pending_schedules
+        if (
+            not pending
+            and schedule.next_fire_ms is not None
+            and schedule.next_fire_ms <= schedule.cursor_ms
+        ):
+            out.append(
+                f"{where}: next fire {schedule.next_fire_ms} not after cursor {schedule.cursor_ms}"
+            )
+        next_ms = schedule.next_fire_ms
+        if not pending and not schedule.paused and next_ms is not None and next_ms <= state.now_ms:
+            out.append(f"{where}: next fire {next_ms} overdue at {state.now_ms}")
+        for job_id in schedule.active:
+            job = state.table.get(job_id)
+            if job is None or job.final or job.schedule != name:
+                out.append(f"{where}: active job {job_id} is not an unfinished job of it")
+        if schedule.buffered is not None and not schedule.active:
+            out.append(f"{where}: a buffered fire with no active run to wait for")
+    for name in state.pending_schedules:
+        if name not in state.schedules:
+            out.append(f"pending schedule {name!r} does not exist")
+    return out

@@ -1,0 +1,64 @@
+"""Every bound the core enforces, in one place, with units last in the names.
+
+A replicated state must stay bounded whatever clients send: payloads, results, error texts,
+histories, batches and dedupe tables all have a cap. The values are constants of the code, not
+node configuration, because every replica must reject exactly the same commands.
+"""
+
+from __future__ import annotations
+
+SECOND_MS = 1_000
+MINUTE_MS = 60 * SECOND_MS
+HOUR_MS = 60 * MINUTE_MS
+DAY_MS = 24 * HOUR_MS
+
+# Jobs
+PAYLOAD_BYTES_MAX = 64 * 1024  # msgpack size of a job's payload
+RESULT_BYTES_MAX = 64 * 1024  # msgpack size of a job's result
+ERROR_CHARS_MAX = 4_096  # longer error texts are cut, never rejected: a worker's failure must land
+NAME_CHARS_MAX = 128  # task, queue, schedule, worker and workflow-node names
+KEY_CHARS_MAX = 512  # idempotency keys and request ids
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
+ATTEMPTS_MAX = 100
+HISTORY_ATTEMPTS_MAX = 20  # attempts kept per job (the newest); `attempts` still counts all
+DEPENDS_ON_MAX = 100
+TIMEOUT_MS_MAX = 7 * DAY_MS
+DELAY_MS_MAX = 366 * DAY_MS
+
+# Defaults of a job (DESIGN.md section 3)
+MAX_ATTEMPTS_DEFAULT = 3
+BACKOFF_INITIAL_MS_DEFAULT = 1 * SECOND_MS
+BACKOFF_FACTOR_DEFAULT = 2.0
+BACKOFF_MAX_MS_DEFAULT = 5 * MINUTE_MS
+BACKOFF_JITTER_DEFAULT = 0.1  # up to +10% of the delay, from a hash: never random
+
+# Commands
+BATCH_JOBS_MAX = 1_000
+WORKFLOW_JOBS_MAX = 1_000
+CLAIM_MAX = 1_000
+ACKS_MAX = 1_000
+LEASE_MS_MIN = 100
+LEASE_MS_MAX = 1 * HOUR_MS
+LEASE_MS_DEFAULT = 30 * SECOND_MS
+BACKFILL_FIRES_MAX = 1_000
+
+# Schedules
+MISFIRE_GRACE_MS_DEFAULT = 60 * SECOND_MS  # Quartz's default misfire threshold
+MAX_CATCHUP_DEFAULT = 100
+MAX_CATCHUP_MAX = 1_000
+JITTER_MS_MAX = 1 * DAY_MS
+SCHEDULE_RETAIN_DEFAULT = 1_000  # finished jobs kept per schedule (newest)
+SCHEDULE_RETAIN_MAX = 100_000
+RECENT_FIRES_KEPT = 10
+# Fire times examined for one schedule in one Tick. A longer outage of a very frequent schedule
+# is still handled (the newest times are found by a window search), but the count of missed
+# times is then a lower bound and the schedule says so (`misfires_truncated`).
+FIRE_SCAN_MAX = 20_000
+
+# Retention (time-driven GC inside Tick)
+RETENTION_MS_DEFAULT = 7 * DAY_MS  # finished jobs
+KEY_WINDOW_MS_DEFAULT = 1 * DAY_MS  # idempotency keys
+REQUEST_WINDOW_MS = (
+    1 * HOUR_MS
+)  # request ids: retries of an indeterminate write come within seconds
+REQUESTS_KEPT_MAX = 200_000

@@ -1,0 +1,196 @@
+"""A schedule's replicated record and the pure decision of which fire times to fire.
+
+The fire cursor (`cursor_ms`: every nominal time at or before it has been dealt with) lives in
+the replicated state, so a new leader resumes exactly where the old one stopped and a time is
+never fired twice. `plan_fires` turns "the cursor is here, the time is now" into the times to
+fire and the times skipped, by the misfire policy:
+
+- a time is *late* (misfired) when it is more than `misfire_grace_ms` behind now;
+- no late time: every due time fires (normally one);
+- `fire_once`: one run, for the latest due time; `fire_all`: every due time, the newest
+  `max_catchup` of them; `skip`: only the times still within the grace.
+
+Creating the jobs (and the overlap policy) is the state machine's part.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler import calendar, limits
+from scheduler.schedulespec import ScheduleSpec
+
+
+class Schedule:
+    __slots__ = (
+        "active",
+        "buffered",
+        "created_ms",
+        "cursor_ms",
+        "finished",
+        "fires",
+        "misfire_skipped",
+        "misfires",
+        "misfires_truncated",
+        "name",
+        "next_fire_ms",
+        "overlap_skipped",
+        "paused",
+        "recent_fires",
+        "spec",
+        "trigger_seq",
+        "updated_ms",
+    )
+
+    def __init__(self, name: str, spec: ScheduleSpec, now_ms: int) -> None:
+        self.name = name
+        self.spec = spec
+        self.created_ms = now_ms
+        self.updated_ms = now_ms
+        self.paused = spec.paused
+        self.cursor_ms = now_ms  # times at or before the cursor are never fired by the clock
+        self.next_fire_ms: int | None = None
+        self.fires = 0  # fire times that created work (clock, trigger and backfill)
+        self.misfires = 0  # due times found more than the grace late
+        self.misfire_skipped = 0  # due times not fired because of the misfire policy
+        self.misfires_truncated = False  # an outage too long to count every missed time
+        self.overlap_skipped = 0  # fires skipped because an earlier run was still active
+        self.recent_fires: deque[tuple[int, int]] = deque(maxlen=limits.RECENT_FIRES_KEPT)
+        self.active: dict[int, None] = {}  # unfinished jobs this schedule created
+        self.buffered: tuple[int, int] | None = None  # (fire_time_ms, trigger seq or 0): buffer_one
+        self.trigger_seq = 0
+        self.finished: deque[int] = deque()  # finished job ids, oldest first, for `retain`
+
+    def due_after(self, after_ms: int) -> int | None:
+        return next_fire_ms(self.spec, after_ms)
+
+
+def next_fire_ms(spec: ScheduleSpec, after_ms: int) -> int | None:
+    """The first fire time after after_ms within the schedule's start/end bounds."""
+    if spec.start_at_ms is not None:
+        after_ms = max(after_ms, spec.start_at_ms - 1)
+    fire_ms = calendar.next_fire_ms(spec.recurrence, spec.zone, after_ms)
+    if fire_ms is None or (spec.end_at_ms is not None and fire_ms > spec.end_at_ms):
+        return None
+    return fire_ms
+
+
+def fire_times_between(spec: ScheduleSpec, after_ms: int, until_ms: int, limit: int) -> list[int]:
+    """Fire times in (after_ms, until_ms] within the schedule's bounds, oldest first."""
+    if spec.start_at_ms is not None:
+        after_ms = max(after_ms, spec.start_at_ms - 1)
+    if spec.end_at_ms is not None:
+        until_ms = min(until_ms, spec.end_at_ms)
+    if until_ms <= after_ms:
+        return []
+    return calendar.fire_times_ms(spec.recurrence, spec.zone, after_ms, until_ms, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class FirePlan:
+    fire: list[int]  # times to fire, oldest first
+    late: int  # due times past the grace (counted as misfires)
+    skipped: int  # due times not fired
+    truncated: bool  # more times were due than FIRE_SCAN_MAX: `late` and `skipped` are lower bounds
+
+
+def plan_fires(spec: ScheduleSpec, cursor_ms: int, now_ms: int) -> FirePlan:
+    """Which due times in (cursor_ms, now_ms] to fire, by the misfire policy."""
+    due = fire_times_between(spec, cursor_ms, now_ms, limits.FIRE_SCAN_MAX)
+    truncated = False
+    uncounted = 0
+    if len(due) == limits.FIRE_SCAN_MAX:
+        following = next_fire_ms(spec, due[-1])
+        if following is not None and following <= now_ms:
+            # A long outage of a frequent schedule: the oldest FIRE_SCAN_MAX times were counted;
+            # find the newest ones without walking every time in between.
+            truncated = True
+            newest = newest_fire_times(spec, due[-1], now_ms, spec.max_catchup)
+            uncounted = len(due)
+            due = newest
+    grace_cutoff_ms = now_ms - spec.misfire_grace_ms
+    late = sum(1 for t in due if t < grace_cutoff_ms) + uncounted
+    if late == 0:
+        fire = due[-spec.max_catchup :]
+    elif spec.misfire == "fire_once":
+        fire = due[-1:]
+    elif spec.misfire == "fire_all":
+        fire = due[-spec.max_catchup :]
+    else:  # skip
+        fire = [t for t in due if t >= grace_cutoff_ms][-spec.max_catchup :]
+    skipped = len(due) + uncounted - len(fire)
+    return FirePlan(fire=fire, late=late, skipped=skipped, truncated=truncated)
+
+
+def newest_fire_times(spec: ScheduleSpec, after_ms: int, until_ms: int, count: int) -> list[int]:
+    """The newest `count` fire times in (after_ms, until_ms], found by a widening window."""
+    span_ms = max(spec.misfire_grace_ms, limits.SECOND_MS)
+    for _ in range(64):
+        start_ms = max(after_ms, until_ms - span_ms)
+        times = fire_times_between(spec, start_ms, until_ms, limits.FIRE_SCAN_MAX)
+        if len(times) >= count or start_ms == after_ms:
+            return times[-count:]
+        if len(times) == limits.FIRE_SCAN_MAX:
+            # Too dense to widen further; the newest of what fits is the best answer.
+            return times[-count:]
+        span_ms *= 2
+    return []
+
+
+def schedule_snapshot(schedule: Schedule) -> list[Any]:
+    return [
+        schedule.name,
+        schedule.spec.to_wire(),
+        schedule.created_ms,
+        schedule.updated_ms,
+        schedule.paused,
+        schedule.cursor_ms,
+        schedule.next_fire_ms,
+        schedule.fires,
+        schedule.misfires,
+        schedule.misfire_skipped,
+        schedule.misfires_truncated,
+        schedule.overlap_skipped,
+        [list(f) for f in schedule.recent_fires],
+        None if schedule.buffered is None else list(schedule.buffered),
+        schedule.trigger_seq,
+        list(schedule.finished),
+    ]
+
+
+def schedule_restore(data: list[Any]) -> Schedule:
+    (
+        name,
+        spec_wire,
+        created_ms,
+        updated_ms,
+        paused,
+        cursor_ms,
+        next_fire,
+        fires,
+        misfires,
+        misfire_skipped,
+        truncated,
+        overlap_skipped,
+        recent,
+        buffered,
+        trigger_seq,
+        finished,
+    ) = data
+    schedule = Schedule(name, ScheduleSpec.parse(spec_wire), created_ms)
+    schedule.updated_ms = updated_ms
+    schedule.paused = paused
+    schedule.cursor_ms = cursor_ms
+    schedule.next_fire_ms = next_fire
+    schedule.fires = fires
+    schedule.misfires = misfires
+    schedule.misfire_skipped = misfire_skipped
+    schedule.misfires_truncated = truncated
+    schedule.overlap_skipped = overlap_skipped
+    schedule.recent_fires.extend((f[0], f[1]) for f in recent)
+    schedule.buffered = None if buffered is None else (buffered[0], buffered[1])
+    schedule.trigger_seq = trigger_seq
+    schedule.finished.extend(finished)
+    return schedule

@@ -1,0 +1,299 @@
+"""What a client asks for: job, backoff and workflow specs, parsed from JSON-like data.
+
+A spec is a frozen, validated value. `parse` is the only way in (from an HTTP body or from the
+wire) and raises `Invalid` naming the field; `to_wire` gives back the JSON-like form with the
+defaults left out, so commands stay small. Specs say nothing about state: whether a dependency
+exists or a key was seen before is decided by the state machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler import limits, parse
+from scheduler.errors import Invalid
+
+_BACKOFF_FIELDS = frozenset({"initial_ms", "factor", "max_ms", "jitter"})
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffSpec:
+    """Capped exponential backoff: initial_ms * factor**(n-1), at most max_ms, plus jitter."""
+
+    initial_ms: int = limits.BACKOFF_INITIAL_MS_DEFAULT
+    factor: float = limits.BACKOFF_FACTOR_DEFAULT
+    max_ms: int = limits.BACKOFF_MAX_MS_DEFAULT
+    jitter: float = limits.BACKOFF_JITTER_DEFAULT  # fraction of the delay added, 0..1
+
+    @classmethod
+    def parse(cls, data: object, where: str = "backoff") -> BackoffSpec:
+        data = parse.as_mapping(data, where)
+        parse.reject_unknown(data, _BACKOFF_FIELDS, where)
+        day = limits.DAY_MS
+        spec = cls(
+            initial_ms=parse.integer(
+                data.get("initial_ms", limits.BACKOFF_INITIAL_MS_DEFAULT),
+                f"{where}.initial_ms",
+                low=0,
+                high=day,
+            ),
+            factor=parse.number(
+                data.get("factor", limits.BACKOFF_FACTOR_DEFAULT),
+                f"{where}.factor",
+                low=1,
+                high=100,
+            ),
+            max_ms=parse.integer(
+                data.get("max_ms", limits.BACKOFF_MAX_MS_DEFAULT),
+                f"{where}.max_ms",
+                low=0,
+                high=day,
+            ),
+            jitter=parse.number(
+                data.get("jitter", limits.BACKOFF_JITTER_DEFAULT), f"{where}.jitter", low=0, high=1
+            ),
+        )
+        if spec.max_ms < spec.initial_ms:
+            raise Invalid(f"{where}.max_ms", f"must be at least initial_ms ({spec.initial_ms})")
+        return spec
+
+    def to_wire(self) -> dict[str, Any]:
+        return _non_default(self, BackoffSpec(), ("initial_ms", "factor", "max_ms", "jitter"))
+
+
+DEFAULT_BACKOFF = BackoffSpec()
+
+_JOB_FIELDS = (
+    "task",
+    "payload",
+    "queue",
+    "priority",
+    "key",
+    "run_at_ms",
+    "delay_ms",
+    "max_attempts",
+    "backoff",
+    "timeout_ms",
+    "depends_on",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    task: str
+    payload: Any = None
+    queue: str = "default"
+    priority: int = 0
+    key: str | None = None
+    run_at_ms: int | None = None
+    delay_ms: int | None = None
+    max_attempts: int = limits.MAX_ATTEMPTS_DEFAULT
+    backoff: BackoffSpec = DEFAULT_BACKOFF
+    timeout_ms: int | None = None
+    depends_on: tuple[int, ...] = field(default=())
+
+    @classmethod
+    def parse(cls, data: object, where: str = "", *, template: bool = False) -> JobSpec:
+        """Parse a job; `template` forbids the per-job fields (a schedule's job template).
+
+        Only the fields present are validated (the rest keep their defaults), and a field's
+        path is built only when it is wrong: this runs for every job of every batch on every
+        replica.
+        """
+        data = parse.as_mapping(data, where or "job")
+        parsers = _TEMPLATE_PARSERS if template else _JOB_PARSERS
+        fields: dict[str, Any] = {}
+        try:
+            for name, value in data.items():
+                parser = parsers.get(name)
+                if parser is None:
+                    parse.reject_unknown({name: value}, frozenset(parsers))
+                    continue
+                fields[name] = parser(value, name)
+            if "task" not in fields:
+                raise Invalid("task", "is required")
+            if fields.get("run_at_ms") is not None and fields.get("delay_ms") is not None:
+                raise Invalid("delay_ms", "give run_at_ms or delay_ms, not both")
+        except Invalid as error:
+            raise (error.within(where) if where else error) from None
+        if fields.get("backoff", DEFAULT_BACKOFF) is None:
+            del fields["backoff"]
+        return cls(**fields)
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = _non_default(self, _JOB_DEFAULTS, _JOB_FIELDS[1:])
+        wire["task"] = self.task
+        if "backoff" in wire:
+            wire["backoff"] = self.backoff.to_wire()
+        if "depends_on" in wire:
+            wire["depends_on"] = list(self.depends_on)
+        return wire
+
+
+_JOB_DEFAULTS = JobSpec(task="-")
+
+
+def _parse_backoff(value: object, name: str) -> BackoffSpec | None:
+    return None if value is None else BackoffSpec.parse(value, name)
+
+
+def _parse_depends_on(value: object, name: str) -> tuple[int, ...]:
+    items = parse.array(value, name, items_max=limits.DEPENDS_ON_MAX)
+    return _unique_ids(items, name) if items else ()
+
+
+_FieldParser = Callable[[object, str], Any]
+_JOB_PARSERS: dict[str, _FieldParser] = {
+    "task": lambda v, n: parse.name(v, n, chars_max=limits.NAME_CHARS_MAX),
+    "payload": lambda v, n: parse.json_value(v, n, bytes_max=limits.PAYLOAD_BYTES_MAX),
+    "queue": lambda v, n: parse.name(v, n, chars_max=limits.NAME_CHARS_MAX),
+    "priority": lambda v, n: parse.integer(v, n, low=limits.PRIORITY_MIN, high=limits.PRIORITY_MAX),
+    "key": lambda v, n: parse.optional_text(v, n, chars_max=limits.KEY_CHARS_MAX),
+    "run_at_ms": lambda v, n: parse.optional_integer(v, n, low=0),
+    "delay_ms": lambda v, n: parse.optional_integer(v, n, low=0, high=limits.DELAY_MS_MAX),
+    "max_attempts": lambda v, n: parse.integer(v, n, low=1, high=limits.ATTEMPTS_MAX),
+    "backoff": _parse_backoff,
+    "timeout_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.TIMEOUT_MS_MAX),
+    "depends_on": _parse_depends_on,
+}
+# A schedule's job template: no key (each fire gets `<schedule>@<fire_time_ms>`), no timing of
+# its own (the schedule decides), no dependencies on existing jobs.
+_TEMPLATE_PARSERS = {
+    name: parser
+    for name, parser in _JOB_PARSERS.items()
+    if name not in ("key", "run_at_ms", "delay_ms", "depends_on")
+}
+
+
+def _unique_ids(values: list[Any], where: str) -> tuple[int, ...]:
+    ids = tuple(parse.integer(v, f"{where}[{i}]", low=1) for i, v in enumerate(values))
+    if len(set(ids)) != len(ids):
+        raise Invalid(where, "lists a job more than once")
+    return ids
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowNode:
+    name: str
+    job: JobSpec
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSpec:
+    """A DAG submitted at once: jobs named within the request, `after` edges between names."""
+
+    nodes: tuple[WorkflowNode, ...]
+    key: str | None = None
+
+    @classmethod
+    def parse(cls, data: object, where: str = "", *, template: bool = False) -> WorkflowSpec:
+        at = (lambda name: f"{where}.{name}") if where else (lambda name: name)
+        data = parse.as_mapping(data, where or "workflow")
+        parse.reject_unknown(data, frozenset({"jobs"} if template else {"jobs", "key"}), where)
+        raw_nodes = parse.array(data.get("jobs"), at("jobs"), items_max=limits.WORKFLOW_JOBS_MAX)
+        if not raw_nodes:
+            raise Invalid(at("jobs"), "must list at least one job")
+        nodes = tuple(_parse_node(raw, f"{at('jobs')}[{i}]") for i, raw in enumerate(raw_nodes))
+        check_dag(nodes, at("jobs"))
+        key = (
+            None
+            if template
+            else parse.optional_text(data.get("key"), at("key"), chars_max=limits.KEY_CHARS_MAX)
+        )
+        return cls(nodes=nodes, key=key)
+
+    def to_wire(self) -> dict[str, Any]:
+        jobs = []
+        for node in self.nodes:
+            item = node.job.to_wire()
+            item["name"] = node.name
+            if node.after:
+                item["after"] = list(node.after)
+            jobs.append(item)
+        wire: dict[str, Any] = {"jobs": jobs}
+        if self.key is not None:
+            wire["key"] = self.key
+        return wire
+
+
+_NODE_EXTRA = frozenset({"name", "after"})
+
+
+def _parse_node(raw: object, where: str) -> WorkflowNode:
+    data = parse.as_mapping(raw, where)
+    job_data = {k: v for k, v in data.items() if k not in _NODE_EXTRA}
+    if "key" in job_data or "depends_on" in job_data:
+        bad = "key" if "key" in job_data else "depends_on"
+        raise Invalid(
+            f"{where}.{bad}",
+            "is not allowed in a workflow job (use the workflow's key and 'after')",
+        )
+    after = parse.array(data.get("after", ()), f"{where}.after", items_max=limits.DEPENDS_ON_MAX)
+    return WorkflowNode(
+        name=parse.name(data.get("name"), f"{where}.name", chars_max=limits.NAME_CHARS_MAX),
+        job=JobSpec.parse(job_data, where),
+        after=tuple(
+            parse.name(v, f"{where}.after[{i}]", chars_max=limits.NAME_CHARS_MAX)
+            for i, v in enumerate(after)
+        ),
+    )
+
+
+def check_dag(nodes: tuple[WorkflowNode, ...], where: str) -> None:
+    """Names unique, edges point at known names, and no cycle (the cycle is named in the error)."""
+    index: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        if node.name in index:
+            raise Invalid(f"{where}[{i}].name", f"{node.name!r} is used by more than one job")
+        index[node.name] = i
+    for i, node in enumerate(nodes):
+        for j, parent in enumerate(node.after):
+            if parent not in index:
+                raise Invalid(f"{where}[{i}].after[{j}]", f"no job is named {parent!r}")
+            if parent == node.name:
+                raise Invalid(
+                    f"{where}[{i}].after[{j}]", f"cycle: {parent} -> {parent}", code="cycle"
+                )
+        if len(set(node.after)) != len(node.after):
+            raise Invalid(f"{where}[{i}].after", "lists a job more than once")
+    cycle = find_cycle({node.name: node.after for node in nodes})
+    if cycle:
+        raise Invalid(where, "cycle: " + " -> ".join(cycle), code="cycle")
+
+
+def find_cycle(parents: Mapping[str, tuple[str, ...]]) -> list[str] | None:
+    """A cycle in the `after` graph as a closed path of names (first == last), or None.
+
+    Iterative depth-first search in the order the jobs were given, so the same request always
+    names the same cycle. The path is reported in run order: each name runs after the previous.
+    """
+    on_path, done = 1, 2
+    mark: dict[str, int] = {}
+    for start in parents:
+        if start in mark:
+            continue
+        path = [start]
+        mark[start] = on_path
+        stack = [iter(parents[start])]
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                stack.pop()
+                mark[path.pop()] = done
+                continue
+            seen = mark.get(step)
+            if seen == on_path:
+                # The walk follows `after` edges (child -> parent); reverse it into run order.
+                return [*path[path.index(step) :], step][::-1]
+            if seen is None:
+                mark[step] = on_path
+                path.append(step)
+                stack.append(iter(parents[step]))
+    return None
+
+
+def _non_default(value: object, default: object, names: tuple[str, ...]) -> dict[str, Any]:
+    return {n: getattr(value, n) for n in names if getattr(value, n) != getattr(default, n)}

@@ -1,0 +1,539 @@
+"""The replicated state machine: `SchedulerState.apply(command) -> Ok | Rejected`.
+
+Every node applies the same commands in the same order and must reach byte-identical
+snapshots, so this module has no clock (time is `self.now_ms`, moved only by `Tick`), no
+randomness, no iteration over sets, and no floats in time. Each handler validates first and
+mutates after: a rejected command changes nothing. Unexpected exceptions are bugs and propagate:
+the shell stops the node rather than let replicas diverge.
+
+Layout: `apply` is one `match`; the job moves (claim, finish, retry, cancel, cascade) are the
+`_`-methods below; the firing of schedules is in `scheduler.firing`, which works on this state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler import events, limits
+from scheduler import jobs as j
+from scheduler.commands import (
+    Ack,
+    Barrier,
+    BeginLeadership,
+    CancelJob,
+    ClaimJobs,
+    Command,
+    CompleteJob,
+    FailJob,
+    Heartbeat,
+    RetryJob,
+    SubmitJobs,
+    SubmitWorkflow,
+    Tick,
+)
+from scheduler.errors import Invalid, Ok, Rejected, Result
+from scheduler.events import EventLog
+from scheduler.jobs import Attempt, Job
+from scheduler.requests import RequestLog
+from scheduler.schedules import Schedule
+from scheduler.specs import JobSpec, WorkflowSpec
+from scheduler.store import JobTable
+
+
+class Workflow:
+    __slots__ = ("created_ms", "fire_time_ms", "id", "job_ids", "key", "remaining", "schedule")
+
+    def __init__(self, workflow_id: int, created_ms: int) -> None:
+        self.id = workflow_id
+        self.created_ms = created_ms
+        self.key: str | None = None
+        self.schedule: str | None = None
+        self.fire_time_ms: int | None = None
+        self.job_ids: dict[str, int] = {}  # node name -> job id, in submit order
+        self.remaining = 0  # jobs not yet removed by retention
+
+
+class SchedulerState:
+    def __init__(self) -> None:
+        self.now_ms = 0
+        self.fence = 0  # the last fencing token handed out; strictly increasing
+        self.next_job_id = 1
+        self.next_workflow_id = 1
+        self.table = JobTable()
+        self.schedules: dict[str, Schedule] = {}
+        self.schedule_heap: list[tuple[int, str]] = []  # (next_fire_ms, name), cleaned lazily
+        self.pending_schedules: dict[str, None] = {}  # start (cursor = now) at the next Tick
+        self.workflows: dict[int, Workflow] = {}
+        self.requests = RequestLog()
+        self.events = EventLog()
+        self.counters: dict[str, dict[str, int]] = {}  # name -> label (queue, ...) -> count
+        self.leader: tuple[str, int] | None = None  # (node, term) of the last BeginLeadership
+
+    # -- the one entry point -----------------------------------------------------------------
+
+    def apply(self, command: Command) -> Result:
+        request_id: str | None = getattr(command, "request_id", None)
+        if request_id is not None:
+            seen = self.requests.get(request_id)
+            if seen is not None:
+                tag, value = seen
+                if tag != command.TAG:
+                    return Rejected(
+                        "request_id_reused",
+                        f"request_id {request_id!r} was already used for another kind of command",
+                        "request_id",
+                    )
+                return Ok(value)
+        try:
+            result = self._dispatch(command)
+        except Invalid as error:
+            # Handlers validate before they mutate, so an Invalid here has changed nothing.
+            return Rejected.from_invalid(error)
+        if request_id is not None and isinstance(result, Ok):
+            self.requests.remember(request_id, command.TAG, result.value, self.now_ms)
+        return result
+
+    def _dispatch(self, command: Command) -> Result:
+        from scheduler import firing  # firing works on this class; imported late to avoid a cycle
+
+        match command:
+            case Tick():
+                return self._tick(command.now_ms)
+            case ClaimJobs():
+                return self._claim(command)
+            case SubmitJobs():
+                return self._submit_jobs(command)
+            case Heartbeat():
+                return self._heartbeat(command)
+            case CompleteJob():
+                return self._ack(
+                    Ack(command.job_id, command.token, "succeeded", result=command.result)
+                )
+            case FailJob():
+                ack = Ack(
+                    command.job_id,
+                    command.token,
+                    "failed",
+                    error=command.error,
+                    retryable=command.retryable,
+                )
+                return self._ack(ack)
+            case SubmitWorkflow():
+                return self._submit_workflow(command.workflow)
+            case CancelJob():
+                return self._cancel(command)
+            case RetryJob():
+                return self._retry(command.job_id)
+            case BeginLeadership():
+                return self._begin_leadership(command)
+            case Barrier():
+                return Ok({})
+            case _:
+                return firing.apply_schedule_command(self, command)
+
+    # -- helpers shared with scheduler.firing ---------------------------------------------------
+
+    def count(self, name: str, label: str, by: int = 1) -> None:
+        bucket = self.counters.get(name)
+        if bucket is None:
+            bucket = self.counters[name] = {}
+        bucket[label] = bucket.get(label, 0) + by
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.events.add(self.now_ms, kind, fields)
+
+    def job(self, job_id: int) -> Job:
+        job = self.table.get(job_id)
+        if job is None:
+            raise Invalid("job_id", f"no job {job_id}", code="not_found")
+        return job
+
+    # -- submitting --------------------------------------------------------------------------
+
+    def _submit_jobs(self, command: SubmitJobs) -> Result:
+        for index, spec in enumerate(command.jobs):
+            for parent_id in spec.depends_on:
+                if self.table.get(parent_id) is None:
+                    return Rejected(
+                        "not_found",
+                        f"jobs[{index}].depends_on: no job {parent_id}",
+                        f"jobs[{index}].depends_on",
+                    )
+        out = []
+        for spec in command.jobs:
+            existing = None if spec.key is None else self.table.job_for_key(spec.key)
+            if existing is not None:
+                out.append([existing.id, False])
+                continue
+            job = self.create_job(spec, key=spec.key)
+            out.append([job.id, True])
+        return Ok({"jobs": out})
+
+    def create_job(
+        self,
+        spec: JobSpec,
+        *,
+        key: str | None,
+        schedule: str | None = None,
+        fire_time_ms: int | None = None,
+        run_at_ms: int | None = None,
+        workflow: Workflow | None = None,
+        node_name: str | None = None,
+        blocked_on: int = 0,
+    ) -> Job:
+        """Create a job from a validated spec; its parents (depends_on) must exist."""
+        job = Job(self.next_job_id, spec.task, self.now_ms)
+        self.next_job_id += 1
+        job.key = key
+        job.queue = spec.queue
+        job.payload = spec.payload
+        job.priority = spec.priority
+        job.max_attempts = job.attempt_limit = spec.max_attempts
+        job.backoff = spec.backoff
+        job.timeout_ms = spec.timeout_ms
+        job.schedule = schedule
+        job.fire_time_ms = fire_time_ms
+        if run_at_ms is None:
+            run_at_ms = (
+                spec.run_at_ms if spec.run_at_ms is not None else self.now_ms + (spec.delay_ms or 0)
+            )
+        job.run_at_ms = run_at_ms
+        if workflow is not None:
+            job.workflow_id = workflow.id
+            job.workflow_node = node_name
+            workflow.remaining += 1
+        doomed = False
+        job.waiting_on = blocked_on
+        if spec.depends_on:
+            job.depends_on = spec.depends_on
+            for parent_id in spec.depends_on:
+                parent = self.table.jobs[parent_id]
+                parent.children.append(job.id)
+                if parent.status != j.SUCCEEDED:
+                    job.waiting_on += 1
+                    doomed = doomed or parent.status in (j.FAILED, j.CANCELLED)
+        if job.waiting_on:
+            self.table.add(job, j.BLOCKED)
+        else:
+            self.table.add(job, self._runnable_status(job))
+        if key is not None:
+            self.table.remember_key(key, job.id, self.now_ms)
+        if schedule is not None and schedule in self.schedules:
+            self.schedules[schedule].active[job.id] = None
+        self.count("submitted", job.queue)
+        if doomed:
+            self.cancel_job(job, j.UPSTREAM_FAILED)
+        return job
+
+    def _runnable_status(self, job: Job) -> str:
+        return j.QUEUED if job.run_at_ms <= self.now_ms else j.SCHEDULED
+
+    def _submit_workflow(self, spec: WorkflowSpec) -> Result:
+        if spec.key is not None:
+            existing = self.table.job_for_key(spec.key)
+            if existing is not None and existing.workflow_id is not None:
+                return Ok(
+                    self._workflow_result(self.workflows[existing.workflow_id], created=False)
+                )
+        workflow = self.create_workflow(spec, key=spec.key)
+        return Ok(self._workflow_result(workflow, created=True))
+
+    def _workflow_result(self, workflow: Workflow, *, created: bool) -> dict[str, Any]:
+        jobs = [[name, job_id] for name, job_id in workflow.job_ids.items()]
+        return {"workflow_id": workflow.id, "jobs": jobs, "created": created}
+
+    def create_workflow(
+        self,
+        spec: WorkflowSpec,
+        *,
+        key: str | None,
+        schedule: str | None = None,
+        fire_time_ms: int | None = None,
+        run_at_ms: int | None = None,
+    ) -> Workflow:
+        """Create every job of a DAG (already checked acyclic); roots are runnable at once."""
+        workflow = Workflow(self.next_workflow_id, self.now_ms)
+        self.next_workflow_id += 1
+        workflow.key = key
+        workflow.schedule = schedule
+        workflow.fire_time_ms = fire_time_ms
+        self.workflows[workflow.id] = workflow
+        first_id = self.next_job_id
+        ids = {node.name: first_id + index for index, node in enumerate(spec.nodes)}
+        for index, node in enumerate(spec.nodes):
+            # The workflow's key goes on its first job, so the key table finds the workflow.
+            job = self.create_job(
+                node.job,
+                key=key if index == 0 else None,
+                schedule=schedule,
+                fire_time_ms=fire_time_ms,
+                run_at_ms=run_at_ms
+                if node.job.run_at_ms is None and node.job.delay_ms is None
+                else None,
+                workflow=workflow,
+                node_name=node.name,
+                blocked_on=len(node.after),
+            )
+            job.depends_on = tuple(ids[parent] for parent in node.after)
+            workflow.job_ids[node.name] = job.id
+        for node in spec.nodes:
+            for parent in node.after:
+                self.table.jobs[ids[parent]].children.append(ids[node.name])
+        return workflow
+
+    # -- claiming and the worker's answers ---------------------------------------------------
+
+    def _claim(self, command: ClaimJobs) -> Result:
+        acks = []
+        for ack in command.acks:
+            outcome = self._ack(ack)
+            acks.append([ack.job_id, "ok" if isinstance(outcome, Ok) else outcome.code])
+        claimed = []
+        table = self.table
+        for _ in range(command.max):
+            queue = table.best_ready(command.queues)
+            if queue is None:
+                break
+            job = table.jobs[queue.pop()]
+            self._start_attempt(job, command)
+            claimed.append([job.id, job.token])
+        return Ok({"jobs": claimed, "acks": acks})
+
+    def _start_attempt(self, job: Job, command: ClaimJobs) -> None:
+        self.fence += 1
+        job.attempts += 1
+        job.token = self.fence
+        job.lease_ms = command.lease_ms
+        job.lease_until_ms = self.now_ms + command.lease_ms
+        job.worker = command.worker
+        job.add_attempt(
+            Attempt(job.attempts, self.fence, command.worker, command.node, self.now_ms)
+        )
+        self.table.set_status(job, j.RUNNING)
+        self.count("claimed", job.queue)
+
+    def _leased(self, job_id: int, token: int) -> Job | Rejected:
+        """The job if `token` holds its lease now, else why not (stale or cancelled)."""
+        job = self.table.get(job_id)
+        if job is None:
+            return Rejected("not_found", f"no job {job_id}", "job_id")
+        if token != job.token:
+            return Rejected(
+                "stale_token",
+                f"token {token} is stale for job {job_id} (current token {job.token})",
+                "token",
+            )
+        if job.status == j.CANCELLED:
+            return Rejected(
+                "job_cancelled", f"job {job_id} was cancelled ({job.cancel_reason})", "job_id"
+            )
+        if job.status != j.RUNNING:
+            return Rejected(
+                "stale_token",
+                f"token {token} no longer holds a lease: job {job_id} is {job.status}",
+                "token",
+            )
+        return job
+
+    def _heartbeat(self, command: Heartbeat) -> Result:
+        job = self._leased(command.job_id, command.token)
+        if isinstance(job, Rejected):
+            return job
+        if command.lease_ms is not None:
+            job.lease_ms = command.lease_ms
+        assert job.lease_ms is not None and job.lease_until_ms is not None
+        # The heap entry stays; pop_expired_leases re-files it when it surfaces early.
+        job.lease_until_ms = max(job.lease_until_ms, self.now_ms + job.lease_ms)
+        return Ok({"lease_until_ms": job.lease_until_ms})
+
+    def _ack(self, ack: Ack) -> Result:
+        job = self._leased(ack.job_id, ack.token)
+        if isinstance(job, Rejected):
+            return job
+        if ack.outcome == "succeeded":
+            job.end_attempt(self.now_ms, j.OUTCOME_SUCCEEDED)
+            job.result = ack.result
+            job.error = None
+            self.finish(job, j.SUCCEEDED)
+            return Ok({"status": job.status})
+        job.end_attempt(self.now_ms, j.OUTCOME_FAILED, ack.error)
+        self._attempt_failed(job, ack.error, retryable=ack.retryable)
+        return Ok({"status": job.status, "run_at_ms": job.run_at_ms})
+
+    def _attempt_failed(self, job: Job, error: str, *, retryable: bool) -> None:
+        """After a failed or expired attempt: back off and retry, or dead-letter."""
+        job.error = error
+        job.lease_until_ms = None
+        if retryable and job.attempts < job.attempt_limit:
+            job.run_at_ms = self.now_ms + j.backoff_delay_ms(job.backoff, job.id, job.attempts)
+            self.table.set_status(job, self._runnable_status(job))
+            self.count("retried", job.queue)
+            return
+        self.finish(job, j.FAILED)
+        self.emit(events.DEAD_LETTERED, job=job.id, attempts=job.attempts, error=error)
+
+    def expire_lease(self, job: Job) -> None:
+        error = f"lease expired (worker {job.worker}, token {job.token})"
+        job.end_attempt(self.now_ms, j.OUTCOME_LEASE_EXPIRED, error)
+        self.emit(events.LEASE_EXPIRED, job=job.id, token=job.token, worker=job.worker)
+        self.count("lease_expired", job.queue)
+        self._attempt_failed(job, error, retryable=True)
+
+    # -- finishing, cancelling, retrying ------------------------------------------------------
+
+    def finish(self, job: Job, status: str, *, reason: str | None = None) -> None:
+        """Move a job to a final status and carry the consequences to its children."""
+        job.finished_ms = self.now_ms
+        job.lease_until_ms = None
+        if status == j.CANCELLED:
+            job.cancel_reason = reason
+        self.table.set_status(job, status)
+        self.count(status, job.queue)
+        self._on_final(job)
+
+    def _on_final(self, job: Job) -> None:
+        from scheduler import firing
+
+        if job.schedule is not None:
+            firing.job_finished(self, job)
+        if not job.children:
+            return
+        if job.status == j.SUCCEEDED:
+            for child_id in job.children:
+                child = self.table.get(child_id)
+                if child is not None and child.status == j.BLOCKED:
+                    child.waiting_on -= 1
+                    if child.waiting_on == 0:
+                        child.run_at_ms = max(child.run_at_ms, self.now_ms)
+                        self.table.set_status(child, self._runnable_status(child))
+        else:
+            for child_id in job.children:
+                child = self.table.get(child_id)
+                if child is not None and not child.final:
+                    # Recursion depth is bounded by the DAG depth (<= WORKFLOW_JOBS_MAX).
+                    self.cancel_job(child, j.UPSTREAM_FAILED)
+
+    def cancel_job(self, job: Job, reason: str) -> None:
+        if job.status == j.RUNNING:
+            job.end_attempt(self.now_ms, j.OUTCOME_CANCELLED, reason)
+        if reason == j.UPSTREAM_FAILED:
+            job.error = "a job it depends on failed or was cancelled"
+        self.finish(job, j.CANCELLED, reason=reason)
+
+    def _cancel(self, command: CancelJob) -> Result:
+        job = self.job(command.job_id)
+        if job.final:
+            return Rejected("conflict", f"job {job.id} is already {job.status}", "job_id")
+        before = self.table.count_by_status[j.CANCELLED]
+        self.cancel_job(job, command.reason or "cancelled by request")
+        cascaded = self.table.count_by_status[j.CANCELLED] - before - 1
+        return Ok({"status": job.status, "cancelled_descendants": cascaded})
+
+    def _retry(self, job_id: int) -> Result:
+        job = self.job(job_id)
+        if job.status not in (j.FAILED, j.CANCELLED):
+            return Rejected(
+                "not_retryable",
+                f"job {job.id} is {job.status}; only failed or cancelled jobs can be retried",
+                "job_id",
+            )
+        for parent_id in job.depends_on:
+            parent = self.table.get(parent_id)
+            if parent is not None and parent.status in (j.FAILED, j.CANCELLED):
+                return Rejected(
+                    "not_retryable",
+                    f"job {job.id} depends on job {parent_id}, which is {parent.status}; "
+                    "retry that first",
+                    "job_id",
+                )
+        self._revive(job, manual=True)
+        return Ok({"status": job.status})
+
+    def _revive(self, job: Job, *, manual: bool) -> None:
+        """Bring a failed or cancelled job back; its upstream_failed descendants come back too."""
+        if manual:
+            job.attempt_limit = job.attempts + job.max_attempts
+        job.finished_ms = None
+        job.cancel_reason = None
+        job.error = None
+        job.result = None
+        parents = [self.table.get(p) for p in job.depends_on]
+        job.waiting_on = sum(1 for p in parents if p is not None and p.status != j.SUCCEEDED)
+        if job.waiting_on:
+            self.table.set_status(job, j.BLOCKED)
+        else:
+            job.run_at_ms = max(job.run_at_ms, self.now_ms)
+            self.table.set_status(job, self._runnable_status(job))
+        self.count("revived", job.queue)
+        if job.schedule is not None and job.schedule in self.schedules:
+            self.schedules[job.schedule].active[job.id] = None
+        for child_id in job.children:
+            child = self.table.get(child_id)
+            if (
+                child is not None
+                and child.status == j.CANCELLED
+                and child.cancel_reason == j.UPSTREAM_FAILED
+            ):
+                others = [self.table.get(p) for p in child.depends_on]
+                if not any(p is not None and p.status in (j.FAILED, j.CANCELLED) for p in others):
+                    self._revive(child, manual=False)
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def _tick(self, now_ms: int) -> Result:
+        from scheduler import firing
+
+        self.now_ms = max(self.now_ms, now_ms)
+        now_ms = self.now_ms
+        released = 0
+        for job in self.table.pop_due_delayed(now_ms):
+            self.table.set_status(job, j.QUEUED)
+            released += 1
+        expired = 0
+        for job in self.table.pop_expired_leases(now_ms):
+            self.expire_lease(job)
+            expired += 1
+        fired = firing.fire_due(self)
+        removed = self._collect_garbage()
+        return Ok(
+            {
+                "now_ms": now_ms,
+                "released": released,
+                "expired": expired,
+                "fired": fired,
+                "removed": removed,
+            }
+        )
+
+    def _collect_garbage(self) -> int:
+        removed = 0
+        for job in self.table.pop_retired(self.now_ms - limits.RETENTION_MS_DEFAULT):
+            self.remove_job(job)
+            removed += 1
+        self.table.expire_keys(self.now_ms - limits.KEY_WINDOW_MS_DEFAULT)
+        self.requests.expire(self.now_ms)
+        return removed
+
+    def remove_job(self, job: Job) -> None:
+        self.table.remove(job)
+        if job.workflow_id is not None:
+            workflow = self.workflows.get(job.workflow_id)
+            if workflow is not None:
+                workflow.remaining -= 1
+                if workflow.remaining == 0:
+                    del self.workflows[workflow.id]
+
+    def _begin_leadership(self, command: BeginLeadership) -> Result:
+        base_ms = max(self.now_ms, command.now_ms)
+        extended = 0
+        for job_id in self.table.by_status[j.RUNNING]:
+            job = self.table.jobs[job_id]
+            assert job.lease_ms is not None and job.lease_until_ms is not None
+            if job.lease_until_ms < base_ms + job.lease_ms:
+                job.lease_until_ms = base_ms + job.lease_ms
+                extended += 1
+        self.leader = (command.node, command.term)
+        self.emit(
+            events.LEADER_CHANGED, node=command.node, term=command.term, leases_extended=extended
+        )
+        return Ok({"extended": extended})

@@ -1,0 +1,215 @@
+"""The job table and every index over it, kept true by one set of transitions.
+
+Owns: `jobs` (id order), the ready queues (a heap per queue, ordered by priority, then due time,
+then id), the heaps of delayed jobs and of leases, the finished-job FIFO for retention, the
+idempotency-key table, and the counts per status. Every status change goes through
+`set_status`, so an index cannot drift from the records.
+
+Heaps hold (key, id) pairs and are cleaned lazily: an entry whose job has moved on is skipped
+when it reaches the top. Their order is a total order ending in the job id, so which job is
+picked never depends on a heap's internal layout; snapshots carry jobs, not heaps, and restore
+rebuilds the indexes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+
+from scheduler import jobs as j
+from scheduler.jobs import Job
+
+
+class ReadyQueue:
+    """The queued jobs of one queue: a heap for order, a dict for membership and depth.
+
+    `members` maps a job id to its current heap entry; an entry that is not its job's current
+    one (the job left and came back with another due time) is stale and skipped, so the order
+    of claims depends only on the jobs, never on the heap's history.
+    """
+
+    __slots__ = ("heap", "members")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[int, int, int]] = []  # (-priority, run_at_ms, id)
+        self.members: dict[int, tuple[int, int, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def push(self, job: Job) -> None:
+        entry = (-job.priority, job.run_at_ms, job.id)
+        self.members[job.id] = entry
+        heapq.heappush(self.heap, entry)
+        if len(self.heap) > 64 and len(self.heap) > 4 * len(self.members):
+            self.heap = list(self.members.values())
+            heapq.heapify(self.heap)
+
+    def peek(self) -> tuple[int, int, int] | None:
+        heap, members = self.heap, self.members
+        while heap and members.get(heap[0][2]) != heap[0]:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def pop(self) -> int:
+        """Take the head (after `peek`) off the heap; the caller's `set_status` drops membership."""
+        return heapq.heappop(self.heap)[2]
+
+
+class JobTable:
+    def __init__(self) -> None:
+        self.jobs: dict[int, Job] = {}
+        self.ready: dict[str, ReadyQueue] = {}
+        self.delayed: list[tuple[int, int]] = []  # (run_at_ms, id) of scheduled jobs
+        self.leases: list[tuple[int, int]] = []  # (lease_until_ms, id) of running jobs
+        self.finished: deque[tuple[int, int]] = deque()  # (finished_ms, id), finish order
+        self.keys: dict[str, tuple[int, int]] = {}  # key -> (job id, created_ms)
+        self.key_order: deque[tuple[int, str]] = deque()  # (created_ms, key), creation order
+        self.count_by_status: dict[str, int] = dict.fromkeys(j.STATUSES, 0)
+        # Every status but `succeeded` (the bulk of a retained store) is indexed for listing.
+        self.by_status: dict[str, dict[int, None]] = {s: {} for s in j.STATUSES if s != j.SUCCEEDED}
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self.jobs.values())
+
+    def get(self, job_id: int) -> Job | None:
+        return self.jobs.get(job_id)
+
+    # -- adding and removing -------------------------------------------------------------
+
+    def add(self, job: Job, status: str) -> None:
+        """Insert a new job in `status` (its fields, run_at_ms included, already set)."""
+        self.jobs[job.id] = job
+        job.status = status
+        self.count_by_status[status] += 1
+        self._index(job)
+
+    def remove(self, job: Job) -> None:
+        """Forget a finished job (retention); its key entry expires on its own schedule."""
+        assert job.final, f"removing job {job.id} in status {job.status}"
+        del self.jobs[job.id]
+        self.count_by_status[job.status] -= 1
+        index = self.by_status.get(job.status)
+        if index is not None:
+            del index[job.id]
+
+    # -- status moves --------------------------------------------------------------------
+
+    def set_status(self, job: Job, status: str) -> None:
+        self._unindex(job)
+        self.count_by_status[job.status] -= 1
+        job.status = status
+        self.count_by_status[status] += 1
+        self._index(job)
+
+    def _index(self, job: Job) -> None:
+        status = job.status
+        index = self.by_status.get(status)
+        if index is not None:
+            index[job.id] = None
+        if status == j.QUEUED:
+            queue = self.ready.get(job.queue)
+            if queue is None:
+                queue = self.ready[job.queue] = ReadyQueue()
+            queue.push(job)
+        elif status == j.SCHEDULED:
+            heapq.heappush(self.delayed, (job.run_at_ms, job.id))
+        elif status == j.RUNNING:
+            assert job.lease_until_ms is not None
+            heapq.heappush(self.leases, (job.lease_until_ms, job.id))
+        elif status in j.FINAL:
+            assert job.finished_ms is not None
+            self.finished.append((job.finished_ms, job.id))
+
+    def _unindex(self, job: Job) -> None:
+        index = self.by_status.get(job.status)
+        if index is not None:
+            del index[job.id]
+        if job.status == j.QUEUED:
+            del self.ready[job.queue].members[job.id]
+        # delayed, leases and finished entries are skipped lazily when they surface.
+
+    # -- time-ordered pops (used by Tick) ------------------------------------------------
+
+    def pop_due_delayed(self, now_ms: int) -> list[Job]:
+        """Scheduled jobs whose run_at_ms has come, in (run_at_ms, id) order."""
+        heap = self.delayed
+        due: dict[int, Job] = {}
+        while heap and heap[0][0] <= now_ms:
+            run_at_ms, job_id = heapq.heappop(heap)
+            job = self.jobs.get(job_id)
+            if job is not None and job.status == j.SCHEDULED and job.run_at_ms == run_at_ms:
+                due[job_id] = job
+        return sorted(due.values(), key=lambda job: (job.run_at_ms, job.id))
+
+    def pop_expired_leases(self, now_ms: int) -> list[Job]:
+        """Running jobs whose lease ended at or before now_ms, in (lease_until_ms, id) order.
+
+        A heartbeat does not push a new entry: an entry that surfaces for a lease that has been
+        extended is pushed back with the new end, so the heap holds about one entry per running
+        job. The result is sorted by the jobs' current lease ends, not by heap entries, so the
+        order is the same on a node restored from a snapshot.
+        """
+        heap = self.leases
+        expired: dict[int, Job] = {}
+        while heap and heap[0][0] <= now_ms:
+            _, job_id = heapq.heappop(heap)
+            job = self.jobs.get(job_id)
+            if job is None or job.status != j.RUNNING or job.lease_until_ms is None:
+                continue
+            if job.lease_until_ms > now_ms:
+                heapq.heappush(heap, (job.lease_until_ms, job_id))
+                continue
+            expired[job_id] = job
+        return sorted(expired.values(), key=lambda job: (job.lease_until_ms or 0, job.id))
+
+    def pop_retired(self, cutoff_ms: int) -> list[Job]:
+        """Finished jobs whose finish time is at or before cutoff_ms, in (finished_ms, id) order."""
+        order = self.finished
+        retired: dict[int, Job] = {}
+        while order and order[0][0] <= cutoff_ms:
+            finished_ms, job_id = order.popleft()
+            job = self.jobs.get(job_id)
+            if job is not None and job.final and job.finished_ms == finished_ms:
+                retired[job_id] = job
+        return sorted(retired.values(), key=lambda job: (job.finished_ms or 0, job.id))
+
+    # -- idempotency keys ------------------------------------------------------------------
+
+    def job_for_key(self, key: str) -> Job | None:
+        entry = self.keys.get(key)
+        return None if entry is None else self.jobs.get(entry[0])
+
+    def remember_key(self, key: str, job_id: int, now_ms: int) -> None:
+        self.keys[key] = (job_id, now_ms)
+        self.key_order.append((now_ms, key))
+
+    def expire_keys(self, cutoff_ms: int) -> int:
+        expired = 0
+        order = self.key_order
+        while order and order[0][0] <= cutoff_ms:
+            created_ms, key = order.popleft()
+            entry = self.keys.get(key)
+            if entry is not None and entry[1] == created_ms:
+                del self.keys[key]
+                expired += 1
+        return expired
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def best_ready(self, queues: tuple[str, ...]) -> ReadyQueue | None:
+        """The ready queue among `queues` whose head goes first (priority, due time, id)."""
+        best: ReadyQueue | None = None
+        best_head: tuple[int, int, int] | None = None
+        for name in queues:
+            queue = self.ready.get(name)
+            if queue is None:
+                continue
+            head = queue.peek()
+            if head is not None and (best_head is None or head < best_head):
+                best, best_head = queue, head
+        return best
