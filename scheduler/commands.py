@@ -411,17 +411,24 @@ class BackfillSchedule:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """The only command that moves time: `state.now_ms = max(state.now_ms, now_ms)`."""
+    """The only command that moves time: `state.now_ms = max(state.now_ms, now_ms)`.
+
+    `leader` names the node whose clock this is. A Tick from a node other than the leader of
+    the last committed BeginLeadership is ignored: a deposed leader's ticker (or one forwarded
+    by a follower) must not move the state's time. None (tests, tools) always applies.
+    """
 
     TAG: ClassVar[int] = 15
     now_ms: int
+    leader: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"now_ms": self.now_ms}
+        return _strip_none({"now_ms": self.now_ms, "leader": self.leader})
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> Tick:
-        return cls(parse.integer(data.get("now_ms"), "now_ms", low=0))
+        leader = parse.optional_text(data.get("leader"), "leader", chars_max=limits.NAME_CHARS_MAX)
+        return cls(parse.integer(data.get("now_ms"), "now_ms", low=0), leader)
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,9 @@ class SchedulerState:
 
         match command:
             case Tick():
+                if command.leader is not None and self.leader is not None:
+                    if command.leader != self.leader[0]:
+                        return Ok({"ignored": f"{command.leader} is not the leader"})
                 return self._tick(command.now_ms)
             case ClaimJobs():
                 return self._claim(command)
@@ -524,6 +527,9 @@ class SchedulerState:
                     del self.workflows[workflow.id]
 
     def _begin_leadership(self, command: BeginLeadership) -> Result:
+        if self.leader is not None and command.term <= self.leader[1]:
+            # A deposed leader's late proposal, forwarded after a newer leader took over.
+            return Ok({"ignored": f"term {command.term} is not after term {self.leader[1]}"})
         base_ms = max(self.now_ms, command.now_ms)
         extended = 0
         for job_id in self.table.by_status[j.RUNNING]:

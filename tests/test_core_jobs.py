@@ -295,3 +295,20 @@ def test_invalid_job_specs_name_the_field(fields, field):
     with pytest.raises(Invalid) as error:
         JobSpec.parse(fields)
     assert error.value.field == field
+
+
+def test_only_the_recorded_leaders_ticks_move_time(d):
+    from scheduler.commands import Tick
+
+    d.ok(BeginLeadership(d.now_ms, "n1", 3))
+    now = d.now_ms
+    assert "ignored" in d.ok(Tick(now + 5_000, "n2"))
+    assert d.now_ms == now
+    d.ok(Tick(now + 5_000, "n1"))
+    assert d.now_ms == now + 5_000
+
+
+def test_a_deposed_leaders_late_begin_is_ignored(d):
+    d.ok(BeginLeadership(d.now_ms, "n2", 7))
+    assert "ignored" in d.ok(BeginLeadership(d.now_ms, "n1", 6))
+    assert d.state.leader == ("n2", 7)

@@ -204,9 +204,9 @@ class CoreModel(RuleBasedStateMachine):
         if ids:
             self.apply(RetryJob(self.rid(), ids[index % len(ids)]))
 
-    @rule(advance=advances)
-    def tick(self, advance):
-        self.apply(Tick(self.state.now_ms + advance))
+    @rule(advance=advances, leader=st.sampled_from([None, None, "n0", "n1", "n2"]))
+    def tick(self, advance, leader):
+        self.apply(Tick(self.state.now_ms + advance, leader))
 
     @rule(back=st.integers(1, 60_000))
     def tick_backwards(self, back):

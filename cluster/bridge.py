@@ -1,0 +1,231 @@
+"""From asyncio to the Raft log and back: proposals, group commit, and honest failures.
+
+`Proposer.propose(command)` encodes a command, coalesces it with the other commands proposed
+in the same event-loop turn into ONE log entry (group commit), hands that entry to PySyncObj,
+and resolves each caller's future from the PySyncObj callback (which runs on the Raft thread:
+it only schedules the resolution on the loop). A write is answered only after it committed
+and was applied on this node.
+
+Failures come in two kinds, and the difference matters:
+- definite (`NotApplied`): the command is known not to be in the log (no leader, queue full);
+- indeterminate (`Indeterminate`): it may still commit (timeout, leader changed, unknown).
+`submit` retries both until its deadline with the SAME request id, which the state machine
+answers with the first result, so a retry can never apply a command twice. Commands without a
+request id (the leader's Tick) are proposed once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pysyncobj import FAIL_REASON
+
+from cluster.replica import RaftNode, encode_batch
+from scheduler import codec
+from scheduler.commands import Command
+from scheduler.errors import Rejected, Result
+
+log = logging.getLogger("raftcron.bridge")
+
+_DEFINITE = {
+    FAIL_REASON.QUEUE_FULL,
+    FAIL_REASON.MISSING_LEADER,
+    FAIL_REASON.NOT_LEADER,
+    FAIL_REASON.REQUEST_DENIED,
+}
+FRAME_BYTES_MAX = 512 * 1024  # one command; PySyncObj slows badly past a few hundred KiB
+ENTRY_BYTES_MAX = 1024 * 1024  # one coalesced log entry
+
+
+class Unavailable(Exception):
+    """The cluster could not commit in time (no leader, no quorum): HTTP 503, retry later."""
+
+    def __init__(self, message: str, *, indeterminate: bool) -> None:
+        super().__init__(message)
+        self.indeterminate = indeterminate
+
+
+class NotApplied(Unavailable):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, indeterminate=False)
+
+
+class Indeterminate(Unavailable):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, indeterminate=True)
+
+
+class TooLarge(Exception):
+    """A command larger than one log entry may carry: HTTP 413."""
+
+
+@dataclass
+class _Pending:
+    frame: bytes
+    future: asyncio.Future[Result]
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.size = len(self.frame)
+
+
+class Proposer:
+    def __init__(
+        self,
+        node: RaftNode,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        commit_timeout_s: float,
+        batch_commands_max: int,
+        in_flight_max: int = 64,
+    ) -> None:
+        self.node = node
+        self.loop = loop
+        self.commit_timeout_s = commit_timeout_s
+        self.batch_commands_max = batch_commands_max
+        self.in_flight = asyncio.Semaphore(in_flight_max)  # bounded: see research on forwarding
+        self.queue: list[_Pending] = []
+        self.flush_scheduled = False
+        self.proposals = 0  # log entries proposed (for metrics)
+        self.commands = 0  # commands carried by them
+        self.failures: dict[str, int] = {}
+
+    # -- one attempt --------------------------------------------------------------------------
+
+    async def propose(self, command: Command) -> Result:
+        """Propose once; raise NotApplied or Indeterminate when it did not (surely) commit."""
+        frame = codec.encode(command)
+        if len(frame) > FRAME_BYTES_MAX:
+            raise TooLarge(
+                f"the command is {len(frame)} bytes encoded; the limit is {FRAME_BYTES_MAX}"
+            )
+        future: asyncio.Future[Result] = self.loop.create_future()
+        self.queue.append(_Pending(frame, future))
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.commit_timeout_s)
+        except TimeoutError:
+            self._count("timeout")
+            raise Indeterminate(f"not committed within {self.commit_timeout_s:g} s") from None
+
+    def _flush(self) -> None:
+        self.flush_scheduled = False
+        while self.queue:
+            batch: list[_Pending] = []
+            size = 0
+            while self.queue and len(batch) < self.batch_commands_max:
+                pending = self.queue[0]
+                if batch and size + pending.size > ENTRY_BYTES_MAX:
+                    break
+                batch.append(self.queue.pop(0))
+                size += pending.size
+            self.loop.create_task(self._send(batch))
+
+    async def _send(self, batch: list[_Pending]) -> None:
+        async with self.in_flight:
+            done = self.loop.create_future()
+
+            def callback(results: Any, reason: int) -> None:  # on the Raft thread
+                self.loop.call_soon_threadsafe(self._resolve, batch, results, reason, done)
+
+            self.proposals += 1
+            self.commands += len(batch)
+            try:
+                self.node.machine.apply(encode_batch([p.frame for p in batch]), callback=callback)
+            except Exception as error:  # a closed node or a full queue
+                self._resolve(batch, None, FAIL_REASON.QUEUE_FULL, done, error)
+            # Hold the in-flight slot until the entry resolves or its callers gave up.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done, self.commit_timeout_s)
+
+    def _resolve(
+        self,
+        batch: list[_Pending],
+        results: Any,
+        reason: int,
+        done: asyncio.Future[None],
+        error: Exception | None = None,
+    ) -> None:
+        if not done.done():
+            done.set_result(None)
+        if (
+            reason == FAIL_REASON.SUCCESS
+            and isinstance(results, list)
+            and len(results) == len(batch)
+        ):
+            for pending, result in zip(batch, results, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(result)
+            return
+        if reason == FAIL_REASON.SUCCESS:
+            # The whole entry was refused by the state machine (it did not decode as a batch).
+            rejected = (
+                results if isinstance(results, Rejected) else Rejected("invalid", "entry refused")
+            )
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_result(rejected)
+            return
+        name = _reason_name(reason)
+        self._count(name)
+        for pending in batch:
+            if pending.future.done():
+                continue
+            if reason in _DEFINITE:
+                pending.future.set_exception(
+                    NotApplied(f"not applied: {name}" + (f" ({error})" if error else ""))
+                )
+            else:
+                pending.future.set_exception(Indeterminate(f"outcome unknown: {name}"))
+
+    def _count(self, name: str) -> None:
+        self.failures[name] = self.failures.get(name, 0) + 1
+
+    # -- until a deadline -------------------------------------------------------------------
+
+    async def submit(
+        self,
+        command: Command,
+        *,
+        deadline_s: float | None = None,
+        on_retry: Callable[[Exception], None] | None = None,
+    ) -> Result:
+        """Propose, retrying failures with the same request id until the deadline."""
+        retriable = getattr(command, "request_id", None) is not None
+        deadline = time.monotonic() + (
+            deadline_s if deadline_s is not None else 2 * self.commit_timeout_s
+        )
+        delay_s = 0.05
+        while True:
+            try:
+                return await self.propose(command)
+            except Unavailable as error:
+                if not retriable or time.monotonic() + delay_s >= deadline:
+                    raise
+                if on_retry is not None:
+                    on_retry(error)
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.5)
+
+
+def _reason_name(reason: int) -> str:
+    for name in (
+        "QUEUE_FULL",
+        "MISSING_LEADER",
+        "DISCARDED",
+        "NOT_LEADER",
+        "LEADER_CHANGED",
+        "REQUEST_DENIED",
+        "UNKNOWN_OUTCOME",
+    ):
+        if getattr(FAIL_REASON, name, None) == reason:
+            return name.lower()
+    return f"reason_{reason}"

@@ -1,0 +1,33 @@
+"""The `raftcron` command: `node`, and (as they land) worker, client and operator commands."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="raftcron", description="A distributed job scheduler on Raft."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    node = commands.add_parser("node", help="run one cluster member")
+    node.add_argument(
+        "--config",
+        default=os.environ.get("RAFTCRON_CONFIG"),
+        help="TOML config file (env RAFTCRON_CONFIG)",
+    )
+    args = parser.parse_args(argv)
+    if args.command == "node":
+        if not args.config:
+            parser.error("node: --config FILE is required (or set RAFTCRON_CONFIG)")
+        from cluster import node as node_module
+
+        return node_module.run(args.config)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The aiohttp application: routes, and the middleware every request passes through.
+
+The middleware authenticates (bearer token -> role -> grant the route needs), turns every
+failure into the API's error shape (never an HTML page, never a stack trace), counts stale
+writes, and stamps each answer with the node that served it and its applied index.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from cluster.http import claims, jobs, ops, schedules
+from cluster.http.common import BODY_BYTES_MAX, SERVICES, ApiError, Handler, Services, check_token
+
+log = logging.getLogger("raftcron.http")
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/"})
+
+
+@web.middleware
+async def api_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    svc = request.app[SERVICES]
+    try:
+        if request.path not in OPEN_PATHS and not request.path.startswith("/ui/"):
+            check_token(svc.config, request, getattr(handler, "grant", "read"))
+        response = await handler(request)
+    except ApiError as error:
+        response = error.response()
+        if error.code in ("stale_token", "job_cancelled"):
+            svc.stats.stale_writes_rejected += 1
+    except web.HTTPRequestEntityTooLarge:
+        response = ApiError(
+            413, "too_large", f"request body over {BODY_BYTES_MAX} bytes"
+        ).response()
+    except web.HTTPException as http_error:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(http_error.status, "http_error")
+        message = (
+            http_error.reason
+            if http_error.status != 404
+            else f"no route {request.method} {request.path}"
+        )
+        response = ApiError(http_error.status, code, message).response()
+    except Exception:
+        log.exception("unexpected error serving %s %s", request.method, request.path)
+        response = ApiError(
+            500, "internal", "internal error; the node log has the details"
+        ).response()
+    response.headers["X-Raftcron-Node"] = svc.config.node_id
+    response.headers["X-Raftcron-Applied-Index"] = str(svc.node.applied_index)
+    key = f"{request.method} {response.status}"
+    svc.stats.http_requests[key] = svc.stats.http_requests.get(key, 0) + 1
+    return response
+
+
+def build_app(svc: Services) -> web.Application:
+    app = web.Application(middlewares=[api_middleware], client_max_size=BODY_BYTES_MAX)
+    app[SERVICES] = svc
+    app.add_routes(jobs.routes() + schedules.routes() + claims.routes() + ops.routes())
+    return app

@@ -1,0 +1,131 @@
+"""`POST /v1/claims`: a worker acks finished jobs and claims new ones in one round trip,
+long-polling up to `wait_ms` when nothing is queued.
+
+The wait happens before proposing: the handler waits until this node's state shows queued jobs
+in one of the requested queues (`ClaimWaiters` is woken from the Raft thread when an applied
+entry leaves jobs queued), then proposes ONE claim. When the claim comes back empty (another
+worker was faster) and time remains, it waits and proposes again under `<request_id>/<n>`, so
+a worker that re-sends a lost request with the same request_id replays the same commands and
+gets the same jobs and tokens back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+
+from cluster.http.common import (
+    commit,
+    json_response,
+    object_body,
+    parse_or_400,
+    read_json,
+    requires,
+    services,
+    take_request_id,
+)
+from scheduler import parse
+from scheduler.commands import ClaimJobs
+from scheduler.state import SchedulerState
+from scheduler.views import claimed_job_view
+
+WAIT_MS_MAX = 30_000
+CLAIM_ROUNDS_MAX = 8
+
+
+class ClaimWaiters:
+    """Wakes long-polling claims when jobs may have become claimable (a broadcast)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+        self.waiting = 0  # read from the Raft thread: a plain int is enough
+        self.wake_scheduled = False
+
+    def on_applied(self, state: SchedulerState) -> None:
+        """On the Raft thread, after every applied entry: cheap, and at most one wake queued."""
+        if self.waiting and not self.wake_scheduled and state.table.count_by_status["queued"]:
+            self.wake_scheduled = True
+            self.loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self.wake_scheduled = False
+        event, self.event = self.event, asyncio.Event()
+        event.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        self.waiting += 1
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            self.waiting -= 1
+
+
+def _queued_in(state: SchedulerState, queues: tuple[str, ...]) -> bool:
+    return any(len(state.table.ready.get(name) or ()) for name in queues)
+
+
+@requires("work")
+async def claim(request: web.Request) -> web.Response:
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    wait_ms = parse_or_400(
+        lambda: parse.integer(body.pop("wait_ms", 0), "wait_ms", low=0, high=WAIT_MS_MAX)
+    )
+    svc = services(request)
+    body["node"] = svc.config.node_id
+    command = parse_or_400(lambda: ClaimJobs.from_wire({**body, "request_id": request_id}))
+    deadline = time.monotonic() + wait_ms / 1000
+    machine = svc.node.machine
+    acks: list[Any] = []
+    claimed: list[list[int]] = []
+    for round_number in range(CLAIM_ROUNDS_MAX):
+        if round_number or not command.acks:
+            await _wait_for_work(svc.claims, machine, command.queues, deadline)
+        if round_number:
+            command = ClaimJobs(
+                f"{request_id}/{round_number}",
+                command.worker,
+                command.queues,
+                command.max,
+                command.lease_ms,
+                (),
+                command.node,
+            )
+        value = await commit(request, command)
+        if round_number == 0:
+            acks = value["acks"]
+        claimed = value["jobs"]
+        if claimed or command.max == 0 or time.monotonic() >= deadline:
+            break
+    with machine.lock:
+        jobs = [
+            claimed_job_view(machine.state.table.jobs[job_id], token)
+            for job_id, token in claimed
+            if job_id in machine.state.table.jobs
+        ]
+    return json_response(
+        {"jobs": jobs, "acks": [{"id": job_id, "outcome": outcome} for job_id, outcome in acks]}
+    )
+
+
+async def _wait_for_work(
+    waiters: ClaimWaiters, machine: Any, queues: tuple[str, ...], deadline: float
+) -> None:
+    while True:
+        with machine.lock:
+            if _queued_in(machine.state, queues):
+                return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        await waiters.wait(min(remaining, 1.0))
+
+
+def routes() -> list[web.RouteDef]:
+    return [web.post("/v1/claims", claim)]

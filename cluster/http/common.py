@@ -1,0 +1,226 @@
+"""What every route shares: the node's services, JSON in and out, errors, auth and roles.
+
+Errors always have the shape `{"error": {"code", "message", "field"?}}`. Status codes: 400 bad
+input (the field named), 401/403 auth, 404, 409 conflict or stale token, 413 too large, 503 no
+leader or commit timeout (with Retry-After: the request may be retried, with the same
+request_id if it was a write).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from cluster.bridge import Proposer, TooLarge, Unavailable
+from cluster.config import NodeConfig
+from cluster.replica import RaftNode
+from scheduler.commands import Barrier, Command
+from scheduler.errors import Invalid, Ok, Rejected, Result
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BODY_BYTES_MAX = 8 * 1024 * 1024
+
+# role -> what it may do. "read" = every GET; the rest are named per route.
+ROLE_GRANTS: dict[str, frozenset[str]] = {
+    "admin": frozenset({"read", "submit", "work", "manage"}),
+    "submit": frozenset({"read", "submit"}),
+    "worker": frozenset({"read", "work"}),
+    "read": frozenset({"read"}),
+}
+
+
+@dataclass
+class Services:
+    config: NodeConfig
+    node: RaftNode
+    proposer: Proposer
+    claims: Any  # cluster.http.claims.ClaimWaiters
+    stats: Any  # cluster.metrics.NodeStats
+
+
+SERVICES: web.AppKey[Services] = web.AppKey("services", Services)
+
+
+def services(request: web.Request) -> Services:
+    return request.app[SERVICES]
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+    def response(self) -> web.Response:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        return json_response({"error": error}, status=self.status, headers=self.headers)
+
+
+def json_response(
+    body: Any, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        text=json.dumps(body, separators=(",", ":")),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+async def read_json(request: web.Request) -> Any:
+    if request.content_length is not None and request.content_length > BODY_BYTES_MAX:
+        raise ApiError(413, "too_large", f"request body over {BODY_BYTES_MAX} bytes")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, "too_large", f"request body over {BODY_BYTES_MAX} bytes") from None
+    if not raw:
+        raise ApiError(400, "invalid", "a JSON body is required", "body")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ApiError(400, "invalid", f"body is not JSON: {error}", "body") from None
+
+
+def object_body(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid", "body must be a JSON object", "body")
+    return body
+
+
+def take_request_id(body: dict[str, Any], request: web.Request) -> str:
+    """The client's request_id (body or X-Request-Id), else a fresh one for our own retries."""
+    value = body.pop("request_id", None) or request.headers.get("X-Request-Id")
+    if value is None:
+        return uuid.uuid4().hex
+    if not isinstance(value, str) or not 1 <= len(value) <= 200:
+        raise ApiError(400, "invalid", "must be a string of 1-200 characters", "request_id")
+    return value
+
+
+def invalid(error: Invalid) -> ApiError:
+    status = 413 if error.code == "too_large" else 400
+    return ApiError(status, error.code, f"{error.field}: {error.message}", error.field)
+
+
+def rejected(result: Rejected) -> ApiError:
+    return ApiError(result.http_status, result.code, result.message, result.field)
+
+
+def parse_or_400(parser: Callable[[], Any]) -> Any:
+    try:
+        return parser()
+    except Invalid as error:
+        raise invalid(error) from None
+
+
+async def commit(request: web.Request, command: Command) -> dict[str, Any]:
+    """Propose a command through Raft; the Ok value, or the matching ApiError."""
+    result = await commit_result(request, command)
+    if isinstance(result, Rejected):
+        raise rejected(result)
+    assert isinstance(result, Ok)
+    return result.value
+
+
+async def commit_result(request: web.Request, command: Command) -> Result:
+    proposer = services(request).proposer
+    try:
+        return await proposer.submit(command)
+    except TooLarge as error:
+        raise ApiError(413, "too_large", str(error)) from None
+    except Unavailable as error:
+        raise unavailable(str(error), indeterminate=error.indeterminate) from None
+
+
+def unavailable(message: str, *, indeterminate: bool = False) -> ApiError:
+    hint = " (it may still be applied: retry with the same request_id)" if indeterminate else ""
+    return ApiError(503, "unavailable", message + hint, headers={"Retry-After": "1"})
+
+
+async def maybe_consistent(request: web.Request) -> None:
+    """`?consistent=1`: a no-op through the log first, so the read sees every earlier write."""
+    if request.query.get("consistent") in ("1", "true"):
+        await commit(request, Barrier(uuid.uuid4().hex))
+
+
+def query_int(
+    request: web.Request, name: str, *, default: int | None, low: int, high: int
+) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, "invalid", f"must be an integer, not {raw!r}", name) from None
+    if not low <= value <= high:
+        raise ApiError(400, "invalid", f"must be between {low} and {high}", name)
+    return value
+
+
+def path_int(request: web.Request, name: str) -> int:
+    raw = request.match_info[name]
+    if not raw.isdigit() or len(raw) > 18 or int(raw) < 1:
+        raise ApiError(400, "invalid", f"{name} must be a positive integer, not {raw!r}", name)
+    return int(raw)
+
+
+def requires(grant: str) -> Callable[[Handler], Handler]:
+    """Mark a route with the grant its token needs (routes without a mark need "read")."""
+
+    def mark(handler: Handler) -> Handler:
+        handler.grant = grant  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+# -- authentication ------------------------------------------------------------------------
+
+
+def check_token(config: NodeConfig, request: web.Request, grant: str) -> None:
+    if not config.tokens:
+        return
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "an 'Authorization: Bearer <token>' header is required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    role = None
+    for known, known_role in config.tokens.items():
+        if secrets.compare_digest(known.encode(), token.strip().encode()):
+            role = known_role
+    if role is None:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "the token is not known to this node",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    if grant not in ROLE_GRANTS[role]:
+        raise ApiError(
+            403, "forbidden", f"role {role!r} may not {grant} (needs a token with that grant)"
+        )

@@ -1,0 +1,224 @@
+"""Routes of jobs and workflows: submit, batch, workflows, read, list, cancel, retry, and the
+worker's per-job calls (heartbeat, complete, fail)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from cluster.http.common import (
+    ApiError,
+    commit,
+    json_response,
+    maybe_consistent,
+    object_body,
+    parse_or_400,
+    path_int,
+    query_int,
+    read_json,
+    requires,
+    services,
+    take_request_id,
+)
+from scheduler import jobs as j
+from scheduler import limits, parse
+from scheduler.commands import (
+    CancelJob,
+    CompleteJob,
+    FailJob,
+    Heartbeat,
+    RetryJob,
+    SubmitJobs,
+    SubmitWorkflow,
+)
+from scheduler.specs import JobSpec, WorkflowSpec
+from scheduler.views import job_view, list_jobs
+
+
+def render_jobs(request: web.Request, items: list[list[Any]]) -> list[dict[str, Any]]:
+    """[id, created] pairs from a submit result -> job views, read under the state lock."""
+    machine = services(request).node.machine
+    out = []
+    with machine.lock:
+        for job_id, created in items:
+            job = machine.state.table.get(job_id)
+            view = job_view(job, history=False) if job is not None else {"id": job_id}
+            view["created"] = created
+            out.append(view)
+    return out
+
+
+@requires("submit")
+async def submit_job(request: web.Request) -> web.Response:
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    spec = parse_or_400(lambda: JobSpec.parse(body))
+    value = await commit(request, SubmitJobs(request_id, (spec,)))
+    [view] = render_jobs(request, value["jobs"])
+    return json_response(view, status=201 if view["created"] else 200)
+
+
+@requires("submit")
+async def submit_batch(request: web.Request) -> web.Response:
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    if set(body) - {"jobs"}:
+        raise ApiError(
+            400,
+            "invalid",
+            "unknown field (known: jobs, request_id)",
+            sorted(set(body) - {"jobs"})[0],
+        )
+    command = parse_or_400(lambda: SubmitJobs.from_wire({"jobs": body.get("jobs")}))
+    value = await commit(request, SubmitJobs(request_id, command.jobs))
+    views = render_jobs(request, value["jobs"])
+    created = any(view["created"] for view in views)
+    return json_response({"jobs": views}, status=201 if created else 200)
+
+
+@requires("submit")
+async def submit_workflow(request: web.Request) -> web.Response:
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    spec = parse_or_400(lambda: WorkflowSpec.parse(body))
+    value = await commit(request, SubmitWorkflow(request_id, spec))
+    names = {job_id: name for name, job_id in value["jobs"]}
+    views = render_jobs(request, [[job_id, value["created"]] for job_id in names])
+    for view in views:
+        view["name"] = names[view["id"]]
+    status = 201 if value["created"] else 200
+    return json_response(
+        {"workflow_id": value["workflow_id"], "created": value["created"], "jobs": views},
+        status=status,
+    )
+
+
+async def get_job(request: web.Request) -> web.Response:
+    job_id = path_int(request, "id")
+    await maybe_consistent(request)
+    machine = services(request).node.machine
+    with machine.lock:
+        job = machine.state.table.get(job_id)
+        view = None if job is None else job_view(job)
+    if view is None:
+        raise ApiError(404, "not_found", f"no job {job_id}", "id")
+    return json_response(view)
+
+
+async def get_jobs(request: web.Request) -> web.Response:
+    status = request.query.get("status") or None
+    if status is not None and status not in j.STATUSES:
+        raise ApiError(400, "invalid", f"must be one of {', '.join(j.STATUSES)}", "status")
+    queue = request.query.get("queue") or None
+    schedule = request.query.get("schedule") or None
+    limit = query_int(request, "limit", default=100, low=1, high=1_000)
+    cursor = query_int(request, "cursor", default=None, low=1, high=2**62)
+    await maybe_consistent(request)
+    node = services(request).node
+    with node.machine.lock:
+        found, next_cursor = list_jobs(
+            node.machine.state,
+            status=status,
+            queue=queue,
+            schedule=schedule,
+            limit=limit or 100,
+            before_id=cursor,
+        )
+        views = [job_view(job, history=False) for job in found]
+    return json_response(
+        {
+            "jobs": views,
+            "next_cursor": next_cursor,
+            "node": node.config.node_id,
+            "applied_index": node.applied_index,
+        }
+    )
+
+
+async def _optional_body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    return object_body(await read_json(request))
+
+
+@requires("submit")
+async def cancel_job(request: web.Request) -> web.Response:
+    job_id = path_int(request, "id")
+    body = await _optional_body(request)
+    request_id = take_request_id(body, request)
+    reason = parse_or_400(
+        lambda: parse.optional_text(body.get("reason"), "reason", chars_max=1_000)
+    )
+    value = await commit(request, CancelJob(request_id, job_id, reason))
+    return json_response({"id": job_id, **value})
+
+
+@requires("submit")
+async def retry_job(request: web.Request) -> web.Response:
+    job_id = path_int(request, "id")
+    request_id = take_request_id(await _optional_body(request), request)
+    value = await commit(request, RetryJob(request_id, job_id))
+    return json_response({"id": job_id, **value})
+
+
+def _token(body: dict[str, Any]) -> int:
+    return int(parse_or_400(lambda: parse.integer(body.get("token"), "token", low=1)))
+
+
+@requires("work")
+async def heartbeat(request: web.Request) -> web.Response:
+    job_id = path_int(request, "id")
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    lease = body.get("lease_ms")
+    lease_ms = (
+        None
+        if lease is None
+        else parse_or_400(
+            lambda: parse.integer(
+                lease, "lease_ms", low=limits.LEASE_MS_MIN, high=limits.LEASE_MS_MAX
+            )
+        )
+    )
+    value = await commit(request, Heartbeat(request_id, job_id, _token(body), lease_ms))
+    return json_response({"id": job_id, **value})
+
+
+@requires("work")
+async def complete(request: web.Request) -> web.Response:
+    job_id = path_int(request, "id")
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    result = parse_or_400(
+        lambda: parse.json_value(body.get("result"), "result", bytes_max=limits.RESULT_BYTES_MAX)
+    )
+    value = await commit(request, CompleteJob(request_id, job_id, _token(body), result))
+    return json_response({"id": job_id, **value})
+
+
+@requires("work")
+async def fail(request: web.Request) -> web.Response:
+    job_id = path_int(request, "id")
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    command = parse_or_400(
+        lambda: FailJob.from_wire({**body, "job_id": job_id, "request_id": request_id})
+    )
+    value = await commit(request, command)
+    return json_response({"id": job_id, **value})
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.post("/v1/jobs", submit_job),
+        web.post("/v1/jobs/batch", submit_batch),
+        web.post("/v1/workflows", submit_workflow),
+        web.get("/v1/jobs", get_jobs),
+        web.get("/v1/jobs/{id}", get_job),
+        web.post("/v1/jobs/{id}/cancel", cancel_job),
+        web.post("/v1/jobs/{id}/retry", retry_job),
+        web.post("/v1/jobs/{id}/heartbeat", heartbeat),
+        web.post("/v1/jobs/{id}/complete", complete),
+        web.post("/v1/jobs/{id}/fail", fail),
+    ]

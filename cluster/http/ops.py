@@ -1,0 +1,150 @@
+"""Operational routes: cluster status, health, readiness, metrics, events, the API document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from cluster import metrics
+from cluster.http.common import json_response, query_int, services
+from cluster.replica import RaftNode
+
+
+def _status(node: RaftNode) -> dict[str, Any]:
+    # getStatus() walks PySyncObj's dicts without a lock; a concurrent change makes it raise.
+    for _ in range(5):
+        try:
+            return node.status()
+        except RuntimeError:
+            continue
+    return {}
+
+
+def cluster_view(request: web.Request) -> dict[str, Any]:
+    svc = services(request)
+    node, config = svc.node, svc.config
+    status = _status(node)
+    members = []
+    for peer in config.members:
+        me = peer.node_id == config.node_id
+        connected = (
+            None if me else status.get(f"partner_node_status_server_{peer.raft_address}") == 2
+        )
+        members.append(
+            {
+                "node_id": peer.node_id,
+                "raft_address": peer.raft_address,
+                "http_address": peer.http_address,
+                "self": me,
+                "reachable": True if me else connected,
+                "match_index": None if me else status.get(f"match_idx_server_{peer.raft_address}"),
+            }
+        )
+    with node.machine.lock:
+        state = node.machine.state
+        summary = {
+            "now_ms": state.now_ms,
+            "jobs": len(state.table),
+            "schedules": len(state.schedules),
+            "fence": state.fence,
+            "leader": None if state.leader is None else list(state.leader),
+        }
+    role = metrics.ROLES.get(status.get("state", 0), "follower")
+    return {
+        "node": config.node_id,
+        "role": role,
+        "leader": node.leader_id(),
+        "term": node.term,
+        "commit_index": node.commit_index,
+        "applied_index": node.applied_index,
+        "ready": bool(node.sync.isReady()),
+        "has_quorum": bool(status.get("has_quorum", False)),
+        "members": members,
+        "state": summary,
+    }
+
+
+async def get_cluster(request: web.Request) -> web.Response:
+    return json_response(cluster_view(request))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"ok": True, "node": services(request).config.node_id})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    node = services(request).node
+    leader = node.leader_id()
+    ready = leader is not None and bool(node.sync.isReady())
+    body = {
+        "ready": ready,
+        "node": node.config.node_id,
+        "leader": leader,
+        "applied_index": node.applied_index,
+    }
+    return json_response(body, status=200 if ready else 503)
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    svc = services(request)
+    node = svc.node
+    role = _status(node).get("state", 0)
+    with node.machine.lock:
+        text = metrics.render(
+            node.machine.state,
+            node_id=svc.config.node_id,
+            role=role,
+            term=node.term,
+            commit_index=node.commit_index,
+            applied_index=node.applied_index,
+            stats=svc.stats,
+            proposals=svc.proposer.proposals,
+            proposal_failures=dict(svc.proposer.failures),
+        )
+    return web.Response(
+        text=text,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
+
+
+async def get_events(request: web.Request) -> web.Response:
+    cursor = query_int(request, "cursor", default=0, low=0, high=2**62) or 0
+    limit = query_int(request, "limit", default=100, low=1, high=1_000) or 100
+    machine = services(request).node.machine
+    with machine.lock:
+        entries = machine.state.events.since(cursor, limit)
+        last = machine.state.events.last_seq
+    events = [
+        {"seq": seq, "time_ms": at_ms, "kind": kind, **fields}
+        for seq, at_ms, kind, fields in entries
+    ]
+    next_cursor = events[-1]["seq"] if events else min(cursor, last)
+    return json_response({"events": events, "next_cursor": next_cursor})
+
+
+_OPENAPI = Path(__file__).with_name("openapi.json")
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(text=_OPENAPI.read_text(), content_type="application/json")
+
+
+def openapi_document() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(_OPENAPI.read_text())
+    return loaded
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get("/v1/cluster", get_cluster),
+        web.get("/v1/events", get_events),
+        web.get("/healthz", healthz),
+        web.get("/readyz", readyz),
+        web.get("/metrics", get_metrics),
+        web.get("/openapi.json", openapi),
+    ]

@@ -1,0 +1,175 @@
+"""Routes of schedules: create or replace, read, list, delete, pause, resume, trigger,
+backfill, and preview (the next fire times with their local time and DST notes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from cluster.http.common import (
+    ApiError,
+    commit,
+    json_response,
+    maybe_consistent,
+    object_body,
+    parse_or_400,
+    query_int,
+    read_json,
+    requires,
+    services,
+    take_request_id,
+)
+from cluster.ticker import wall_ms
+from scheduler import limits, parse
+from scheduler.commands import (
+    BackfillSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    PutSchedule,
+    ResumeSchedule,
+    TriggerSchedule,
+)
+from scheduler.schedulespec import ScheduleSpec
+from scheduler.views import job_view, preview, schedule_view
+
+PREVIEW_COUNT_MAX = 1_000
+
+
+def _name(request: web.Request) -> str:
+    raw = request.match_info["name"]
+    return str(parse_or_400(lambda: parse.name(raw, "name", chars_max=limits.NAME_CHARS_MAX)))
+
+
+def _view(request: web.Request, name: str) -> dict[str, Any]:
+    machine = services(request).node.machine
+    with machine.lock:
+        schedule = machine.state.schedules.get(name)
+        view = None if schedule is None else schedule_view(machine.state, schedule)
+    if view is None:
+        raise ApiError(404, "not_found", f"no schedule {name!r}", "name")
+    return view
+
+
+@requires("manage")
+async def put_schedule(request: web.Request) -> web.Response:
+    name = _name(request)
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    spec = parse_or_400(lambda: ScheduleSpec.parse(body))
+    value = await commit(request, PutSchedule(request_id, name, spec))
+    return json_response(_view(request, name), status=201 if value["created"] else 200)
+
+
+async def get_schedule(request: web.Request) -> web.Response:
+    name = _name(request)
+    await maybe_consistent(request)
+    return json_response(_view(request, name))
+
+
+async def list_schedules(request: web.Request) -> web.Response:
+    await maybe_consistent(request)
+    node = services(request).node
+    with node.machine.lock:
+        state = node.machine.state
+        views = [schedule_view(state, state.schedules[name]) for name in sorted(state.schedules)]
+    return json_response(
+        {"schedules": views, "node": node.config.node_id, "applied_index": node.applied_index}
+    )
+
+
+@requires("manage")
+async def delete_schedule(request: web.Request) -> web.Response:
+    name = _name(request)
+    request_id = take_request_id({}, request)
+    await commit(request, DeleteSchedule(request_id, name))
+    return json_response({"name": name, "deleted": True})
+
+
+def _control(command_type: Any) -> Any:
+    @requires("manage")
+    async def handler(request: web.Request) -> web.Response:
+        name = _name(request)
+        body = object_body(await read_json(request)) if request.can_read_body else {}
+        await commit(request, command_type(take_request_id(body, request), name))
+        return json_response(_view(request, name))
+
+    return handler
+
+
+@requires("manage")
+async def trigger(request: web.Request) -> web.Response:
+    name = _name(request)
+    body = object_body(await read_json(request)) if request.can_read_body else {}
+    request_id = take_request_id(body, request)
+    force = parse_or_400(lambda: parse.boolean(body.get("force", False), "force"))
+    value = await commit(request, TriggerSchedule(request_id, name, force))
+    job = None
+    if value["job_id"] is not None:
+        machine = services(request).node.machine
+        with machine.lock:
+            found = machine.state.table.get(value["job_id"])
+            job = None if found is None else job_view(found, history=False)
+    return json_response(
+        {"name": name, "buffered": value["buffered"], "job": job}, status=201 if job else 202
+    )
+
+
+@requires("manage")
+async def backfill(request: web.Request) -> web.Response:
+    name = _name(request)
+    body = object_body(await read_json(request))
+    request_id = take_request_id(body, request)
+    command = parse_or_400(
+        lambda: BackfillSchedule.from_wire({**body, "name": name, "request_id": request_id})
+    )
+    value = await commit(request, command)
+    machine = services(request).node.machine
+    jobs = []
+    with machine.lock:
+        for fire_time_ms, job_id, created in value["fires"]:
+            found = None if job_id is None else machine.state.table.get(job_id)
+            view = {"id": job_id} if found is None else job_view(found, history=False)
+            jobs.append({**view, "fire_time_ms": fire_time_ms, "created": created})
+    return json_response({"name": name, "jobs": jobs})
+
+
+def _preview_params(request: web.Request) -> tuple[int, int]:
+    count = query_int(request, "count", default=10, low=1, high=PREVIEW_COUNT_MAX)
+    from_ms = query_int(request, "from_ms", default=None, low=0, high=2**53)
+    return count or 10, from_ms if from_ms is not None else wall_ms()
+
+
+async def preview_saved(request: web.Request) -> web.Response:
+    name = _name(request)
+    count, from_ms = _preview_params(request)
+    machine = services(request).node.machine
+    with machine.lock:
+        schedule = machine.state.schedules.get(name)
+        spec = None if schedule is None else schedule.spec
+    if spec is None:
+        raise ApiError(404, "not_found", f"no schedule {name!r}", "name")
+    return json_response({"name": name, "fires": preview(spec, from_ms=from_ms, count=count)})
+
+
+async def preview_spec(request: web.Request) -> web.Response:
+    body = object_body(await read_json(request))
+    body.pop("request_id", None)
+    spec = parse_or_400(lambda: ScheduleSpec.parse(body))
+    count, from_ms = _preview_params(request)
+    return json_response({"fires": preview(spec, from_ms=from_ms, count=count)})
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get("/v1/schedules", list_schedules),
+        web.post("/v1/schedules/preview", preview_spec),
+        web.put("/v1/schedules/{name}", put_schedule),
+        web.get("/v1/schedules/{name}", get_schedule),
+        web.delete("/v1/schedules/{name}", delete_schedule),
+        web.post("/v1/schedules/{name}/pause", _control(PauseSchedule)),
+        web.post("/v1/schedules/{name}/resume", _control(ResumeSchedule)),
+        web.post("/v1/schedules/{name}/trigger", trigger),
+        web.post("/v1/schedules/{name}/backfill", backfill),
+        web.get("/v1/schedules/{name}/preview", preview_saved),
+    ]

@@ -1,0 +1,166 @@
+"""`GET /metrics`: Prometheus text format, written by hand (the format is a few lines).
+
+Counters that the replicated state keeps (jobs submitted, claimed, succeeded, ... by queue;
+fires and skipped fires by schedule) are the same on every node; gauges describe this node
+(Raft role, term, commit and applied index) and counters of its own (stale writes it answered,
+proposals, failed proposals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from scheduler import jobs as j
+from scheduler.state import SchedulerState
+
+ROLES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
+@dataclass
+class NodeStats:
+    """Counters of this node (not replicated)."""
+
+    stale_writes_rejected: int = 0
+    leader_changes: int = 0
+    http_requests: dict[str, int] = field(default_factory=dict)  # "route status" -> count
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.declared: set[str] = set()
+
+    def metric(
+        self, name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, str], float]]
+    ) -> None:
+        if name not in self.declared:
+            self.lines.append(f"# HELP {name} {help_text}")
+            self.lines.append(f"# TYPE {name} {kind}")
+            self.declared.add(name)
+        for labels, value in samples:
+            text = ",".join(f'{key}="{_escape(val)}"' for key, val in labels.items())
+            rendered = repr(float(value)) if isinstance(value, float) else str(value)
+            self.lines.append(f"{name}{{{text}}} {rendered}" if text else f"{name} {rendered}")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+_JOB_COUNTERS = {
+    "submitted": "Jobs submitted (fires included)",
+    "claimed": "Job attempts started by a claim",
+    "succeeded": "Jobs that succeeded",
+    "failed": "Jobs that failed for good (dead letter)",
+    "retried": "Failed attempts scheduled for a retry",
+    "cancelled": "Jobs cancelled",
+    "lease_expired": "Attempts whose lease expired",
+}
+
+
+def render(
+    state: SchedulerState,
+    *,
+    node_id: str,
+    role: int,
+    term: int,
+    commit_index: int,
+    applied_index: int,
+    stats: NodeStats,
+    proposals: int,
+    proposal_failures: dict[str, int],
+) -> str:
+    out = Writer()
+    out.metric(
+        "raftcron_raft_role",
+        "gauge",
+        "Raft role of this node (1 for the current role)",
+        [
+            ({"node": node_id, "role": name}, 1 if number == role else 0)
+            for number, name in ROLES.items()
+        ],
+    )
+    out.metric("raftcron_raft_term", "gauge", "Current Raft term", [({"node": node_id}, term)])
+    out.metric(
+        "raftcron_raft_commit_index",
+        "gauge",
+        "Raft commit index",
+        [({"node": node_id}, commit_index)],
+    )
+    out.metric(
+        "raftcron_raft_applied_index",
+        "gauge",
+        "Last applied log index",
+        [({"node": node_id}, applied_index)],
+    )
+    out.metric(
+        "raftcron_raft_leader_changes_total",
+        "counter",
+        "Leader changes seen by this node",
+        [({"node": node_id}, stats.leader_changes)],
+    )
+    out.metric(
+        "raftcron_proposals_total",
+        "counter",
+        "Log entries proposed by this node",
+        [({"node": node_id}, proposals)],
+    )
+    out.metric(
+        "raftcron_proposal_failures_total",
+        "counter",
+        "Proposals that did not commit, by reason",
+        [
+            ({"node": node_id, "reason": reason}, count)
+            for reason, count in sorted(proposal_failures.items())
+        ],
+    )
+    out.metric(
+        "raftcron_stale_writes_rejected_total",
+        "counter",
+        "Heartbeats, completions and failures refused for a stale token or a cancelled job",
+        [({"node": node_id}, stats.stale_writes_rejected)],
+    )
+    out.metric(
+        "raftcron_jobs",
+        "gauge",
+        "Jobs by status",
+        [({"status": status}, state.table.count_by_status[status]) for status in j.STATUSES],
+    )
+    for counter, help_text in _JOB_COUNTERS.items():
+        by_queue = state.counters.get(counter, {})
+        out.metric(
+            f"raftcron_jobs_{counter}_total",
+            "counter",
+            help_text,
+            [({"queue": queue}, count) for queue, count in sorted(by_queue.items())],
+        )
+    queued = [({"queue": name}, len(ready)) for name, ready in sorted(state.table.ready.items())]
+    out.metric("raftcron_queue_depth", "gauge", "Queued (claimable now) jobs by queue", queued)
+    schedules = sorted(state.schedules.values(), key=lambda s: s.name)
+    out.metric(
+        "raftcron_schedule_fires_total",
+        "counter",
+        "Fire times that created work",
+        [({"schedule": s.name}, s.fires) for s in schedules],
+    )
+    out.metric(
+        "raftcron_schedule_misfires_total",
+        "counter",
+        "Fire times found late past the misfire grace",
+        [({"schedule": s.name}, s.misfires) for s in schedules],
+    )
+    out.metric(
+        "raftcron_schedule_skipped_total",
+        "counter",
+        "Fire times not fired, by reason",
+        [({"schedule": s.name, "reason": "misfire"}, s.misfire_skipped) for s in schedules]
+        + [({"schedule": s.name, "reason": "overlap"}, s.overlap_skipped) for s in schedules],
+    )
+    out.metric(
+        "raftcron_state_now_ms", "gauge", "The replicated clock (Unix ms)", [({}, state.now_ms)]
+    )
+    return out.text()

@@ -1,0 +1,107 @@
+"""`raftcron node --config FILE`: one member of the cluster, serving the HTTP API.
+
+Startup: read and validate the config (every error names its key), build the PySyncObj node
+on the main thread (its tick thread stops when the constructing thread dies), then run the
+proposer, the leader's ticker and the HTTP server on the asyncio loop. SIGTERM and SIGINT stop
+the HTTP server, the ticker and the Raft node in that order, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from aiohttp import web
+
+from cluster import config as configuration
+from cluster import logs
+from cluster.bridge import Proposer
+from cluster.config import NodeConfig, split_address
+from cluster.http.app import build_app
+from cluster.http.claims import ClaimWaiters
+from cluster.http.common import Services
+from cluster.metrics import NodeStats
+from cluster.replica import RaftNode, sync_conf
+from cluster.ticker import Ticker
+
+log = logging.getLogger("raftcron.node")
+
+
+class Node:
+    def __init__(self, config: NodeConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.loop = loop
+        self.stats = NodeStats()
+        self.waiters = ClaimWaiters(loop)
+        conf = sync_conf(config, on_state_changed=self._on_state_changed)
+        self.raft = RaftNode(config, conf, on_applied=self.waiters.on_applied)
+        self.proposer = Proposer(
+            self.raft,
+            loop,
+            commit_timeout_s=config.raft.commit_timeout_s,
+            batch_commands_max=config.raft.batch_commands_max,
+        )
+        self.ticker = Ticker(self.raft, self.proposer, tick_ms=config.raft.tick_ms)
+        self.services = Services(config, self.raft, self.proposer, self.waiters, self.stats)
+        self.runner: web.AppRunner | None = None
+
+    def _on_state_changed(self, old: int, new: int) -> None:  # on the Raft thread
+        if 2 in (old, new):
+            self.stats.leader_changes += 1
+        log.info(
+            "raft role %s -> %s",
+            old,
+            new,
+            extra={"action": "raft_role_changed", "old": old, "new": new},
+        )
+        self.loop.call_soon_threadsafe(self.ticker.wake.set)
+
+    async def start(self) -> None:
+        self.ticker.start()
+        self.runner = web.AppRunner(build_app(self.services), access_log=None, handle_signals=False)
+        await self.runner.setup()
+        host, port = split_address(self.config.http_address)
+        site = web.TCPSite(self.runner, host, port, reuse_address=True)
+        await site.start()
+        log.info(
+            "node %s serving http://%s, raft %s",
+            self.config.node_id,
+            self.config.http_address,
+            self.config.raft_address,
+            extra={"action": "node_started"},
+        )
+
+    async def stop(self) -> None:
+        log.info("stopping", extra={"action": "node_stopping"})
+        if self.runner is not None:
+            await self.runner.cleanup()
+        await self.ticker.stop()
+        self.raft.destroy()
+
+
+async def _serve(config: NodeConfig) -> None:
+    loop = asyncio.get_running_loop()
+    node = Node(config, loop)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await node.start()
+    await stop.wait()
+    await node.stop()
+
+
+def run(config_path: str, overrides: dict[str, Any] | None = None) -> int:
+    try:
+        config = configuration.load(config_path)
+    except configuration.ConfigError as error:
+        print(f"raftcron node: config error: {error}", flush=True)
+        return 2
+    logs.setup(config.log_level, config.node_id)
+    try:
+        asyncio.run(_serve(config))
+    except OSError as error:
+        log.critical("cannot start: %s", error, extra={"action": "node_start_failed"})
+        return 1
+    return 0

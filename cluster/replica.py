@@ -1,0 +1,193 @@
+"""The replicated store: the core's state machine inside a PySyncObj node.
+
+`StateMachine` is a `SyncObjConsumer` with ONE replicated method, `apply(payload)`, where the
+payload is a batch of encoded commands (many client requests coalesced into one log entry).
+It never raises: a command that does not decode is answered with a rejection like any other,
+and an unexpected exception is a bug, so the node logs it and exits rather than let PySyncObj
+retry the entry forever (which wedges the cluster) or let replicas diverge.
+
+Snapshots carry the core's msgpack snapshot, never a pickle of our objects: `_serialize`
+hands PySyncObj a placeholder whose pickling computes `scheduler.snapshot.snapshot(state)`.
+PySyncObj pickles the dump in a forked child (`fullDumpFile` + `useFork`), so that work runs
+off the Raft thread, on a copy-on-write image of the state.
+
+Reads from other threads take `lock` (the Raft thread holds it while applying): PySyncObj
+mutates state on its own thread, and an unlocked reader can see a dict change size mid-walk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+from cluster import raftpatch
+from cluster.config import NodeConfig
+from scheduler import codec
+from scheduler.errors import Invalid, Rejected, Result
+from scheduler.snapshot import restore, snapshot
+from scheduler.state import SchedulerState
+
+log = logging.getLogger("raftcron.replica")
+
+BATCH_COMMANDS_MAX = 4_096  # a payload with more frames is refused whole (none are applied)
+EXIT_BUG = 70  # EX_SOFTWARE: a bug in apply; the supervisor restarts, the log says why
+
+
+class _SnapshotOnPickle:
+    """Pickles as the msgpack snapshot bytes, computed when (and where) pickling happens."""
+
+    def __init__(self, state: SchedulerState) -> None:
+        self.state = state
+
+    def __reduce__(self) -> tuple[type[bytes], tuple[bytes]]:
+        return bytes, (snapshot(self.state),)
+
+
+def encode_batch(frames: list[bytes]) -> bytes:
+    packed: bytes = msgpack.packb(frames, use_bin_type=True)
+    return packed
+
+
+def decode_batch(payload: object) -> list[bytes] | Rejected:
+    if not isinstance(payload, bytes):
+        return Rejected("invalid", "log entry is not bytes", "payload")
+    try:
+        frames = msgpack.unpackb(payload, raw=False)
+    except Exception as error:  # any garbage: msgpack raises several types
+        return Rejected("invalid", f"log entry is not msgpack ({type(error).__name__})", "payload")
+    if not isinstance(frames, list) or len(frames) > BATCH_COMMANDS_MAX:
+        return Rejected("invalid", "log entry is not a list of commands", "payload")
+    if not all(isinstance(frame, bytes) for frame in frames):
+        return Rejected("invalid", "log entry holds a command that is not bytes", "payload")
+    return frames
+
+
+class StateMachine(SyncObjConsumer):  # type: ignore[misc]
+    def __init__(self, on_applied: Callable[[SchedulerState], None] | None = None) -> None:
+        # Attributes set before SyncObjConsumer.__init__ are not replicated state.
+        self.lock = threading.Lock()
+        self.on_applied = on_applied
+        super().__init__()
+        self.state = SchedulerState()
+
+    @replicated  # type: ignore[untyped-decorator]
+    def apply(self, payload: bytes) -> list[Result] | Rejected:
+        """Apply a batch of encoded commands in order; one result per command."""
+        try:
+            frames = decode_batch(payload)
+            if isinstance(frames, Rejected):
+                return frames
+            results: list[Result] = []
+            with self.lock:
+                for frame in frames:
+                    try:
+                        command = codec.decode(frame)
+                    except Invalid as error:
+                        results.append(Rejected.from_invalid(error))
+                        continue
+                    results.append(self.state.apply(command))
+            if self.on_applied is not None:
+                self.on_applied(self.state)
+            return results
+        except BaseException:
+            # Never let PySyncObj see an exception: it would re-apply this entry forever.
+            log.critical("bug while applying a log entry; stopping the node", exc_info=True)
+            logging.shutdown()
+            os._exit(EXIT_BUG)
+
+    def _serialize(self) -> dict[str, Any]:
+        return {"snapshot": _SnapshotOnPickle(self.state)}
+
+    def _deserialize(self, data: dict[str, Any]) -> None:
+        blob = data.get("snapshot")
+        if not isinstance(blob, bytes):
+            raise ValueError("full dump holds no raftcron snapshot")
+        state = restore(blob)
+        with self.lock:
+            self.state = state
+        log.info("restored snapshot: %d jobs, now_ms=%d", len(state.table), state.now_ms)
+
+
+def sync_conf(
+    config: NodeConfig,
+    *,
+    on_state_changed: Callable[[int, int], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> SyncObjConf:
+    tuning = config.raft
+    data_dir = Path(config.data_dir)
+    _raft_host, _raft_port = config.raft_address.rsplit(":", 1)
+    return SyncObjConf(
+        password=config.cluster_password,
+        bindAddress=config.raft_address,
+        journalFile=str(data_dir / "raft.journal"),
+        fullDumpFile=str(data_dir / "raft.dump"),
+        useFork=True,
+        # PySyncObj's batching waits for the next append period (~100 ms per sync command);
+        # we coalesce client commands ourselves and want each entry sent at once.
+        appendEntriesUseBatch=False,
+        appendEntriesPeriod=tuning.heartbeat_s,
+        raftMinTimeout=tuning.election_timeout_min_s,
+        raftMaxTimeout=tuning.election_timeout_max_s,
+        leaderFallbackTimeout=tuning.leader_fallback_s,
+        connectionTimeout=tuning.connection_timeout_s,
+        connectionRetryTime=tuning.connection_retry_s,
+        logCompactionMinEntries=tuning.compaction_min_entries,
+        logCompactionMinTime=tuning.compaction_min_time_s,
+        commandsWaitLeader=False,  # fail fast without a leader: the bridge retries elsewhere
+        autoTickPeriod=0.01,
+        onStateChanged=on_state_changed,
+        onReady=on_ready,
+        dynamicMembershipChange=False,
+    )
+
+
+class RaftNode:
+    """A PySyncObj node carrying a `StateMachine`, with the read accessors the shell needs."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        conf: SyncObjConf,
+        on_applied: Callable[[SchedulerState], None] | None = None,
+    ) -> None:
+        raftpatch.install()  # must precede SyncObj(): the message handler is bound in __init__
+        Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.machine = StateMachine(on_applied)
+        self.raft_ids = {peer.raft_address: peer.node_id for peer in config.members}
+        others = [peer.raft_address for peer in config.peers]
+        self.sync = SyncObj(config.raft_address, others, conf=conf, consumers=[self.machine])
+
+    # PySyncObj exposes these as underscore methods; they are its documented API.
+    def is_leader(self) -> bool:
+        return bool(self.sync._isLeader())
+
+    def leader_id(self) -> str | None:
+        leader = self.sync._getLeader()
+        return None if leader is None else self.raft_ids.get(leader.id, leader.id)
+
+    @property
+    def term(self) -> int:
+        return int(self.sync.raftCurrentTerm)
+
+    @property
+    def commit_index(self) -> int:
+        return int(self.sync.raftCommitIndex)
+
+    @property
+    def applied_index(self) -> int:
+        return int(self.sync.raftLastApplied)
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.sync.getStatus())
+
+    def destroy(self) -> None:
+        self.sync.destroy()
