@@ -17,7 +17,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy scheduler
+	$(BIN)/mypy scheduler cluster
 
 unit: $(STAMP)
 	$(BIN)/pytest

@@ -30,13 +30,16 @@ from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from cluster import raftpatch
 from cluster.config import NodeConfig
 from scheduler import codec
+from scheduler.commands import Barrier
 from scheduler.errors import Invalid, Rejected, Result
-from scheduler.snapshot import restore, snapshot
+from scheduler.snapshot import digest, restore, snapshot
 from scheduler.state import SchedulerState
 
 log = logging.getLogger("raftcron.replica")
 
 BATCH_COMMANDS_MAX = 4_096  # a payload with more frames is refused whole (none are applied)
+AUDIT_PREFIX = "audit:"  # a Barrier with this request_id prefix is an audit checkpoint
+AUDITS_KEPT = 64
 EXIT_BUG = 70  # EX_SOFTWARE: a bug in apply; the supervisor restarts, the log says why
 
 
@@ -74,6 +77,8 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         # Attributes set before SyncObjConsumer.__init__ are not replicated state.
         self.lock = threading.Lock()
         self.on_applied = on_applied
+        # Audit checkpoints: every replica digests its state at the same log position.
+        self.audits: dict[str, tuple[int, str]] = {}
         super().__init__()
         self.state = SchedulerState()
 
@@ -93,6 +98,10 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                         results.append(Rejected.from_invalid(error))
                         continue
                     results.append(self.state.apply(command))
+                    if isinstance(command, Barrier) and (command.request_id or "").startswith(
+                        AUDIT_PREFIX
+                    ):
+                        self._record_audit(command.request_id or "")
             if self.on_applied is not None:
                 self.on_applied(self.state)
             return results
@@ -101,6 +110,12 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
             log.critical("bug while applying a log entry; stopping the node", exc_info=True)
             logging.shutdown()
             os._exit(EXIT_BUG)
+
+    def _record_audit(self, audit_id: str) -> None:
+        index = int(getattr(self._syncObj, "raftLastApplied", 0)) + 1
+        self.audits[audit_id] = (index, digest(self.state))
+        while len(self.audits) > AUDITS_KEPT:
+            del self.audits[next(iter(self.audits))]
 
     def _serialize(self) -> dict[str, Any]:
         return {"snapshot": _SnapshotOnPickle(self.state)}

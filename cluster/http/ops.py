@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from cluster import metrics
-from cluster.http.common import json_response, query_int, services
-from cluster.replica import RaftNode
+from cluster.http.common import ApiError, commit, json_response, query_int, requires, services
+from cluster.replica import AUDIT_PREFIX, RaftNode
+from scheduler.commands import Barrier
 
 
 def _status(node: RaftNode) -> dict[str, Any]:
@@ -69,6 +71,33 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
 
 async def get_cluster(request: web.Request) -> web.Response:
     return json_response(cluster_view(request))
+
+
+@requires("manage")
+async def start_audit(request: web.Request) -> web.Response:
+    """Put an audit checkpoint in the log: every replica digests its state at that entry.
+
+    Compare `GET /v1/cluster/audits/{id}` across nodes: equal digests mean equal states at the
+    same log position. The digest is O(state) on each node's Raft thread: for tests and audits.
+    """
+    audit_id = AUDIT_PREFIX + uuid.uuid4().hex
+    await commit(request, Barrier(audit_id))
+    return json_response(_audit_view(request, audit_id), status=201)
+
+
+async def get_audit(request: web.Request) -> web.Response:
+    return json_response(_audit_view(request, request.match_info["id"]))
+
+
+def _audit_view(request: web.Request, audit_id: str) -> dict[str, Any]:
+    svc = services(request)
+    with svc.node.machine.lock:
+        found = svc.node.machine.audits.get(audit_id)
+    if found is None:
+        raise ApiError(
+            404, "not_found", f"audit {audit_id!r} is not applied on this node (yet)", "id"
+        )
+    return {"id": audit_id, "node": svc.config.node_id, "index": found[0], "digest": found[1]}
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -142,6 +171,8 @@ def openapi_document() -> dict[str, Any]:
 def routes() -> list[web.RouteDef]:
     return [
         web.get("/v1/cluster", get_cluster),
+        web.post("/v1/cluster/audits", start_audit),
+        web.get("/v1/cluster/audits/{id}", get_audit),
         web.get("/v1/events", get_events),
         web.get("/healthz", healthz),
         web.get("/readyz", readyz),
