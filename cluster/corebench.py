@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any
 
+from cluster.replica import gc_paused
 from scheduler import codec
 from scheduler.commands import Ack, ClaimJobs, PutSchedule, SubmitJobs, Tick
 from scheduler.errors import Ok
@@ -106,12 +107,14 @@ def snapshot_figures(jobs: int) -> dict[str, float]:
     rss_loaded = rss_mb()
     gc.collect()
     started = time.perf_counter()
-    blob = snapshot(state)
+    with gc_paused():  # as the node does: see cluster/replica.py
+        blob = snapshot(state)
     snapshot_s = time.perf_counter() - started
     del state
     gc.collect()
     started = time.perf_counter()
-    restored = restore(blob)
+    with gc_paused():
+        restored = restore(blob)
     restore_s = time.perf_counter() - started
     assert len(restored.table) == jobs
     return {
