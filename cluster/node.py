@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from typing import Any
 
 from aiohttp import web
@@ -96,7 +97,7 @@ def run(config_path: str, overrides: dict[str, Any] | None = None) -> int:
     try:
         config = configuration.load(config_path)
     except configuration.ConfigError as error:
-        print(f"raftcron node: config error: {error}", flush=True)
+        print(f"raftcron node: config error: {error}", file=sys.stderr, flush=True)
         return 2
     logs.setup(config.log_level, config.node_id)
     try:

@@ -1,0 +1,118 @@
+"""Node configuration: every shipped config loads, and every mistake names its key."""
+
+from pathlib import Path
+
+import pytest
+
+from cluster import config
+from cluster.config import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = {
+    "node_id": "n1",
+    "raft_address": "127.0.0.1:7001",
+    "http_address": "127.0.0.1:8001",
+    "cluster_password": "long-enough-secret",
+    "peers": [
+        {"node_id": "n2", "raft_address": "127.0.0.1:7002", "http_address": "127.0.0.1:8002"},
+        {"node_id": "n3", "raft_address": "127.0.0.1:7003", "http_address": "127.0.0.1:8003"},
+    ],
+}
+
+
+def with_changes(**changes):
+    raw = {**BASE, **changes}
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    "path", sorted(ROOT.glob("configs/local-*/n*.toml")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_every_shipped_cluster_config_loads(path):
+    loaded = config.load(path)
+    assert len(loaded.members) in (3, 5) and loaded.cluster_password
+    assert loaded.data_dir.is_absolute()
+
+
+def test_the_systemd_example_loads_with_the_password_from_the_environment(monkeypatch):
+    monkeypatch.setenv("RAFTCRON_CLUSTER_PASSWORD", "from-the-environment")
+    loaded = config.load(ROOT / "configs/systemd/node.toml.example")
+    assert loaded.cluster_password == "from-the-environment"
+    assert set(loaded.tokens.values()) == {"admin", "worker"}
+
+
+def test_data_dir_is_relative_to_the_config_file(tmp_path):
+    loaded = config.parse(with_changes(data_dir="state/n1"), base_dir=tmp_path)
+    assert loaded.data_dir == tmp_path / "state/n1"
+
+
+@pytest.mark.parametrize(
+    "changes, key",
+    [
+        ({"node_id": None}, "node_id"),
+        ({"node_id": "bad id!"}, "node_id"),
+        ({"raft_address": "127.0.0.1"}, "raft_address"),
+        ({"http_address": "127.0.0.1:99999"}, "http_address"),
+        ({"cluster_password": None}, "cluster_password"),
+        ({"cluster_password": "short"}, "cluster_password"),
+        ({"colour": "blue"}, "colour"),
+        ({"peers": [{"node_id": "n2", "raft_address": "127.0.0.1:7002"}]}, "peers[0].http_address"),
+        (
+            {
+                "peers": [
+                    {
+                        "node_id": "n1",
+                        "raft_address": "127.0.0.1:7002",
+                        "http_address": "127.0.0.1:8002",
+                    }
+                ]
+            },
+            "peers",
+        ),
+        ({"api": {"tokens": {"tiny": "admin"}}}, "api.tokens.tiny..."),
+        ({"api": {"tokens": {"long-enough-token": "root"}}}, "api.tokens.long..."),
+        ({"http_address": "10.1.2.3:8001"}, "api.tokens"),
+        ({"raft": {"tick_ms": 0}}, "raft.tick_ms"),
+        (
+            {"raft": {"election_timeout_min_s": 0.1, "heartbeat_s": 0.05}},
+            "raft.election_timeout_min_s",
+        ),
+        ({"raft": {"fsync": "yes"}}, "raft.fsync"),
+        ({"raft": {"bogus": 1}}, "raft.bogus"),
+        ({"log_level": "loud"}, "log_level"),
+    ],
+)
+def test_a_bad_config_names_the_key(changes, key, tmp_path, monkeypatch):
+    monkeypatch.delenv("RAFTCRON_CLUSTER_PASSWORD", raising=False)
+    with pytest.raises(ConfigError) as error:
+        config.parse(with_changes(**changes), base_dir=tmp_path)
+    assert error.value.key == key, str(error.value)
+
+
+def test_a_cluster_without_a_password_is_refused_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAFTCRON_CLUSTER_PASSWORD", raising=False)
+    with pytest.raises(ConfigError, match="run code on this node"):
+        config.parse(with_changes(cluster_password=None), base_dir=tmp_path)
+
+
+def test_a_single_node_needs_no_password(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAFTCRON_CLUSTER_PASSWORD", raising=False)
+    loaded = config.parse(with_changes(cluster_password=None, peers=[]), base_dir=tmp_path)
+    assert loaded.cluster_password is None and len(loaded.members) == 1
+
+
+def test_a_public_address_may_go_unauthenticated_only_when_said_so(tmp_path):
+    loaded = config.parse(
+        with_changes(http_address="10.1.2.3:8001", api={"allow_unauthenticated": True}),
+        base_dir=tmp_path,
+    )
+    assert loaded.allow_unauthenticated
+
+
+def test_the_node_command_prints_a_config_error_and_exits_2(tmp_path, capsys):
+    from cluster import node
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('node_id = "n1"\nraft_address = "nope"\n')
+    assert node.run(str(bad)) == 2
+    assert "raft_address" in capsys.readouterr().err
