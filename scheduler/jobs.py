@@ -12,6 +12,8 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+import msgpack
+
 from scheduler import limits
 from scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
@@ -119,7 +121,7 @@ class Job:
         self.created_ms = created_ms
         self.key: str | None = None
         self.queue = "default"
-        self.payload: Any = None
+        self.payload: bytes | None = None  # msgpack: a dict per job costs 5x the memory
         self.priority = 0
         self.status = QUEUED
         self.attempts = 0  # claims so far
@@ -134,8 +136,8 @@ class Job:
         self.workflow_node: str | None = None
         self.depends_on: tuple[int, ...] = ()
         self.waiting_on = 0  # parents not yet succeeded
-        self.children: list[int] = []
-        self.result: Any = None
+        self.children: list[int] | None = None  # created on the first child: most jobs have none
+        self.result: bytes | None = None  # msgpack, as the payload
         self.error: str | None = None
         self.finished_ms: int | None = None
         self.token: int | None = None
@@ -144,6 +146,11 @@ class Job:
         self.worker: str | None = None
         self.history: list[Attempt] = []
         self.cancel_reason: str | None = None
+
+    def add_child(self, child_id: int) -> None:
+        if self.children is None:
+            self.children = []
+        self.children.append(child_id)
 
     @property
     def final(self) -> bool:
@@ -165,6 +172,18 @@ class Job:
         self.history.append(attempt)
         if len(self.history) > limits.HISTORY_ATTEMPTS_MAX:
             del self.history[0]
+
+
+def pack(value: Any) -> bytes | None:
+    """A payload or result as stored: msgpack bytes (None stays None)."""
+    if value is None:
+        return None
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
+def unpack(blob: bytes | None) -> Any:
+    return None if blob is None else msgpack.unpackb(blob, raw=False)
 
 
 def backoff_delay_ms(backoff: BackoffSpec, job_id: int, attempt: int) -> int:

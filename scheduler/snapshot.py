@@ -179,20 +179,19 @@ def _job_from_list(item: list[Any]) -> Job:
         history,
         cancel_reason,
     ) = item
-    job = Job(job_id, task, created_ms)
+    job = Job(job_id, intern(task), created_ms)
     job.key = key
-    job.queue = queue
+    job.queue = intern(queue)
     job.payload = payload
     job.priority = priority
-    job.status = status
-    assert status in j.STATUSES, status
+    job.status = _STATUS[status]
     job.attempts = attempts
     job.max_attempts = max_attempts
     job.attempt_limit = attempt_limit
     job.run_at_ms = run_at_ms
     job.backoff = DEFAULT_BACKOFF if backoff is None else BackoffSpec.parse(backoff)
     job.timeout_ms = timeout_ms
-    job.schedule = schedule
+    job.schedule = None if schedule is None else intern(schedule)
     job.fire_time_ms = fire_time_ms
     job.workflow_id = workflow_id
     job.workflow_node = workflow_node
@@ -205,10 +204,34 @@ def _job_from_list(item: list[Any]) -> Job:
     job.token = token
     job.lease_until_ms = lease_until_ms
     job.lease_ms = lease_ms
-    job.worker = worker
-    job.history = [Attempt.from_list(a) for a in history]
+    job.worker = None if worker is None else intern(worker)
+    job.history = [_attempt(a) for a in history]
     job.cancel_reason = cancel_reason
     return job
+
+
+_STATUS = {status: status for status in j.STATUSES}  # also rejects an unknown status (KeyError)
+
+
+def intern(text: str, _seen: dict[str, str] = {}) -> str:  # noqa: B006 - a deliberate cache
+    """One object per distinct name: a million restored jobs share their queue and task strings."""
+    if len(_seen) > 100_000:
+        _seen.clear()
+    return _seen.setdefault(text, text)
+
+
+def _attempt(data: list[Any]) -> Attempt:
+    number, token, worker, node, start_ms, end_ms, outcome, error = data
+    return Attempt(
+        number,
+        token,
+        intern(worker),
+        None if node is None else intern(node),
+        start_ms,
+        end_ms,
+        None if outcome is None else intern(outcome),
+        error,
+    )
 
 
 def _workflow_to_list(workflow: Workflow) -> list[Any]:

@@ -98,9 +98,9 @@ class SchedulerState:
 
         match command:
             case Tick():
-                if command.leader is not None and self.leader is not None:
-                    if command.leader != self.leader[0]:
-                        return Ok({"ignored": f"{command.leader} is not the leader"})
+                recorded = self.leader[0] if self.leader is not None else None
+                if command.leader is not None and recorded not in (None, command.leader):
+                    return Ok({"ignored": f"{command.leader} is not the leader"})
                 return self._tick(command.now_ms)
             case ClaimJobs():
                 return self._claim(command)
@@ -189,7 +189,7 @@ class SchedulerState:
         self.next_job_id += 1
         job.key = key
         job.queue = spec.queue
-        job.payload = spec.payload
+        job.payload = j.pack(spec.payload)
         job.priority = spec.priority
         job.max_attempts = job.attempt_limit = spec.max_attempts
         job.backoff = spec.backoff
@@ -211,7 +211,7 @@ class SchedulerState:
             job.depends_on = spec.depends_on
             for parent_id in spec.depends_on:
                 parent = self.table.jobs[parent_id]
-                parent.children.append(job.id)
+                parent.add_child(job.id)
                 if parent.status != j.SUCCEEDED:
                     job.waiting_on += 1
                     doomed = doomed or parent.status in (j.FAILED, j.CANCELLED)
@@ -281,7 +281,7 @@ class SchedulerState:
             workflow.job_ids[node.name] = job.id
         for node in spec.nodes:
             for parent in node.after:
-                self.table.jobs[ids[parent]].children.append(ids[node.name])
+                self.table.jobs[ids[parent]].add_child(ids[node.name])
         return workflow
 
     # -- claiming and the worker's answers ---------------------------------------------------
@@ -355,7 +355,7 @@ class SchedulerState:
             return job
         if ack.outcome == "succeeded":
             job.end_attempt(self.now_ms, j.OUTCOME_SUCCEEDED)
-            job.result = ack.result
+            job.result = j.pack(ack.result)
             job.error = None
             self.finish(job, j.SUCCEEDED)
             return Ok({"status": job.status})
@@ -470,7 +470,7 @@ class SchedulerState:
         self.count("revived", job.queue)
         if job.schedule is not None and job.schedule in self.schedules:
             self.schedules[job.schedule].active[job.id] = None
-        for child_id in job.children:
+        for child_id in job.children or ():
             child = self.table.get(child_id)
             if (
                 child is not None

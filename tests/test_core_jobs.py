@@ -33,7 +33,11 @@ def test_a_submitted_job_is_queued_and_claimed_with_a_lease_and_token(d):
     assert (claimed, job.status, job.attempts, job.token) == (job_id, "running", 1, token)
     assert job.lease_until_ms == d.now_ms + 5_000
     d.complete(job_id, token, {"ok": True})
-    assert (job.status, job.result, job.finished_ms) == ("succeeded", {"ok": True}, d.now_ms)
+    assert (job.status, j.unpack(job.result), job.finished_ms) == (
+        "succeeded",
+        {"ok": True},
+        d.now_ms,
+    )
     assert violations(d.state) == []
 
 

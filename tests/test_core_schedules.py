@@ -11,6 +11,7 @@ from scheduler.commands import (
 )
 from scheduler.errors import Invalid, Rejected
 from scheduler.invariants import violations
+from scheduler.jobs import unpack
 from scheduler.schedulespec import ScheduleSpec
 from scheduler.testing import Driver, Refused
 
@@ -46,7 +47,7 @@ def test_a_fire_creates_a_job_from_the_template():
     )
     d.tick(T0 + 10_000)
     [job] = [job for job in d.state.table if job.schedule == "s"]
-    assert (job.task, job.queue, job.payload, job.max_attempts, job.status) == (
+    assert (job.task, job.queue, unpack(job.payload), job.max_attempts, job.status) == (
         "report",
         "reports",
         {"x": 1},

@@ -8,6 +8,7 @@ job's idempotency key.
 
 from scheduler.commands import CompleteJob
 from scheduler.errors import Rejected
+from scheduler.jobs import unpack
 from scheduler.snapshot import snapshot
 from scheduler.testing import Driver
 
@@ -70,6 +71,6 @@ def test_a_crashed_worker_loses_its_lease_and_its_late_completion_is_rejected():
 
     d.complete(job_id, token_b, "B's result")
     job = d.job(job_id)
-    assert (job.status, job.result) == ("succeeded", "B's result")
+    assert (job.status, unpack(job.result)) == ("succeeded", "B's result")
     assert effects == {"invoice-42": "A"}
     assert [a.outcome for a in job.history] == ["lease_expired", "succeeded"]
