@@ -8,6 +8,7 @@ proposals, failed proposals).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -17,13 +18,43 @@ from scheduler.state import SchedulerState
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
 
+class Histogram:
+    """A Prometheus histogram in seconds: cumulative buckets, sum and count."""
+
+    BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(self.BUCKETS_S) + 1)
+        self.sum_s = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        index = bisect.bisect_left(self.BUCKETS_S, seconds)
+        self.counts[index] += 1
+        self.sum_s += seconds
+        self.count += 1
+
+    def samples(self, labels: dict[str, str]) -> list[tuple[str, dict[str, str], float]]:
+        out: list[tuple[str, dict[str, str], float]] = []
+        running = 0
+        for bound, count in zip((*self.BUCKETS_S, float("inf")), self.counts, strict=True):
+            running += count
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            out.append(("_bucket", {**labels, "le": le}, running))
+        out.append(("_sum", labels, self.sum_s))
+        out.append(("_count", labels, self.count))
+        return out
+
+
 @dataclass
 class NodeStats:
-    """Counters of this node (not replicated)."""
+    """Counters and histograms of this node (not replicated)."""
 
     stale_writes_rejected: int = 0
     leader_changes: int = 0
-    http_requests: dict[str, int] = field(default_factory=dict)  # "route status" -> count
+    http_requests: dict[str, int] = field(default_factory=dict)  # "method status" -> count
+    fire_lateness: Histogram = field(default_factory=Histogram)  # applied on the leader - fire time
+    claim_latency: Histogram = field(default_factory=Histogram)  # claim proposed -> applied here
 
 
 def _escape(value: str) -> str:
@@ -46,6 +77,16 @@ class Writer:
             text = ",".join(f'{key}="{_escape(val)}"' for key, val in labels.items())
             rendered = repr(float(value)) if isinstance(value, float) else str(value)
             self.lines.append(f"{name}{{{text}}} {rendered}" if text else f"{name} {rendered}")
+
+    def histogram(
+        self, name: str, help_text: str, histogram: Histogram, labels: dict[str, str]
+    ) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} histogram")
+        for suffix, sample_labels, value in histogram.samples(labels):
+            text = ",".join(f'{key}="{_escape(val)}"' for key, val in sample_labels.items())
+            rendered = repr(value) if isinstance(value, float) else str(value)
+            self.lines.append(f"{name}{suffix}{{{text}}} {rendered}")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -162,5 +203,24 @@ def render(
     )
     out.metric(
         "raftcron_state_now_ms", "gauge", "The replicated clock (Unix ms)", [({}, state.now_ms)]
+    )
+    out.histogram(
+        "raftcron_fire_lateness_seconds",
+        "Fire applied on this (leader) node minus its fire time",
+        stats.fire_lateness,
+        {"node": node_id},
+    )
+    out.histogram(
+        "raftcron_claim_latency_seconds",
+        "A claim's commit round trip through Raft",
+        stats.claim_latency,
+        {"node": node_id},
+    )
+    requests = sorted(stats.http_requests.items())
+    out.metric(
+        "raftcron_http_requests_total",
+        "counter",
+        "HTTP requests served, by method and status",
+        [({"method": key.split()[0], "status": key.split()[1]}, n) for key, n in requests],
     )
     return out.text()

@@ -44,7 +44,12 @@ class Node:
             commit_timeout_s=config.raft.commit_timeout_s,
             batch_commands_max=config.raft.batch_commands_max,
         )
-        self.ticker = Ticker(self.raft, self.proposer, tick_ms=config.raft.tick_ms)
+        self.ticker = Ticker(
+            self.raft,
+            self.proposer,
+            tick_ms=config.raft.tick_ms,
+            fire_lateness=self.stats.fire_lateness,
+        )
         self.services = Services(config, self.raft, self.proposer, self.waiters, self.stats)
         self.runner: web.AppRunner | None = None
 

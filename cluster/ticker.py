@@ -20,8 +20,10 @@ import logging
 import time
 
 from cluster.bridge import Proposer, Unavailable
+from cluster.metrics import Histogram
 from cluster.replica import RaftNode
 from scheduler.commands import BeginLeadership, Tick
+from scheduler.errors import Ok
 
 log = logging.getLogger("raftcron.ticker")
 
@@ -31,11 +33,19 @@ def wall_ms() -> int:
 
 
 class Ticker:
-    def __init__(self, node: RaftNode, proposer: Proposer, *, tick_ms: int) -> None:
+    def __init__(
+        self,
+        node: RaftNode,
+        proposer: Proposer,
+        *,
+        tick_ms: int,
+        fire_lateness: Histogram | None = None,
+    ) -> None:
         self.node = node
         self.proposer = proposer
         self.tick_ms = tick_ms
         self.led_term: int | None = None  # the term whose BeginLeadership committed
+        self.fire_lateness = fire_lateness or Histogram()
         self.ticks = 0
         self.last_tick_ms = 0
         self.wake = asyncio.Event()  # set to re-plan early (a new earlier due time)
@@ -75,8 +85,12 @@ class Ticker:
             self.led_term = term
             log.info('{"action": "leadership_begun", "term": %d}', term)
         now_ms = wall_ms()
-        await self.proposer.propose(Tick(now_ms, me))
+        result = await self.proposer.propose(Tick(now_ms, me))
         self.ticks += 1
+        if isinstance(result, Ok):
+            applied_ms = wall_ms()
+            for fire_time_ms in result.value.get("fire_times_ms", ()):
+                self.fire_lateness.observe(max(0, applied_ms - fire_time_ms) / 1000)
         self.last_tick_ms = now_ms
         await self._sleep(self._next_wait_ms())
 

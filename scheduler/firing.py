@@ -84,8 +84,11 @@ def _put(state: SchedulerState, command: PutSchedule) -> Result:
     return Ok({"created": created})
 
 
-def fire_due(state: SchedulerState) -> int:
-    """Inside Tick: start pending schedules, then fire every schedule whose time has come."""
+def fire_due(state: SchedulerState) -> list[int]:
+    """Inside Tick: start pending schedules, then fire every schedule whose time has come.
+
+    Returns the fire times that created work (the shell measures fire lateness from them).
+    """
     now_ms = state.now_ms
     for name in state.pending_schedules:
         schedule = state.schedules[name]
@@ -93,7 +96,7 @@ def fire_due(state: SchedulerState) -> int:
         schedule.next_fire_ms = schedule.due_after(schedule.cursor_ms)
         _file(state, schedule)
     state.pending_schedules.clear()
-    fired = 0
+    fired: list[int] = []
     heap = state.schedule_heap
     while heap and heap[0][0] <= now_ms:
         next_fire_ms, name = heapq.heappop(heap)
@@ -111,7 +114,7 @@ def _file(state: SchedulerState, schedule: Schedule) -> None:
         heapq.heappush(state.schedule_heap, (schedule.next_fire_ms, schedule.name))
 
 
-def _fire_due_times(state: SchedulerState, schedule: Schedule) -> int:
+def _fire_due_times(state: SchedulerState, schedule: Schedule) -> list[int]:
     now_ms = state.now_ms
     plan = plan_fires(schedule.spec, schedule.cursor_ms, now_ms)
     schedule.cursor_ms = now_ms
@@ -127,11 +130,7 @@ def _fire_due_times(state: SchedulerState, schedule: Schedule) -> int:
             policy=schedule.spec.misfire,
         )
     schedule.misfire_skipped += plan.skipped
-    fired = 0
-    for fire_time_ms in plan.fire:
-        if fire(state, schedule, fire_time_ms) is not None:
-            fired += 1
-    return fired
+    return [t for t in plan.fire if fire(state, schedule, t) is not None]
 
 
 def fire(

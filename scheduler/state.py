@@ -496,14 +496,15 @@ class SchedulerState:
         for job in self.table.pop_expired_leases(now_ms):
             self.expire_lease(job)
             expired += 1
-        fired = firing.fire_due(self)
+        fire_times_ms = firing.fire_due(self)
         removed = self._collect_garbage()
         return Ok(
             {
                 "now_ms": now_ms,
                 "released": released,
                 "expired": expired,
-                "fired": fired,
+                "fired": len(fire_times_ms),
+                "fire_times_ms": fire_times_ms,
                 "removed": removed,
             }
         )

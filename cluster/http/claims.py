@@ -97,7 +97,9 @@ async def claim(request: web.Request) -> web.Response:
                 (),
                 command.node,
             )
+        started = time.monotonic()
         value = await commit(request, command)
+        svc.stats.claim_latency.observe(time.monotonic() - started)
         if round_number == 0:
             acks = value["acks"]
         claimed = value["jobs"]
