@@ -18,7 +18,15 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("RAFTCRON_CONFIG"),
         help="TOML config file (env RAFTCRON_CONFIG)",
     )
+    from cluster.worker import cli as worker_cli
+
+    worker = commands.add_parser(
+        "worker", help="claim and run jobs (Python handlers, built-in shell task)"
+    )
+    worker_cli.add_arguments(worker)
     args = parser.parse_args(argv)
+    if args.command == "worker":
+        return int(worker_cli.run(args))
     if args.command == "node":
         if not args.config:
             parser.error("node: --config FILE is required (or set RAFTCRON_CONFIG)")

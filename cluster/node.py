@@ -23,7 +23,7 @@ from cluster.config import NodeConfig, split_address
 from cluster.http.app import build_app
 from cluster.http.claims import ClaimWaiters
 from cluster.http.common import Services
-from cluster.metrics import NodeStats
+from cluster.metrics import ROLES, NodeStats
 from cluster.replica import RaftNode, sync_conf
 from cluster.ticker import Ticker
 
@@ -56,11 +56,12 @@ class Node:
     def _on_state_changed(self, old: int, new: int) -> None:  # on the Raft thread
         if 2 in (old, new):
             self.stats.leader_changes += 1
+        before, after = ROLES.get(old, str(old)), ROLES.get(new, str(new))
         log.info(
             "raft role %s -> %s",
-            old,
-            new,
-            extra={"action": "raft_role_changed", "old": old, "new": new},
+            before,
+            after,
+            extra={"action": "raft_role_changed", "old": before, "new": after},
         )
         self.loop.call_soon_threadsafe(self.ticker.wake.set)
 

@@ -83,7 +83,11 @@ class Ticker:
         if self.led_term != term:
             await self.proposer.propose(BeginLeadership(wall_ms(), me, term))
             self.led_term = term
-            log.info('{"action": "leadership_begun", "term": %d}', term)
+            log.info(
+                "leadership begun in term %d",
+                term,
+                extra={"action": "leadership_begun", "term": term},
+            )
         now_ms = wall_ms()
         result = await self.proposer.propose(Tick(now_ms, me))
         self.ticks += 1

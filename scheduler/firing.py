@@ -17,6 +17,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 from scheduler import events, limits
+from scheduler.calendar import At
 from scheduler.commands import (
     BackfillSchedule,
     Command,
@@ -69,6 +70,11 @@ def _get(state: SchedulerState, name: str) -> Schedule:
 def _put(state: SchedulerState, command: PutSchedule) -> Result:
     schedule = state.schedules.get(command.name)
     created = schedule is None
+    spec = command.spec
+    past = isinstance(spec.recurrence, At) and spec.recurrence.at_ms <= state.now_ms
+    if past and (schedule is None or not schedule.spec.same_timing(spec)):
+        # It could never fire: refuse it rather than keep a schedule that silently does nothing.
+        return Rejected("invalid", f"at: {spec.text!r} is not after the cluster's clock", "at")
     if schedule is None:
         schedule = state.schedules[command.name] = Schedule(
             command.name, command.spec, state.now_ms

@@ -8,6 +8,7 @@ decision of what to fire at a given time lives in `scheduler.firing`. The origin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,6 +19,8 @@ from scheduler.errors import Invalid
 from scheduler.specs import JobSpec, WorkflowSpec
 
 T = TypeVar("T")
+_RECURRENCE_PREFIX = re.compile(r"^(cron|every|at|tz): ")
+EVERY_MS_MIN = 1_000  # fire times are seconds: a faster "every" would only flood the store
 MISFIRE_POLICIES = ("fire_once", "fire_all", "skip")
 OVERLAP_POLICIES = ("allow", "forbid", "replace", "buffer_one")
 _RECURRENCE_FIELDS = ("cron", "every", "at")
@@ -186,7 +189,10 @@ def _recurrence(
         return _call(lambda: calendar.parse_cron(text), "cron")
     if kind == "every":
         anchor = start_at_ms if start_at_ms is not None else 0
-        return _call(lambda: calendar.parse_every(text, anchor_ms=anchor), "every")
+        every = _call(lambda: calendar.parse_every(text, anchor_ms=anchor), "every")
+        if every.interval_ms < EVERY_MS_MIN:
+            raise Invalid("every", f"{text!r} is shorter than the minimum interval of 1s")
+        return every
     return _call(lambda: calendar.parse_at(text, zone), "at")
 
 
@@ -206,5 +212,6 @@ def _call(action: Callable[[], T], field: str) -> T:
     try:
         result = action()
     except calendar.RecurrenceError as error:
-        raise Invalid(field, str(error)) from None
+        # The calendar names its own field ("cron: ..."); Invalid names ours, once.
+        raise Invalid(field, _RECURRENCE_PREFIX.sub("", str(error), count=1)) from None
     return result

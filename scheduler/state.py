@@ -158,8 +158,9 @@ class SchedulerState:
             for parent_id in spec.depends_on:
                 if self.table.get(parent_id) is None:
                     return Rejected(
-                        "not_found",
-                        f"jobs[{index}].depends_on: no job {parent_id}",
+                        "invalid",
+                        f"jobs[{index}].depends_on: no job {parent_id} "
+                        "(unknown, or removed by retention)",
                         f"jobs[{index}].depends_on",
                     )
         out = []

@@ -241,7 +241,7 @@ def test_a_batch_with_an_unknown_dependency_is_refused_whole(d):
     result = d.apply(SubmitJobs(None, (JobSpec(task="a"), JobSpec(task="b", depends_on=(999,)))))
     assert (
         isinstance(result, Rejected)
-        and result.code == "not_found"
+        and result.code == "invalid"
         and "depends_on" in result.message
     )
     assert len(d.state.table) == 0

@@ -86,7 +86,21 @@ async def claim(request: web.Request) -> web.Response:
     claimed: list[list[int]] = []
     for round_number in range(CLAIM_ROUNDS_MAX):
         if round_number or not command.acks:
-            await _wait_for_work(svc.claims, machine, command.queues, deadline)
+            await _wait_for_work(svc.claims, machine, command.queues, deadline, request)
+        if _gone(request):
+            # The worker hung up: leasing it jobs now would strand them for a whole lease.
+            # Its acks still count (they report finished work), so those alone go through.
+            if round_number or not command.acks:
+                break
+            command = ClaimJobs(
+                command.request_id,
+                command.worker,
+                command.queues,
+                0,
+                command.lease_ms,
+                command.acks,
+                command.node,
+            )
         if round_number:
             command = ClaimJobs(
                 f"{request_id}/{round_number}",
@@ -116,10 +130,18 @@ async def claim(request: web.Request) -> web.Response:
     )
 
 
+def _gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
 async def _wait_for_work(
-    waiters: ClaimWaiters, machine: Any, queues: tuple[str, ...], deadline: float
+    waiters: ClaimWaiters,
+    machine: Any,
+    queues: tuple[str, ...],
+    deadline: float,
+    request: web.Request,
 ) -> None:
-    while True:
+    while not _gone(request):
         with machine.lock:
             if _queued_in(machine.state, queues):
                 return

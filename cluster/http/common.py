@@ -98,6 +98,8 @@ async def read_json(request: web.Request) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
         raise ApiError(400, "invalid", f"body is not JSON: {error}", "body") from None
+    except RecursionError:
+        raise ApiError(400, "invalid", "body is nested too deeply", "body") from None
 
 
 def object_body(body: Any) -> dict[str, Any]:

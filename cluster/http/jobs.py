@@ -49,12 +49,23 @@ def render_jobs(request: web.Request, items: list[list[Any]]) -> list[dict[str, 
     return out
 
 
+def _as_single_job(error: ApiError) -> ApiError:
+    """A single submit is a batch of one inside; its errors name the fields the client sent."""
+    if error.field and error.field.startswith("jobs[0]."):
+        error.field = error.field.removeprefix("jobs[0].")
+        error.message = error.message.removeprefix("jobs[0].")
+    return error
+
+
 @requires("submit")
 async def submit_job(request: web.Request) -> web.Response:
     body = object_body(await read_json(request))
     request_id = take_request_id(body, request)
     spec = parse_or_400(lambda: JobSpec.parse(body))
-    value = await commit(request, SubmitJobs(request_id, (spec,)))
+    try:
+        value = await commit(request, SubmitJobs(request_id, (spec,)))
+    except ApiError as error:
+        raise _as_single_job(error) from None
     [view] = render_jobs(request, value["jobs"])
     return json_response(view, status=201 if view["created"] else 200)
 

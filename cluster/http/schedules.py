@@ -22,6 +22,7 @@ from cluster.http.common import (
 )
 from cluster.ticker import wall_ms
 from scheduler import limits, parse
+from scheduler.calendar import At
 from scheduler.commands import (
     BackfillSchedule,
     DeleteSchedule,
@@ -57,6 +58,10 @@ async def put_schedule(request: web.Request) -> web.Response:
     body = object_body(await read_json(request))
     request_id = take_request_id(body, request)
     spec = parse_or_400(lambda: ScheduleSpec.parse(body))
+    if isinstance(spec.recurrence, At) and spec.recurrence.at_ms < wall_ms() - 1_000:
+        raise ApiError(
+            400, "invalid", f"at: {spec.text!r} is in the past; it would never fire", "at"
+        )
     value = await commit(request, PutSchedule(request_id, name, spec))
     return json_response(_view(request, name), status=201 if value["created"] else 200)
 

@@ -1,0 +1,737 @@
+"""A local cluster of real `raftcron node` processes on loopback, for tests, demo, bench, chaos.
+
+What it owns: choosing free loopback ports, writing one TOML config per node (with a random
+cluster password, optional API tokens and [raft] tuning), starting each node as its own process
+group with its output in a log file under `base_dir`, delivering signals (kill, pause, resume,
+stop, restart), waiting for readiness and leadership, plain HTTP requests (stdlib only), audits
+(every live replica's state digest at one log entry) and log scans.
+
+Rules it keeps: every wait is bounded by a deadline and polls a condition (no fixed sleeps);
+every process it started is killed by `close()`, which runs on context exit and at interpreter
+exit, and continues a paused process first so that nothing is left stopped. It never touches a
+process it did not start. It does not judge the cluster: tests and the chaos suite do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import http.client
+import json
+import os
+import random
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+POLL_S = 0.05
+STOP_TIMEOUT_S = 10.0
+
+# [raft] settings for tests: elections and failover well under a second on an idle machine,
+# with enough margin that a busy 2-core machine does not hold needless elections.
+FAST_RAFT: dict[str, object] = {
+    "tick_ms": 100,
+    "heartbeat_s": 0.05,
+    "election_timeout_min_s": 0.5,
+    "election_timeout_max_s": 1.0,
+    "leader_fallback_s": 1.0,
+    "connection_timeout_s": 1.0,
+    "connection_retry_s": 0.25,
+    "commit_timeout_s": 3.0,
+}
+
+
+class ClusterError(Exception):
+    """The local cluster did not reach the state a caller waited for (with the reason)."""
+
+
+@dataclass
+class LocalNode:
+    node_id: str
+    raft_address: str
+    http_address: str
+    config_path: Path
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+    starts: int = 0  # how many times this node was started
+    expected_exit: bool = False  # the harness killed or stopped it
+    crash_reported: bool = False
+    _log_file: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.http_address}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
+    def running(self) -> bool:
+        """Started and not exited (a paused node is running)."""
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def live(self) -> bool:
+        """Running and not paused: it can answer requests."""
+        return self.running and not self.paused
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http_address.rsplit(":", 1)[1])
+
+    @property
+    def raft_port(self) -> int:
+        return int(self.raft_address.rsplit(":", 1)[1])
+
+
+Response = tuple[int, Any, dict[str, str]]
+
+
+class LocalCluster:
+    """N nodes on loopback under `base_dir` (`<node>/<node>.toml`, `<node>/data/`,
+    `<node>/<node>.log`), e.g.:
+
+        with LocalCluster(tmp_path, raft=FAST_RAFT) as cluster:
+            cluster.start()
+            leader = cluster.wait_ready()
+            status, job, headers = cluster.request(leader, "POST", "/v1/jobs", {"task": "t"})
+
+    `request` and `call` send exactly the token they are given; `list_jobs`, the waits and
+    `audit` use an admin token by themselves when `tokens` has one.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        nodes: int = 3,
+        tokens: dict[str, str] | None = None,
+        raft: dict[str, object] | None = None,
+        host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+        python: str = sys.executable,
+        log_level: str = "info",
+    ) -> None:
+        if nodes < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.base_dir = Path(base_dir).resolve()
+        self.size = nodes
+        self.tokens = dict(tokens or {})
+        self.raft = dict(raft or {})
+        self.host = host
+        self.env = dict(env or {})
+        self.python = python
+        self.log_level = log_level
+        self.password = secrets.token_hex(16)
+        self.nodes: list[LocalNode] = []
+        self.closed = False
+        atexit.register(self.close)
+
+    # -- context manager -------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def configure(self) -> list[LocalNode]:
+        """Choose ports and write every node's config (once); `start()` calls it."""
+        if self.nodes:
+            return self.nodes
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        ports = free_ports(2 * self.size, self.host)
+        for index in range(self.size):
+            node_id = f"n{index + 1}"
+            folder = self.base_dir / node_id
+            self.nodes.append(
+                LocalNode(
+                    node_id=node_id,
+                    raft_address=f"{self.host}:{ports[2 * index]}",
+                    http_address=f"{self.host}:{ports[2 * index + 1]}",
+                    config_path=folder / f"{node_id}.toml",
+                    data_dir=folder / "data",
+                    log_path=folder / f"{node_id}.log",
+                )
+            )
+        for node in self.nodes:
+            node.config_path.parent.mkdir(parents=True, exist_ok=True)
+            node.config_path.write_text(self.config_text(node))
+        return self.nodes
+
+    def config_text(self, node: LocalNode) -> str:
+        """The TOML config of one node (DESIGN.md section 5)."""
+        lines = [
+            f"# Written by cluster.localcluster for a local {self.size}-node cluster.",
+            f"node_id = {toml_value(node.node_id)}",
+            f"raft_address = {toml_value(node.raft_address)}",
+            f"http_address = {toml_value(node.http_address)}",
+            f"data_dir = {toml_value('data')}",
+            f"cluster_password = {toml_value(self.password)}",
+            f"log_level = {toml_value(self.log_level)}",
+        ]
+        for peer in self.nodes:
+            if peer is node:
+                continue
+            lines += [
+                "",
+                "[[peers]]",
+                f"node_id = {toml_value(peer.node_id)}",
+                f"raft_address = {toml_value(peer.raft_address)}",
+                f"http_address = {toml_value(peer.http_address)}",
+            ]
+        if self.tokens:
+            tokens = ", ".join(f"{toml_value(t)} = {toml_value(r)}" for t, r in self.tokens.items())
+            lines += ["", "[api]", f"tokens = {{ {tokens} }}"]
+        if self.raft:
+            lines += ["", "[raft]"]
+            lines += [f"{key} = {toml_value(value)}" for key, value in self.raft.items()]
+        return "\n".join(lines) + "\n"
+
+    # -- processes -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Write the configs (first time only) and start every node that is not running."""
+        self._check_open()
+        for node in self.configure():
+            if not node.running:
+                self.start_node(node)
+
+    def start_node(self, node: LocalNode) -> None:
+        """Start one node in its own process group, appending its output to its log file."""
+        self._check_open()
+        if node.running:
+            raise ClusterError(f"{node.node_id} is already running (pid {node.pid})")
+        self._close_log(node)
+        node.log_path.parent.mkdir(parents=True, exist_ok=True)
+        node._log_file = node.log_path.open("ab")
+        node.starts += 1
+        node._log_file.write(f"--- harness: start #{node.starts} of {node.node_id}\n".encode())
+        node._log_file.flush()
+        node.process = subprocess.Popen(
+            self.command(node),
+            cwd=REPO_ROOT,
+            env=self._environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=node._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: signals reach its forks too
+        )
+        node.paused = False
+        node.expected_exit = False
+        node.crash_reported = False
+
+    def command(self, node: LocalNode) -> list[str]:
+        return [self.python, "-m", "cluster.cli", "node", "--config", str(node.config_path)]
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
+        return env
+
+    def send_signal(self, node: LocalNode, sig: int) -> None:
+        """Send a signal to the node's process group (the node and any fork it made)."""
+        if node.process is None or node.process.poll() is not None:
+            raise ClusterError(f"{node.node_id} is not running")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.process.pid, sig)
+
+    def kill(self, node: LocalNode, sig: int = signal.SIGKILL) -> None:
+        """Kill a node (SIGKILL by default) and reap it; a paused node is continued first."""
+        if not node.running:
+            return
+        node.expected_exit = True
+        if node.paused and sig != signal.SIGKILL:
+            self.resume(node)
+        self.send_signal(node, sig)
+        if sig == signal.SIGKILL:
+            self._reap(node, STOP_TIMEOUT_S)
+            node.paused = False
+
+    def pause(self, node: LocalNode) -> None:
+        """SIGSTOP: the node keeps its sockets but answers nothing until resumed."""
+        self.send_signal(node, signal.SIGSTOP)
+        node.paused = True
+
+    def resume(self, node: LocalNode) -> None:
+        """SIGCONT a paused node."""
+        self.send_signal(node, signal.SIGCONT)
+        node.paused = False
+
+    def stop(self, node: LocalNode, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM and wait for a clean exit (SIGKILL after timeout_s); the exit code."""
+        if not node.running:
+            return None if node.process is None else node.process.returncode
+        node.expected_exit = True
+        if node.paused:
+            self.resume(node)
+        self.send_signal(node, signal.SIGTERM)
+        try:
+            assert node.process is not None
+            return node.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill(node)
+            raise ClusterError(
+                f"{node.node_id} did not exit within {timeout_s:g} s of SIGTERM; killed"
+            ) from None
+        finally:
+            self._close_log(node)
+
+    def restart(self, node: LocalNode, *, sig: int = signal.SIGKILL) -> None:
+        """Kill (SIGKILL by default, or stop cleanly with SIGTERM) a running node, start it."""
+        if node.running:
+            if sig == signal.SIGTERM:
+                self.stop(node)
+            else:
+                self.kill(node, sig)
+        self.start_node(node)
+
+    def stop_all(self) -> None:
+        """SIGTERM every running node at once, then wait for each (SIGKILL stragglers)."""
+        running = [node for node in self.nodes if node.running]
+        for node in running:
+            node.expected_exit = True
+            if node.paused:
+                self.resume(node)
+            self.send_signal(node, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for node in running:
+            self._reap(node, max(0.1, deadline - time.monotonic()))
+
+    def kill_all(self) -> None:
+        """SIGKILL every running node (a whole-cluster crash)."""
+        for node in self.nodes:
+            self.kill(node)
+
+    def _reap(self, node: LocalNode, timeout_s: float) -> None:
+        assert node.process is not None
+        try:
+            node.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.process.pid, signal.SIGCONT)
+                os.killpg(node.process.pid, signal.SIGKILL)
+            node.process.wait(STOP_TIMEOUT_S)
+        self._close_log(node)
+
+    def _close_log(self, node: LocalNode) -> None:
+        if node._log_file is not None:
+            node._log_file.close()
+            node._log_file = None
+
+    def close(self) -> None:
+        """Kill every process this cluster started (continue, then SIGKILL). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        for node in self.nodes:
+            process = node.process
+            if process is not None and process.poll() is None:
+                node.expected_exit = True
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(process.pid, sig)
+            if process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(STOP_TIMEOUT_S)
+            node.paused = False
+            self._close_log(node)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClusterError("this LocalCluster is closed")
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def node(self, node_id: str) -> LocalNode:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def crashed_nodes(self) -> list[LocalNode]:
+        """Nodes that exited without the harness killing or stopping them."""
+        return [
+            node
+            for node in self.nodes
+            if node.process is not None
+            and node.process.poll() is not None
+            and not node.expected_exit
+        ]
+
+    def live_nodes(self) -> list[LocalNode]:
+        return [node for node in self.nodes if node.live]
+
+    @property
+    def admin_token(self) -> str | None:
+        """A token with the admin role, for the harness's own calls (None without auth)."""
+        for token, role in self.tokens.items():
+            if role == "admin":
+                return token
+        return None
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def wait_ready(self, timeout_s: float = 30) -> LocalNode:
+        """Every live node is ready and all name the same live leader; that leader."""
+
+        def agreed() -> LocalNode | None:
+            live = self._live_or_raise()
+            leaders = set()
+            for node in live:
+                answer = self._probe(node, "GET", "/readyz")
+                if answer is None or answer[0] != 200 or not isinstance(answer[1], dict):
+                    return None
+                leaders.add(answer[1].get("leader"))
+            if len(leaders) != 1:
+                return None
+            [leader_id] = leaders
+            found = [node for node in live if node.node_id == leader_id]
+            return found[0] if found else None
+
+        return self.wait_for(agreed, timeout_s, "every live node ready with one live leader")
+
+    def leader(self, timeout_s: float = 10) -> LocalNode:
+        """The live node that says it leads (the highest term wins while an old one steps down)."""
+
+        def current() -> LocalNode | None:
+            best: tuple[int, LocalNode] | None = None
+            for node in self._live_or_raise():
+                answer = self._probe(node, "GET", "/v1/cluster")
+                if answer is None or answer[0] != 200 or not isinstance(answer[1], dict):
+                    continue
+                view = answer[1]
+                if view.get("role") == "leader" and (best is None or view["term"] > best[0]):
+                    best = (int(view["term"]), node)
+            return None if best is None else best[1]
+
+        return self.wait_for(current, timeout_s, "a live leader")
+
+    def followers(self) -> list[LocalNode]:
+        """Every live node but the current leader."""
+        leader = self.leader()
+        return [node for node in self.live_nodes() if node is not leader]
+
+    def wait_for(self, condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
+        """Poll `condition` until it returns something other than None or False."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = condition()
+            if value is not None and value is not False:
+                return value
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"timed out after {timeout_s:g} s waiting for {what}")
+            time.sleep(POLL_S)
+
+    def _live_or_raise(self) -> list[LocalNode]:
+        """The live nodes; a node that exited on its own is an error worth reporting now."""
+        for node in self.crashed_nodes():
+            if not node.crash_reported:
+                node.crash_reported = True
+                self._close_log(node)
+                tail = "\n".join(self.log_lines(node)[-20:])
+                assert node.process is not None
+                raise ClusterError(
+                    f"{node.node_id} exited by itself with code {node.process.returncode}; "
+                    f"log tail:\n{tail}"
+                )
+        return self.live_nodes()
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    def request(
+        self,
+        node: LocalNode,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        timeout_s: float = 10,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        """One HTTP request: (status, parsed JSON or text, headers). Raises OSError when the
+        node cannot be reached or does not answer within timeout_s."""
+        return http_request(
+            node.http_address,
+            method,
+            path,
+            body,
+            token=token,
+            timeout_s=timeout_s,
+            headers=headers,
+        )
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        timeout_s: float = 15,
+        nodes: list[LocalNode] | None = None,
+    ) -> Response:
+        """Ask live nodes in turn until one gives a definite answer (not a 503, not a dropped
+        connection) or timeout_s passes. A write retried this way must carry a `request_id` in
+        its body: the state machine then answers a repeat with the first result."""
+        deadline = time.monotonic() + timeout_s
+        last: object = None
+        while True:
+            for node in nodes or self._live_or_raise():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ClusterError(f"{method} {path}: no definite answer; last: {last}")
+                try:
+                    answer = self.request(
+                        node, method, path, body, token=token, timeout_s=min(10, remaining)
+                    )
+                except (OSError, http.client.HTTPException) as error:
+                    last = f"{node.node_id}: {error!r}"
+                    continue
+                if answer[0] != 503:
+                    return answer
+                last = f"{node.node_id}: {answer[0]} {answer[1]}"
+            time.sleep(POLL_S)
+
+    def list_jobs(
+        self, node: LocalNode, *, token: str | None = None, **filters: str | int
+    ) -> list[dict[str, Any]]:
+        """Every job one node holds that matches the filters (GET /v1/jobs, all pages)."""
+        jobs: list[dict[str, Any]] = []
+        cursor: int | None = None
+        while True:
+            query = {**filters, "limit": 1_000, **({"cursor": cursor} if cursor else {})}
+            path = "/v1/jobs?" + urllib.parse.urlencode(query)
+            status, body, _ = self.request(node, "GET", path, token=token or self.admin_token)
+            if status != 200:
+                raise ClusterError(f"GET {path} on {node.node_id}: {status} {body}")
+            jobs.extend(body["jobs"])
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return jobs
+
+    def _probe(self, node: LocalNode, method: str, path: str) -> Response | None:
+        try:
+            return self.request(node, method, path, token=self.admin_token, timeout_s=1.0)
+        except (OSError, http.client.HTTPException):
+            return None
+
+    # -- audits ----------------------------------------------------------------------------
+
+    def audit(self, timeout_s: float = 15) -> dict[str, str]:
+        """Checkpoint the log and wait until every live node digested it: {node_id: digest}."""
+        return {node_id: digest for node_id, (_, digest) in self.audit_entries(timeout_s).items()}
+
+    def audit_entries(self, timeout_s: float = 15) -> dict[str, tuple[int, str]]:
+        """`audit`, with each node's log index of the checkpoint: {node_id: (index, digest)}."""
+        deadline = time.monotonic() + timeout_s
+        audit_id = self._start_audit(deadline)
+        found: dict[str, tuple[int, str]] = {}
+
+        def everyone() -> bool:
+            for node in self._live_or_raise():
+                if node.node_id in found:
+                    continue
+                answer = self._probe(node, "GET", f"/v1/cluster/audits/{audit_id}")
+                if answer is not None and answer[0] == 200:
+                    found[node.node_id] = (int(answer[1]["index"]), str(answer[1]["digest"]))
+            return all(node.node_id in found for node in self.live_nodes())
+
+        self.wait_for(everyone, max(0.1, deadline - time.monotonic()), f"audit {audit_id}")
+        return {node.node_id: found[node.node_id] for node in self.live_nodes()}
+
+    def _start_audit(self, deadline: float) -> str:
+        last: object = None
+        while time.monotonic() < deadline:
+            for node in self._live_or_raise():
+                try:
+                    status, body, _ = self.request(
+                        node, "POST", "/v1/cluster/audits", token=self.admin_token, timeout_s=5
+                    )
+                except (OSError, http.client.HTTPException) as error:
+                    last = error
+                    continue
+                if status == 201:
+                    return str(body["id"])
+                last = (status, body)
+            time.sleep(POLL_S)
+        raise ClusterError(f"could not commit an audit checkpoint; last answer: {last}")
+
+    # -- logs ------------------------------------------------------------------------------
+
+    def log_lines(self, node: LocalNode) -> list[str]:
+        try:
+            return node.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+
+    def scan_logs(self, pattern: str | re.Pattern[str]) -> list[str]:
+        """Every log line (of every node) matching the regex, as "node_id: line"."""
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+        return [
+            f"{node.node_id}: {line}"
+            for node in self.nodes
+            for line in self.log_lines(node)
+            if regex.search(line)
+        ]
+
+    def tracebacks(self, *, ours_only: bool = True) -> list[str]:
+        """Every traceback in the node logs (see `tracebacks`), as "node_id: traceback"."""
+        return [
+            f"{node.node_id}: {trace}"
+            for node in self.nodes
+            for trace in tracebacks(self.log_lines(node), ours_only=ours_only)
+        ]
+
+
+# -- helpers (no cluster needed) -----------------------------------------------------------
+
+_OUR_FRAME = re.compile(
+    r'File "' + re.escape(str(REPO_ROOT)) + r'/(cluster|scheduler|chaos)/[^"]+\.py"'
+)
+
+
+def tracebacks(lines: list[str], *, ours_only: bool = True) -> list[str]:
+    """Python tracebacks in a node log: JSON lines with an `exc` field, and raw ones written
+    to stderr. With ours_only, only those with a frame in this repository's packages."""
+    found = []
+    raw: list[str] = []
+    for line in lines:
+        if raw and (line.startswith((" ", "\t")) or not line.strip()):
+            raw.append(line)
+            continue
+        if raw:
+            raw.append(line)  # the exception line ends a raw traceback
+            found.append("\n".join(raw))
+            raw = []
+        elif line.startswith("Traceback (most recent call last)"):
+            raw = [line]
+        elif line.startswith("{") and "Traceback" in line:
+            found.append(_json_traceback(line))
+    if raw:
+        found.append("\n".join(raw))
+    return [trace for trace in found if not ours_only or _OUR_FRAME.search(trace)]
+
+
+def _json_traceback(line: str) -> str:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(entry, dict):
+        return line
+    return f"{entry.get('msg', '')}\n{entry.get('exc', '')}"
+
+
+def http_request(
+    address: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    token: str | None = None,
+    timeout_s: float = 10,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """A stdlib HTTP request to host:port: (status, parsed JSON or text, headers)."""
+    host, port = address.rsplit(":", 1)
+    sent = dict(headers or {})
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    data: bytes | Iterator[bytes] | None = None
+    if body is not None:
+        # bytes as they are, an iterator of bytes chunked, anything else as JSON
+        data = body if isinstance(body, bytes | Iterator) else json.dumps(body).encode()
+        sent.setdefault("Content-Type", "application/json")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+    try:
+        connection.request(method, path, body=data, headers=sent)
+        response = connection.getresponse()
+        raw = response.read()
+        answer_headers = dict(response.getheaders())
+        return response.status, _decode(raw, answer_headers), answer_headers
+    finally:
+        connection.close()
+
+
+def _decode(raw: bytes, headers: dict[str, str]) -> Any:
+    text = raw.decode("utf-8", errors="replace")
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    if "json" in content_type:
+        with contextlib.suppress(ValueError):
+            return json.loads(text)
+    return text
+
+
+def toml_value(value: object) -> str:
+    """A TOML literal for a str, bool, int or float (what our configs hold)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    raise TypeError(f"cannot write {type(value).__name__} as a TOML value")
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports that are free now, below the kernel's ephemeral range, so that
+    no outgoing connection takes one while its node is down between a kill and a restart."""
+    low, _ = _ephemeral_range()
+    chosen: list[int] = []
+    sockets: list[socket.socket] = []
+    try:
+        for port in _candidate_ports(max(1025, low - 12_000), max(2048, low - 1)):
+            if len(chosen) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
+            sockets.append(sock)
+            chosen.append(port)
+    finally:
+        for sock in sockets:
+            sock.close()
+    if len(chosen) < count:
+        raise ClusterError(f"found only {len(chosen)} free ports of {count}")
+    return chosen
+
+
+def _candidate_ports(low: int, high: int) -> Iterator[int]:
+    ports = list(range(low, high + 1))
+    random.SystemRandom().shuffle(ports)
+    yield from ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999

@@ -1,0 +1,102 @@
+"""`JobContext`: what a handler knows about the job it runs, and its two ways to talk back.
+
+A handler reads the job (`job_id`, `key`, `attempt`, `token`, `payload`, `schedule`,
+`fire_time_ms`, ...), may heartbeat on its own (`ctx.heartbeat()` in a plain function,
+`await ctx.aheartbeat()` in a coroutine; the runtime heartbeats at a third of the lease anyway),
+and should check `ctx.cancelled` in long loops: it turns True when the lease is lost (stale
+token, job cancelled, expired) or the job timed out, and from then on nothing the handler does
+is reported. Coroutine handlers are also cancelled; threads cannot be, so they must look.
+
+Pass `key` and `token` to side effects (DESIGN.md section 3): an external system can then
+deduplicate by key and refuse a stale token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+HEARTBEAT_WAIT_S_MAX = 30.0
+
+
+class JobContext:
+    def __init__(
+        self,
+        claimed: dict[str, Any],
+        *,
+        worker: str,
+        lease_ms: int,
+        loop: asyncio.AbstractEventLoop,
+        heartbeat: Callable[[int | None], Awaitable[bool]],
+        claim_sent: float | None = None,
+    ) -> None:
+        self.job_id: int = int(claimed["id"])
+        self.key: str | None = claimed.get("key")
+        self.task: str = str(claimed["task"])
+        self.queue: str | None = claimed.get("queue")
+        self.payload: Any = claimed.get("payload")
+        self.attempt: int = int(claimed.get("attempt") or 1)
+        self.token: int = int(claimed["token"])
+        self.schedule: str | None = claimed.get("schedule")
+        self.fire_time_ms: int | None = claimed.get("fire_time_ms")
+        self.timeout_ms: int | None = claimed.get("timeout_ms")
+        self.lease_ms: int = int(claimed.get("lease_ms") or lease_ms)
+        self.lease_until_ms: int | None = claimed.get("lease_until_ms")
+        self.worker = worker
+        self.started_monotonic = time.monotonic()
+        # Our own conservative idea of when the lease ends: it started no earlier than the
+        # claim that obtained it was sent (`claim_sent`, a time.monotonic() value), so
+        # `sent + lease` can only be early, never late.
+        sent = self.started_monotonic if claim_sent is None else claim_sent
+        self.lease_deadline = sent + self.lease_ms / 1000
+        self.stop_reason: str | None = None
+        self._stopped = threading.Event()
+        self._stopped_async = asyncio.Event()
+        self._loop = loop
+        self._heartbeat = heartbeat
+
+    def __repr__(self) -> str:
+        return f"JobContext(job_id={self.job_id}, task={self.task!r}, attempt={self.attempt})"
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job must stop: lease lost, job cancelled, timed out, worker stopping."""
+        return self._stopped.is_set()
+
+    def wait_cancelled(self, timeout_s: float | None = None) -> bool:
+        """Block a handler thread until `cancelled` (or the timeout); `cancelled` then."""
+        return self._stopped.wait(timeout_s)
+
+    async def until_cancelled(self) -> None:
+        await self._stopped_async.wait()
+
+    def heartbeat(self, lease_ms: int | None = None) -> bool:
+        """From a plain (threaded) handler: extend the lease now, optionally to a new length.
+        False when the lease is lost (then `cancelled` is True too)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError("in a coroutine handler, use `await ctx.aheartbeat()`")
+        future = asyncio.run_coroutine_threadsafe(self._call(lease_ms), self._loop)
+        return future.result(HEARTBEAT_WAIT_S_MAX)
+
+    async def aheartbeat(self, lease_ms: int | None = None) -> bool:
+        """From a coroutine handler: extend the lease now. False when it is lost."""
+        return await self._call(lease_ms)
+
+    async def _call(self, lease_ms: int | None) -> bool:
+        if self.cancelled:
+            return False
+        return await self._heartbeat(lease_ms)
+
+    def stop(self, reason: str) -> None:
+        """Mark the job stopped (on the event loop's thread); the first reason sticks."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._stopped.set()
+        self._stopped_async.set()

@@ -1,0 +1,249 @@
+"""One claimed job, from the claim to its ack: run the handler, heartbeat, time out, abandon.
+
+The rules it keeps:
+- heartbeat every third of the lease; a heartbeat answered 409 (`stale_token`,
+  `job_cancelled`) or 404 means the lease is gone: the job is abandoned. `ctx.cancelled` turns
+  True, a coroutine handler is cancelled, a shell process is killed, and NOTHING is reported
+  for it (another worker may hold the job now; fencing would refuse us anyway);
+- a job runs at most its `timeout_ms` (the job's, else the task's, else the worker's); then it
+  is stopped and failed (retryable) with a clear error;
+- before reporting, if our own clock says the lease may have run out (a paused process, a long
+  stall), one heartbeat confirms the lease first;
+- a plain handler runs in a thread, which cannot be stopped: its slot stays busy until the
+  thread returns, even after the job was reported or abandoned, so `concurrency` stays true.
+
+It produces at most one ack per job, into the worker's `AckBuffer`; sending it is the runtime's
+job. Never raises: every outcome is an ack, a log line, or both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cluster.client import ApiError, AsyncClient, Unavailable
+from cluster.worker.acks import AckBuffer, failure_ack, success_ack
+from cluster.worker.acks import exception_text as describe
+from cluster.worker.context import JobContext
+from cluster.worker.tasks import LeaseLost, PermanentError, Task
+
+log = logging.getLogger("raftcron.worker")
+
+# Reasons a job stops early. The first three mean the lease is gone: report nothing.
+LEASE_LOST = "lease_lost"
+JOB_CANCELLED = "job_cancelled"
+JOB_GONE = "job_gone"
+TIMED_OUT = "timed_out"
+WORKER_STOPPING = "worker_stopping"
+ABANDONED = frozenset({LEASE_LOST, JOB_CANCELLED, JOB_GONE})
+CANCEL_GRACE_S = 10.0  # a cancelled coroutine (a shell killing its process) gets this long
+HEARTBEAT_ATTEMPT_S_MIN = 1.0
+
+
+class Execution:
+    def __init__(
+        self,
+        claimed: dict[str, Any],
+        *,
+        task: Task | None,
+        client: AsyncClient,
+        worker: str,
+        lease_ms: int,
+        acks: AckBuffer,
+        executor: concurrent.futures.Executor,
+        default_timeout_ms: int | None,
+        known_tasks: Callable[[], list[str]],
+        claim_sent: float | None = None,
+    ) -> None:
+        self.task = task
+        self.client = client
+        self.acks = acks
+        self.executor = executor
+        self.known_tasks = known_tasks
+        self.loop = asyncio.get_running_loop()
+        self.ctx = JobContext(
+            claimed,
+            worker=worker,
+            lease_ms=lease_ms,
+            loop=self.loop,
+            heartbeat=self._beat,
+            claim_sent=claim_sent,
+        )
+        task_timeout = task.timeout_ms if task is not None else None
+        self.timeout_ms: int | None = self.ctx.timeout_ms or task_timeout or default_timeout_ms
+        self.outcome: str | None = None  # succeeded | failed | abandoned, once decided
+        self.work: asyncio.Future[Any] | None = None
+        self.finished_before_stop = False
+
+    @property
+    def job_id(self) -> int:
+        return self.ctx.job_id
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """(job id, token): one attempt."""
+        return self.ctx.job_id, self.ctx.token
+
+    def stop(self, reason: str) -> None:
+        """Ask the job to stop (the worker is stopping). A handler that returns after this
+        has not finished its work (it noticed `ctx.cancelled`): its attempt fails."""
+        if self.work is not None and self.work.done() and not self.ctx.cancelled:
+            self.finished_before_stop = True
+        self.ctx.stop(reason)
+
+    # -- the whole life of the job -----------------------------------------------------------
+
+    async def run(self) -> None:
+        ctx = self.ctx
+        _log("job_started", ctx, f"job {ctx.job_id} ({ctx.task}) attempt {ctx.attempt} started")
+        beating = asyncio.create_task(self._heartbeats())
+        leftover: asyncio.Future[Any] | None = None
+        try:
+            ack, leftover = await self._work()
+        finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
+        if ack is not None and not await self._still_leased():
+            ack = None
+        if ack is None:
+            self.outcome = "abandoned"
+            _log(
+                "job_abandoned",
+                ctx,
+                f"job {ctx.job_id} abandoned ({ctx.stop_reason}): nothing reported",
+                reason=ctx.stop_reason,
+            )
+        else:
+            self.outcome = ack["outcome"]
+            self.acks.add(ack)
+            _log(
+                f"job_{ack['outcome']}",
+                ctx,
+                f"job {ctx.job_id} {ack['outcome']}"
+                + (f": {_first_line(ack['error'])}" if "error" in ack else ""),
+                duration_ms=int((time.monotonic() - ctx.started_monotonic) * 1000),
+            )
+        if leftover is not None and not leftover.done():
+            # The slot stays busy while the handler still runs (a thread cannot be stopped).
+            await asyncio.wait({leftover}, timeout=None if self.task_is_sync else CANCEL_GRACE_S)
+
+    @property
+    def task_is_sync(self) -> bool:
+        return self.task is not None and not self.task.is_async
+
+    async def _work(self) -> tuple[dict[str, Any] | None, asyncio.Future[Any] | None]:
+        """The ack to send (None: abandoned), and the handler if it is still running."""
+        ctx = self.ctx
+        if self.task is None:
+            known = ", ".join(self.known_tasks()) or "none"
+            return failure_ack(
+                ctx.job_id,
+                ctx.token,
+                f"no handler for task {ctx.task!r} on worker {ctx.worker} (it has: {known})",
+            ), None
+        work = self.work = self._start_handler(self.task)
+        stopped = asyncio.create_task(ctx.until_cancelled())
+        timeout_s = None if self.timeout_ms is None else self.timeout_ms / 1000
+        try:
+            await asyncio.wait(
+                {work, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stopped.cancel()
+        if ctx.stop_reason in ABANDONED:
+            work.cancel()
+            return None, work
+        if work.done() and (not ctx.cancelled or self.finished_before_stop):
+            return self._ack_from(work), None
+        if not ctx.cancelled:
+            ctx.stop(TIMED_OUT)
+        work.cancel()
+        message = (
+            f"timed out after {self.timeout_ms} ms"
+            if ctx.stop_reason == TIMED_OUT
+            else f"worker {ctx.worker} stopped before the job finished"
+        )
+        return failure_ack(ctx.job_id, ctx.token, message), work
+
+    def _start_handler(self, task: Task) -> asyncio.Future[Any]:
+        if task.is_async:
+            return asyncio.ensure_future(task.handler(self.ctx))
+        return self.loop.run_in_executor(self.executor, task.handler, self.ctx)
+
+    def _ack_from(self, work: asyncio.Future[Any]) -> dict[str, Any] | None:
+        ctx = self.ctx
+        if work.cancelled():
+            return failure_ack(ctx.job_id, ctx.token, "the handler was cancelled")
+        error = work.exception()
+        if error is None:
+            return success_ack(ctx.job_id, ctx.token, work.result())
+        if isinstance(error, LeaseLost):
+            ctx.stop(LEASE_LOST)
+            return None
+        retryable = not isinstance(error, PermanentError)
+        return failure_ack(ctx.job_id, ctx.token, describe(error), retryable=retryable)
+
+    # -- the lease ---------------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        ctx = self.ctx
+        while not ctx.cancelled:
+            await asyncio.sleep(ctx.lease_ms / 3000)
+            await self._beat(None)
+
+    async def _beat(self, lease_ms: int | None) -> bool:
+        """One heartbeat: False when the lease is known to be lost (the job is then stopped);
+        True when it was extended, or when no node answered (we cannot know: keep going)."""
+        ctx = self.ctx
+        sent = time.monotonic()
+        budget_s = max(HEARTBEAT_ATTEMPT_S_MIN, ctx.lease_ms / 3000)
+        try:
+            await self.client.heartbeat(
+                ctx.job_id, ctx.token, lease_ms=lease_ms, deadline_s=budget_s
+            )
+        except ApiError as error:
+            if error.status not in (404, 409):
+                _log("heartbeat_error", ctx, f"heartbeat refused: {error}", logging.WARNING)
+                return True
+            reason = {404: JOB_GONE}.get(error.status) or (
+                JOB_CANCELLED if error.code == "job_cancelled" else LEASE_LOST
+            )
+            _log("lease_lost", ctx, f"job {ctx.job_id}: {error}", logging.WARNING, code=error.code)
+            ctx.stop(reason)
+            return False
+        except Unavailable as error:
+            _log("heartbeat_unanswered", ctx, str(error), logging.WARNING)
+            return True
+        if lease_ms is not None:
+            ctx.lease_ms = lease_ms
+        ctx.lease_deadline = sent + ctx.lease_ms / 1000
+        return True
+
+    async def _still_leased(self) -> bool:
+        """Before reporting: confirm the lease if our clock says it may have run out."""
+        if time.monotonic() < self.ctx.lease_deadline:
+            return True
+        return await self._beat(None)
+
+
+def _first_line(text: str) -> str:
+    return text.partition("\n")[0]
+
+
+def _log(
+    action: str, ctx: JobContext, message: str, level: int = logging.INFO, **fields: Any
+) -> None:
+    extra = {
+        "action": action,
+        "job": ctx.job_id,
+        "token": ctx.token,
+        "attempt": ctx.attempt,
+        "task": ctx.task,
+        "worker": ctx.worker,
+        **fields,
+    }
+    log.log(level, message, extra=extra)

@@ -1,0 +1,105 @@
+"""The harness itself (cluster/localcluster.py): the configs it writes are valid node configs,
+its checks can fail (a traceback through our code is found, a crash is noticed), and `close`
+leaves no process behind, paused ones included."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from cluster import config as configuration
+from cluster.localcluster import (
+    FAST_RAFT,
+    REPO_ROOT,
+    LocalCluster,
+    _ephemeral_range,
+    free_ports,
+    tracebacks,
+)
+
+
+def test_written_configs_load_as_node_configs_with_every_option(tmp_path: Path) -> None:
+    tokens = {"admin-token-0123": "admin", "reader-token-01": "read"}
+    with LocalCluster(tmp_path, tokens=tokens, raft=FAST_RAFT) as cluster:
+        nodes = cluster.configure()
+        loaded = [configuration.load(node.config_path) for node in nodes]
+
+    assert [c.node_id for c in loaded] == ["n1", "n2", "n3"]
+    for node, config in zip(nodes, loaded, strict=True):
+        assert (config.raft_address, config.http_address) == (node.raft_address, node.http_address)
+        assert config.data_dir == node.data_dir
+        assert config.cluster_password == cluster.password
+        assert config.tokens == tokens
+        assert config.raft.election_timeout_min_s == FAST_RAFT["election_timeout_min_s"]
+        assert {peer.node_id for peer in config.peers} == {"n1", "n2", "n3"} - {node.node_id}
+    addresses = [a for n in nodes for a in (n.raft_address, n.http_address)]
+    assert len(set(addresses)) == 6
+
+
+def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
+    ports = free_ports(20)
+
+    assert len(set(ports)) == 20
+    assert max(ports) < _ephemeral_range()[0]
+
+
+def test_tracebacks_finds_ours_in_json_and_raw_logs_and_ignores_library_ones() -> None:
+    ours = f'File "{REPO_ROOT}/cluster/node.py", line 3, in run'
+    library = 'File "/usr/lib/python3.11/site-packages/pysyncobj/syncobj.py", line 9, in tick'
+    json_line = (
+        '{"level": "error", "msg": "boom", "exc": "Traceback (most recent call last):\\n  '
+        + ours.replace('"', '\\"')
+        + '\\nValueError: x"}'
+    )
+    raw = ["Traceback (most recent call last):", f"  {ours}", "    run()", "KeyError: 1"]
+    foreign = ["Traceback (most recent call last):", f"  {library}", "OSError: 9"]
+
+    found = tracebacks(["before", json_line, *raw, "after", *foreign, "end"])
+
+    assert len(found) == 2
+    assert "ValueError" in found[0] and "KeyError: 1" in found[1]
+    assert len(tracebacks(foreign, ours_only=False)) == 1
+
+
+def test_close_kills_every_node_even_a_paused_one_and_a_crash_is_noticed(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(tmp_path, raft=FAST_RAFT)
+    try:
+        cluster.start()
+        cluster.wait_ready()
+        first, second, _ = cluster.nodes
+        os.kill(first.pid or 0, signal.SIGKILL)  # behind the harness's back: a crash
+        cluster.wait_for(lambda: not first.running, 10, "n1 to die")
+        cluster.pause(second)
+        pids = [node.pid for node in cluster.nodes]
+
+        crashed = cluster.crashed_nodes()
+    finally:
+        cluster.close()
+
+    assert crashed == [first]
+    for pid in pids:
+        assert pid is not None and not Path(f"/proc/{pid}").exists()
+    assert cluster.log_lines(second), "a node's output goes to its log file"
+
+
+def test_a_node_stopped_with_sigterm_exits_0_and_catches_up_when_started_again(
+    cluster: LocalCluster,
+) -> None:
+    follower = cluster.followers()[0]
+
+    exit_code = cluster.stop(follower)
+    status, job, _ = cluster.call("POST", "/v1/jobs", {"task": "t", "request_id": "while-down"})
+    cluster.start_node(follower)
+    cluster.wait_ready()
+
+    assert exit_code == 0
+    assert status == 201, job
+    seen = cluster.wait_for(
+        lambda: cluster.request(follower, "GET", f"/v1/jobs/{job['id']}")[0] == 200,
+        10,
+        "the restarted node to catch up",
+    )
+    assert seen

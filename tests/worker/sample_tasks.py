@@ -1,0 +1,79 @@
+"""Handlers the worker tests run (loaded with `--import sample_tasks`).
+
+Handlers that wait do so on a file the test creates ("release") and on `ctx.cancelled`, each
+bounded by a deadline, so no test depends on how long anything takes. Every handler that
+starts writes a marker file `<job>.<token>.started` into the payload's `dir`, so a test can
+see which attempts ran even when a worker died before reporting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster.worker import JobContext, PermanentError, task
+
+WAIT_S_MAX = 60.0
+
+
+def _mark(ctx: JobContext, what: str) -> None:
+    folder = (ctx.payload or {}).get("dir") if isinstance(ctx.payload, dict) else None
+    if folder:
+        Path(folder, f"{ctx.job_id}.{ctx.token}.{what}").write_text(ctx.worker)
+
+
+def _identity(ctx: JobContext) -> dict[str, Any]:
+    return {"worker": ctx.worker, "token": ctx.token, "attempt": ctx.attempt, "key": ctx.key}
+
+
+@task("echo")
+def echo(ctx: JobContext) -> dict[str, Any]:
+    _mark(ctx, "started")
+    return {"echo": ctx.payload, **_identity(ctx)}
+
+
+@task("block")
+def block(ctx: JobContext) -> dict[str, Any]:
+    """Wait (in a thread) until the payload's `release` file exists; stop if cancelled."""
+    _mark(ctx, "started")
+    release = Path(ctx.payload["release"])
+    deadline = time.monotonic() + WAIT_S_MAX
+    while not release.exists() and time.monotonic() < deadline:
+        if ctx.wait_cancelled(0.02):
+            _mark(ctx, "cancelled")
+            return {"cancelled": True}
+    _mark(ctx, "released")
+    return {"released": True, **_identity(ctx)}
+
+
+@task("block-async")
+async def block_async(ctx: JobContext) -> dict[str, Any]:
+    """Like `block`, as a coroutine: a lost lease cancels it (the marker says so)."""
+    _mark(ctx, "started")
+    release = Path(ctx.payload["release"])
+    deadline = time.monotonic() + WAIT_S_MAX
+    try:
+        while not release.exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    except asyncio.CancelledError:
+        _mark(ctx, "cancelled")
+        raise
+    return {"released": True, **_identity(ctx)}
+
+
+@task("boom")
+def boom(ctx: JobContext) -> None:
+    _mark(ctx, "started")
+    raise RuntimeError(f"boom on attempt {ctx.attempt}")
+
+
+@task("permanent")
+def permanent(ctx: JobContext) -> None:
+    raise PermanentError("this input can never work")
+
+
+@task("too-big")
+def too_big(ctx: JobContext) -> str:
+    return "x" * 100_000

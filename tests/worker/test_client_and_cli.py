@@ -1,0 +1,160 @@
+"""The client's failover and retry rules against the in-process fake, and the worker
+command's flags and environment fallbacks (no cluster needed)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from cluster.client import ApiError, AsyncClient, Unavailable, normalize_urls
+from cluster.worker import cli
+
+from .fakeapi import FakeApi
+
+
+def with_fake(test: Any, ports: int = 2) -> FakeApi:
+    async def main() -> FakeApi:
+        fake = FakeApi()
+        await fake.start(ports)
+        try:
+            await test(fake)
+        finally:
+            await fake.stop()
+        return fake
+
+    return asyncio.run(main())
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_a_write_retried_after_a_503_keeps_its_request_id_on_the_next_node() -> None:
+    async def test(fake: FakeApi) -> None:
+        fake.unavailable_next = 2
+        async with AsyncClient(fake.urls) as client:
+            job = await client.submit("echo", {"n": 1})
+            again = await client.submit("echo", {"n": 2})
+        assert job["id"] == 1 and again["id"] == 2
+        first, second, third, fourth = fake.calls("/v1/jobs")
+        assert first.request_id == second.request_id == third.request_id
+        assert fourth.request_id != first.request_id
+        assert first.port != second.port
+
+    with_fake(test)
+
+
+def test_the_api_token_is_sent_as_a_bearer_token() -> None:
+    async def test(fake: FakeApi) -> None:
+        async with AsyncClient(fake.urls, token="s3cret-worker") as client:
+            await client.submit("echo")
+        assert [r.authorization for r in fake.requests] == ["Bearer s3cret-worker"]
+
+    with_fake(test)
+
+
+def test_a_dead_node_is_skipped() -> None:
+    async def test(fake: FakeApi) -> None:
+        async with AsyncClient([closed_port_url(), *fake.urls]) as client:
+            assert (await client.submit("echo"))["id"] == 1
+            assert client.failovers == 1 and client.current_url == fake.urls[0]
+
+    with_fake(test)
+
+
+def test_client_errors_are_raised_at_once_with_their_code() -> None:
+    async def test(fake: FakeApi) -> None:
+        fake.revoked[5] = "stale_token"
+        async with AsyncClient(fake.urls) as client:
+            with pytest.raises(ApiError) as refused:
+                await client.heartbeat(5, 3)
+        assert refused.value.status == 409 and refused.value.code == "stale_token"
+        assert len(fake.calls("/v1/jobs/5/heartbeat")) == 1
+
+    with_fake(test)
+
+
+def test_no_answer_before_the_deadline_is_unavailable() -> None:
+    async def test() -> None:
+        async with AsyncClient([closed_port_url(), closed_port_url()]) as client:
+            started = time.monotonic()
+            with pytest.raises(Unavailable, match="no node answered"):
+                await client.request("GET", "/v1/cluster", deadline_s=0.5)
+            assert time.monotonic() - started < 5
+
+    asyncio.run(test())
+
+
+def test_urls_may_be_a_comma_separated_string_or_bare_addresses() -> None:
+    assert normalize_urls(" http://a:1/, b:2 ,") == ["http://a:1", "http://b:2"]
+    with pytest.raises(ValueError):
+        normalize_urls(" , ")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_every_worker_flag_falls_back_to_its_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = {
+        "RAFTCRON_CONNECT": "http://a:1,http://b:2",
+        "RAFTCRON_QUEUES": "mail,reports",
+        "RAFTCRON_CONCURRENCY": "9",
+        "RAFTCRON_IMPORT": "myapp.tasks",
+        "RAFTCRON_PATH": "/srv/app",
+        "RAFTCRON_WORKER_NAME": "w-env",
+        "RAFTCRON_LEASE_MS": "6000",
+        "RAFTCRON_WAIT_MS": "1000",
+        "RAFTCRON_TIMEOUT_MS": "120000",
+        "RAFTCRON_DRAIN_TIMEOUT_MS": "5000",
+        "RAFTCRON_API_TOKEN": "s3cret-worker",
+        "RAFTCRON_NO_SHELL": "1",
+        "RAFTCRON_LOG_LEVEL": "debug",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = parse([])
+    assert args.connect == "http://a:1,http://b:2"
+    assert args.queues == ["mail", "reports"] and args.concurrency == 9
+    assert args.path == "/srv/app" and args.name == "w-env"
+    assert (args.lease_ms, args.wait_ms, args.timeout_ms) == (6000, 1000, 120000)
+    assert args.drain_timeout_ms == 5000 and args.api_token == "s3cret-worker"
+    assert args.no_shell is True and args.log_level == "debug"
+    worker = cli.build_worker(args)
+    assert worker.urls == ["http://a:1", "http://b:2"] and "shell" not in worker.tasks
+    # A flag wins over its variable.
+    assert parse(["--concurrency", "2", "--queues", "x"]).concurrency == 2
+    assert parse(["--queues", "x"]).queues == ["x"]
+
+
+def test_worker_defaults_and_bad_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RAFTCRON_QUEUES", "RAFTCRON_CONCURRENCY", "RAFTCRON_LEASE_MS"):
+        monkeypatch.delenv(name, raising=False)
+    args = parse(["--connect", "http://a:1"])
+    assert args.queues == ["default"] and args.concurrency == 4 and args.lease_ms == 30000
+    assert "shell" in cli.build_worker(args).tasks
+    with pytest.raises(SystemExit):
+        parse(["--lease-ms", "10"])
+    monkeypatch.setenv("RAFTCRON_CONCURRENCY", "zero")
+    with pytest.raises(SystemExit):
+        parse([])
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_the_worker_command_refuses_to_start_without_nodes_or_with_a_bad_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RAFTCRON_CONNECT", raising=False)
+    assert cli.main([]) == 2
+    assert cli.main(["--connect", "http://a:1", "--import", "no_such_module_here"]) == 2

@@ -1,0 +1,54 @@
+"""Node behaviour the worker depends on, pinned by tests written when it was wrong."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from cluster.client import Client
+from cluster.localcluster import LocalCluster
+
+from .conftest import StartWorker
+
+GHOST_LEASE_MS = 3_000
+
+
+def test_a_long_poll_of_a_worker_that_died_claims_nothing(
+    cluster: LocalCluster, client: Client, queue: str, start_worker: StartWorker
+) -> None:
+    node = cluster.nodes[0]
+    # A job the ghost holds, so that its claim's ack shows when the claim has started waiting.
+    held_queue = f"{queue}-held"[:100]
+    held = client.submit("echo", {}, queue=held_queue)
+    [job] = client.request(
+        "POST",
+        "/v1/claims",
+        {"worker": "holder", "queues": [held_queue], "max": 1, "lease_ms": 60_000},
+        write=True,
+    )["jobs"]
+    assert job["id"] == held["id"]
+
+    body = json.dumps(
+        {
+            "worker": "ghost",
+            "queues": [queue],
+            "max": 1,
+            "lease_ms": GHOST_LEASE_MS,
+            "wait_ms": 20_000,
+            "acks": [{"id": job["id"], "token": job["token"], "outcome": "succeeded"}],
+        }
+    ).encode()
+    host, port = node.http_address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as ghost:
+        ghost.sendall(
+            b"POST /v1/claims HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        # Round 0 (the ack) is committed at once; the claim then waits for work.
+        client.wait(held["id"], timeout_s=10)
+    # The ghost hung up (the worker died). A job arrives, and a live worker is there for it.
+    late = client.submit("echo", {}, queue=queue)
+    start_worker(queue, "w-live")
+    done = client.wait(late["id"], timeout_s=30)
+    assert [a["worker"] for a in done["history"]] == ["w-live"], done["history"]

@@ -1,0 +1,147 @@
+"""The built-in shell task on its own: environment, stdin, capped output, exit codes,
+timeouts that kill the whole process group, and payloads it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.worker import JobContext, PermanentError
+from cluster.worker.shell import STREAM_BYTES_MAX, ShellFailed, Tail, run_shell
+from scheduler import limits, parse
+
+
+async def _no_heartbeat(lease_ms: int | None) -> bool:
+    return True
+
+
+def shell(payload: Any, **job: Any) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        claimed = {"id": 7, "task": "shell", "token": 42, "attempt": 2, "payload": payload}
+        claimed.update(job)
+        ctx = JobContext(
+            claimed,
+            worker="w1",
+            lease_ms=30_000,
+            loop=asyncio.get_running_loop(),
+            heartbeat=_no_heartbeat,
+        )
+        return await run_shell(ctx)
+
+    return asyncio.run(main())
+
+
+def test_the_command_gets_the_job_in_its_environment_and_the_payload_on_stdin() -> None:
+    script = (
+        "import json, os, sys; "
+        "print(json.dumps({'env': dict(os.environ), 'stdin': sys.stdin.read()}))"
+    )
+    payload = {"argv": [sys.executable, "-c", script], "env": {"GREETING": "hi"}, "extra": [1]}
+    result = shell(payload, key="report@1", schedule="report", fire_time_ms=1_000)
+    seen = json.loads(result["stdout"])
+    env = seen["env"]
+    assert env["RAFTCRON_JOB_ID"] == "7" and env["RAFTCRON_TOKEN"] == "42"
+    assert env["RAFTCRON_ATTEMPT"] == "2" and env["RAFTCRON_JOB_KEY"] == "report@1"
+    assert env["RAFTCRON_SCHEDULE"] == "report" and env["RAFTCRON_FIRE_TIME_MS"] == "1000"
+    assert env["GREETING"] == "hi"
+    assert json.loads(seen["stdin"]) == payload
+    assert result["exit_code"] == 0 and result["truncated"] is False
+
+
+def test_a_job_without_key_or_schedule_gets_empty_variables() -> None:
+    result = shell({"argv": ["sh", "-c", 'echo "[$RAFTCRON_JOB_KEY|$RAFTCRON_SCHEDULE]"']})
+    assert result["stdout"] == "[|]\n"
+
+
+def test_huge_output_is_capped_to_its_end_and_the_result_fits_the_cluster_limit() -> None:
+    # 1 MB of stdout and of invalid UTF-8 on stderr (each bad byte decodes to 3 bytes).
+    script = (
+        "import sys; sys.stdout.write('a' * 1_000_000 + 'END'); "
+        "sys.stderr.buffer.write(bytes([0xff]) * 200_000)"
+    )
+    result = shell({"argv": [sys.executable, "-c", script]})
+    assert result["stdout"].endswith("aaaEND") and len(result["stdout"]) == STREAM_BYTES_MAX
+    assert result["stdout_bytes"] == 1_000_003 and result["stderr_bytes"] == 200_000
+    assert result["truncated"] is True
+    assert len(result["stderr"].encode()) <= STREAM_BYTES_MAX
+    parse.json_value(result, "result", bytes_max=limits.RESULT_BYTES_MAX)  # does not raise
+
+
+def test_a_non_zero_exit_fails_with_the_code_and_the_end_of_stderr() -> None:
+    with pytest.raises(ShellFailed) as failure:
+        shell({"argv": ["sh", "-c", "echo 'disk full' >&2; exit 3"]})
+    assert str(failure.value).startswith("exit code 3")
+    assert "disk full" in str(failure.value)
+
+
+def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    # The command starts a background child that would outlive it; both must die.
+    command = f"sleep 60 & echo $! > {pid_file}; wait"
+    started = time.monotonic()
+    with pytest.raises(ShellFailed, match="timed out after 300 ms"):
+        shell({"argv": ["sh", "-c", command], "timeout_ms": 300})
+    assert time.monotonic() - started < 10
+    child = int(pid_file.read_text())
+    assert not _alive(child)
+
+
+def test_a_background_child_holding_the_pipes_does_not_hang_the_job(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    result = shell({"argv": ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; echo parent done"]})
+    assert result["stdout"] == "parent done\n"
+    assert not _alive(int(pid_file.read_text()))
+
+
+def test_a_command_that_ignores_stdin_still_succeeds() -> None:
+    big = {"argv": ["true"], "blob": "z" * 200_000}
+    assert shell(big)["exit_code"] == 0
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        None,
+        {"argv": []},
+        {"argv": "echo hi"},
+        {"argv": ["echo", 1]},
+        {"argv": ["echo"], "env": {"A": 1}},
+        {"argv": ["echo"], "timeout_ms": 0},
+        {"argv": ["/no/such/program"]},
+    ],
+)
+def test_bad_payloads_and_missing_programs_fail_for_good(payload: Any) -> None:
+    with pytest.raises(PermanentError):
+        shell(payload)
+
+
+def test_tail_keeps_the_last_bytes_and_counts_all() -> None:
+    tail = Tail(bytes_max=4)
+    for chunk in (b"ab", b"cdef", b"g"):
+        tail.feed(chunk)
+    assert tail.text() == "defg" and tail.total == 7 and tail.truncated
+
+
+def _alive(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # It may be a zombie of a reaped group for a moment: look at its state.
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except (FileNotFoundError, IndexError):
+            return False
+        if state == "Z":
+            return False
+        time.sleep(0.02)
+    return True
