@@ -12,9 +12,12 @@ HTTP API, so a command from the wire is exactly as trustworthy as one built here
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
+
+import msgpack
 
 from scheduler import limits, parse
 from scheduler.errors import Invalid
@@ -512,3 +515,13 @@ COMMAND_TYPES: tuple[type[Any], ...] = (
 )
 BY_TAG: dict[int, type[Any]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(BY_TAG) == len(COMMAND_TYPES), "a command tag is used twice"
+
+
+def command_fingerprint(command: Command) -> int:
+    """A checksum of what a client asked for, to catch a request_id reused for another request.
+
+    It leaves out the request_id itself and the `node` that took the request: a worker that
+    retries a claim through another node is repeating the same request.
+    """
+    wire = {k: v for k, v in command.to_wire().items() if k not in ("request_id", "node")}
+    return zlib.crc32(msgpack.packb([command.TAG, wire], use_bin_type=True))

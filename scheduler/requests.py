@@ -17,18 +17,22 @@ from scheduler import limits
 
 class RequestLog:
     def __init__(self) -> None:
-        self.results: dict[str, tuple[int, Any, int]] = {}  # id -> (command tag, value, now_ms)
+        # id -> (command tag, fingerprint of the command, value, now_ms)
+        self.results: dict[str, tuple[int, int, Any, int]] = {}
         self.order: deque[tuple[int, str]] = deque()  # (now_ms, id) in arrival order
 
     def __len__(self) -> int:
         return len(self.results)
 
-    def get(self, request_id: str) -> tuple[int, Any] | None:
+    def get(self, request_id: str) -> tuple[int, int, Any] | None:
+        """(tag, fingerprint, first result value) of a request seen in the window, or None."""
         entry = self.results.get(request_id)
-        return None if entry is None else (entry[0], entry[1])
+        return None if entry is None else (entry[0], entry[1], entry[2])
 
-    def remember(self, request_id: str, tag: int, value: Any, now_ms: int) -> None:
-        self.results[request_id] = (tag, value, now_ms)
+    def remember(
+        self, request_id: str, tag: int, fingerprint: int, value: Any, now_ms: int
+    ) -> None:
+        self.results[request_id] = (tag, fingerprint, value, now_ms)
         self.order.append((now_ms, request_id))
         while len(self.results) > limits.REQUESTS_KEPT_MAX:
             self._drop_oldest()
@@ -41,16 +45,16 @@ class RequestLog:
     def _drop_oldest(self) -> None:
         now_ms, request_id = self.order.popleft()
         entry = self.results.get(request_id)
-        if entry is not None and entry[2] == now_ms:
+        if entry is not None and entry[3] == now_ms:
             del self.results[request_id]
 
     def to_list(self) -> list[Any]:
-        return [[rid, tag, value, now_ms] for rid, (tag, value, now_ms) in self.results.items()]
+        return [[rid, *entry] for rid, entry in self.results.items()]
 
     @classmethod
     def from_list(cls, data: list[Any]) -> RequestLog:
         log = cls()
-        for rid, tag, value, now_ms in data:
-            log.results[rid] = (tag, value, now_ms)
+        for rid, tag, fingerprint, value, now_ms in data:
+            log.results[rid] = (tag, fingerprint, value, now_ms)
             log.order.append((now_ms, rid))
         return log

@@ -30,6 +30,7 @@ from scheduler.commands import (
     SubmitJobs,
     SubmitWorkflow,
     Tick,
+    command_fingerprint,
 )
 from scheduler.errors import Invalid, Ok, Rejected, Result
 from scheduler.events import EventLog
@@ -76,11 +77,11 @@ class SchedulerState:
         if request_id is not None:
             seen = self.requests.get(request_id)
             if seen is not None:
-                tag, value = seen
-                if tag != command.TAG:
+                tag, fingerprint, value = seen
+                if tag != command.TAG or fingerprint != command_fingerprint(command):
                     return Rejected(
                         "request_id_reused",
-                        f"request_id {request_id!r} was already used for another kind of command",
+                        f"request_id {request_id!r} was already used for a different request",
                         "request_id",
                     )
                 return Ok(value)
@@ -90,7 +91,8 @@ class SchedulerState:
             # Handlers validate before they mutate, so an Invalid here has changed nothing.
             return Rejected.from_invalid(error)
         if request_id is not None and isinstance(result, Ok):
-            self.requests.remember(request_id, command.TAG, result.value, self.now_ms)
+            fingerprint = command_fingerprint(command)
+            self.requests.remember(request_id, command.TAG, fingerprint, result.value, self.now_ms)
         return result
 
     def _dispatch(self, command: Command) -> Result:

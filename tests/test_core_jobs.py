@@ -316,3 +316,17 @@ def test_a_deposed_leaders_late_begin_is_ignored(d):
     d.ok(BeginLeadership(d.now_ms, "n2", 7))
     assert "ignored" in d.ok(BeginLeadership(d.now_ms, "n1", 6))
     assert d.state.leader == ("n2", 7)
+
+
+def test_a_request_id_reused_for_a_different_body_is_refused(d):
+    d.ok(SubmitJobs("req-y", (JobSpec(task="noop"),)))
+    result = d.apply(SubmitJobs("req-y", (JobSpec(task="other"),)))
+    assert isinstance(result, Rejected) and result.code == "request_id_reused"
+    assert len(d.state.table) == 1
+
+
+def test_a_claim_retried_through_another_node_is_the_same_request(d):
+    d.submit()
+    first = d.ok(ClaimJobs("claim-x", "w1", ("default",), 1, 30_000, (), "n1"))
+    again = d.ok(ClaimJobs("claim-x", "w1", ("default",), 1, 30_000, (), "n2"))
+    assert first == again
