@@ -24,7 +24,16 @@ def main(argv: list[str] | None = None) -> int:
         "worker", help="claim and run jobs (Python handlers, built-in shell task)"
     )
     worker_cli.add_arguments(worker)
-    args = parser.parse_args(argv)
+    from cluster import opscli
+
+    opscli.add_commands(commands)
+    words, command_words = opscli.split_command(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(words)
+    if args.command in ("submit", "jobs", "schedules", "cluster"):
+        args.argv = command_words
+        return opscli.run(args)
+    if command_words:
+        parser.error(f"{args.command}: unexpected arguments after --: {' '.join(command_words)}")
     if args.command == "worker":
         return int(worker_cli.run(args))
     if args.command == "node":

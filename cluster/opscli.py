@@ -1,0 +1,507 @@
+"""The operator's commands: `raftcron submit | jobs | schedules | cluster`.
+
+Tables for people, `--json` for scripts. Exit codes: 0 done, 1 the cluster refused the request
+(4xx: the message says why), 2 the command line is wrong, 3 the cluster could not be reached
+or had no leader in time. Errors are one line on stderr. Every flag that a shell session sets
+once has an environment fallback: `--connect` (RAFTCRON_CONNECT), `--api-token`
+(RAFTCRON_API_TOKEN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.request
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from cluster.client import ApiError, Client, Unavailable
+from scheduler.calendar import RecurrenceError, parse_duration_ms
+
+DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
+EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
+
+
+class UsageError(Exception):
+    pass
+
+
+# -- arguments ----------------------------------------------------------------------------
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--connect",
+        default=os.environ.get("RAFTCRON_CONNECT", DEFAULT_CONNECT),
+        help="node URLs, comma-separated (env RAFTCRON_CONNECT; default: the demo's 3 nodes)",
+    )
+    parser.add_argument(
+        "--api-token",
+        default=os.environ.get("RAFTCRON_API_TOKEN"),
+        help="bearer token (env RAFTCRON_API_TOKEN)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=float(os.environ.get("RAFTCRON_DEADLINE", "15")),
+        help="give up after this many seconds of failing over and retrying "
+        "(env RAFTCRON_DEADLINE; default 15)",
+    )
+
+
+def add_commands(commands: Any) -> None:
+    submit = commands.add_parser(
+        "submit",
+        help="submit a job",
+        description="Submit one job. For the "
+        "built-in shell task: raftcron submit shell -- sh -c 'echo hi'",
+    )
+    add_common(submit)
+    submit.add_argument("task", help="task name (the worker's handler), e.g. shell")
+    _add_job_fields(submit)
+    submit.add_argument(
+        "--key", help="idempotency key: a second submit with it returns the first job"
+    )
+    submit.add_argument("--delay", help="run after this long, e.g. 30s, 5m")
+    submit.add_argument("--run-at", help="run at this time (ISO-8601 or Unix ms)")
+    submit.add_argument("--depends-on", help="job ids this job waits for, comma-separated")
+    submit.add_argument(
+        "--wait", action="store_true", help="wait until the job finishes and print it"
+    )
+
+    jobs = commands.add_parser("jobs", help="list, show, cancel or retry jobs")
+    actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="jobs newest first")
+    add_common(listing)
+    listing.add_argument(
+        "--status",
+        choices=["blocked", "scheduled", "queued", "running", "succeeded", "failed", "cancelled"],
+    )
+    listing.add_argument("--queue")
+    listing.add_argument("--schedule")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--cursor", type=int, help="continue from a previous page's next_cursor")
+    for name, text in (
+        ("show", "one job with its attempts"),
+        ("cancel", "cancel a job (and its descendants)"),
+        ("retry", "retry a failed or cancelled job"),
+    ):
+        action = actions.add_parser(name, help=text)
+        add_common(action)
+        action.add_argument("id", type=int)
+        if name == "cancel":
+            action.add_argument("--reason")
+
+    schedules = commands.add_parser("schedules", help="create, list and control schedules")
+    actions = schedules.add_subparsers(dest="action", required=True, metavar="ACTION")
+    put = actions.add_parser(
+        "put",
+        help="create or replace a schedule",
+        description="Example: raftcron schedules put nightly --cron '0 2 * * *' "
+        "--tz Europe/Paris --task shell -- /usr/local/bin/report",
+    )
+    add_common(put)
+    put.add_argument("name")
+    put.add_argument("--task", help="task of each fired job, e.g. shell (omit with --file)")
+    timing = put.add_mutually_exclusive_group()
+    timing.add_argument("--cron", help="5 fields, 6 with seconds first, or @hourly, @daily...")
+    timing.add_argument("--every", help="interval, e.g. 30s, 5m, 1h")
+    timing.add_argument("--at", help="once, at this time (ISO-8601)")
+    put.add_argument("--tz", help="IANA time zone of the cron fields (default UTC)")
+    put.add_argument("--misfire", choices=["fire_once", "fire_all", "skip"])
+    put.add_argument("--overlap", choices=["allow", "forbid", "replace", "buffer_one"])
+    put.add_argument("--jitter", help="spread runs by up to this long, e.g. 30s")
+    put.add_argument("--paused", action="store_true")
+    put.add_argument("--file", help="the whole schedule as a JSON file (the PUT body); - for stdin")
+    _add_job_fields(put)
+    listing = actions.add_parser("list", help="every schedule with its next fire time")
+    add_common(listing)
+    for name, text in (
+        ("show", "one schedule"),
+        ("pause", "stop firing"),
+        ("resume", "fire again (no catch-up of the paused time)"),
+        ("trigger", "fire now"),
+        ("delete", "delete the schedule (its jobs stay)"),
+        ("preview", "the next fire times, with DST notes"),
+        ("backfill", "one job per missed fire time in a range"),
+    ):
+        action = actions.add_parser(name, help=text)
+        add_common(action)
+        action.add_argument("name")
+        if name == "trigger":
+            action.add_argument("--force", action="store_true", help="ignore the overlap policy")
+        if name == "preview":
+            action.add_argument("--count", type=int, default=10)
+        if name == "backfill":
+            action.add_argument(
+                "--from", dest="from_time", required=True, help="ISO-8601 or Unix ms"
+            )
+            action.add_argument(
+                "--to", dest="to_time", required=True, help="ISO-8601 or Unix ms (excluded)"
+            )
+
+    cluster = commands.add_parser("cluster", help="cluster status")
+    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add_common(actions.add_parser("status", help="members, roles, leader, indexes"))
+
+
+def _add_job_fields(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--payload", help="JSON payload (for shell: merged with the argv)")
+    parser.add_argument("--queue")
+    parser.add_argument("--priority", type=int)
+    parser.add_argument("--max-attempts", type=int)
+    parser.add_argument("--timeout", help="run time limit, e.g. 10m")
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`raftcron submit shell -- sh -c 'echo hi'`: the words after `--` are the shell command."""
+    if "--" not in argv:
+        return argv, []
+    index = argv.index("--")
+    return argv[:index], argv[index + 1 :]
+
+
+def run(args: argparse.Namespace) -> int:
+    handler: Callable[[Client, argparse.Namespace], Any] = {
+        "submit": _submit,
+        "jobs": _jobs,
+        "schedules": _schedules,
+        "cluster": _cluster,
+    }[args.command]
+    try:
+        options = {"retry_deadline_s": args.deadline, "request_timeout_s": min(10.0, args.deadline)}
+        with Client(args.connect, token=args.api_token, **options) as client:
+            handler(client, args)
+    except UsageError as error:
+        print(f"raftcron {args.command}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except ApiError as error:
+        print(f"raftcron {args.command}: {error.code}: {error.message}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Unavailable as error:
+        print(f"raftcron {args.command}: cluster unavailable: {error}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return 0
+
+
+def _job_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    payload = _json_arg(args.payload, "--payload") if args.payload else None
+    if getattr(args, "argv", None):
+        if args.task != "shell":
+            raise UsageError("a command after the task is only for the shell task")
+        payload = {**(payload or {}), "argv": list(args.argv)}
+    if payload is not None:
+        fields["payload"] = payload
+    for name in ("queue", "priority", "max_attempts"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    if args.timeout:
+        fields["timeout_ms"] = _duration(args.timeout, "--timeout")
+    return fields
+
+
+def _submit(client: Client, args: argparse.Namespace) -> None:
+    fields = _job_fields(args)
+    if args.key:
+        fields["key"] = args.key
+    if args.delay:
+        fields["delay_ms"] = _duration(args.delay, "--delay")
+    if args.run_at:
+        fields["run_at_ms"] = _instant(args.run_at, "--run-at")
+    if args.depends_on:
+        fields["depends_on"] = _ids(args.depends_on, "--depends-on")
+    payload = fields.pop("payload", None)
+    job = client.submit(args.task, payload, **fields)
+    if args.wait:
+        job = client.wait(job["id"])
+    _print(args, job, lambda: _job_table([job]) + (_job_detail(job) if args.wait else ""))
+
+
+def _jobs(client: Client, args: argparse.Namespace) -> None:
+    if args.action == "list":
+        filters = {k: getattr(args, k) for k in ("status", "queue", "schedule", "limit", "cursor")}
+        page = client.jobs(**{k: v for k, v in filters.items() if v is not None})
+        more = f"\nnext page: --cursor {page['next_cursor']}\n" if page.get("next_cursor") else ""
+        _print(args, page, lambda: _job_table(page["jobs"]) + more)
+    elif args.action == "show":
+        job = client.job(args.id)
+        _print(args, job, lambda: _job_table([job]) + _job_detail(job))
+    elif args.action == "cancel":
+        answer = client.cancel(args.id, args.reason)
+        _print(
+            args,
+            answer,
+            lambda: (
+                f"job {args.id} cancelled "
+                f"({answer.get('cancelled_descendants', 0)} descendants cancelled too)\n"
+            ),
+        )
+    else:
+        answer = client.retry(args.id)
+        _print(args, answer, lambda: f"job {args.id} is {answer.get('status')} again\n")
+
+
+def _schedules(client: Client, args: argparse.Namespace) -> None:
+    action = args.action
+    if action == "put":
+        schedule = client.put_schedule(args.name, _schedule_body(args))
+        _print(args, schedule, lambda: _schedule_table([schedule]))
+    elif action == "list":
+        schedules = client.schedules()
+        _print(args, schedules, lambda: _schedule_table(schedules))
+    elif action == "show":
+        schedule = client.schedule(args.name)
+        _print(args, schedule, lambda: _schedule_table([schedule]) + _recent_fires(schedule))
+    elif action in ("pause", "resume", "delete"):
+        answer = {
+            "pause": client.pause_schedule,
+            "resume": client.resume_schedule,
+            "delete": client.delete_schedule,
+        }[action](args.name)
+        _print(args, answer, lambda: f"schedule {args.name}: {action}d\n".replace("ed\n", "d\n"))
+    elif action == "trigger":
+        answer = client.trigger_schedule(args.name, force=args.force)
+        job = answer.get("job")
+        _print(
+            args,
+            answer,
+            lambda: _job_table([job]) if job else f"schedule {args.name}: fire buffered\n",
+        )
+    elif action == "preview":
+        fires = client.preview_schedule(args.name, count=args.count)
+        _print(
+            args,
+            fires,
+            lambda: _table(
+                ["FIRE (UTC)", "LOCAL", "NOTE"],
+                [[_time(f["fire_time_ms"]), f["local"], f.get("note") or ""] for f in fires],
+            ),
+        )
+    else:
+        jobs = client.backfill_schedule(
+            args.name, _instant(args.from_time, "--from"), _instant(args.to_time, "--to")
+        )
+        _print(args, jobs, lambda: _job_table(jobs))
+
+
+def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.file:
+        text = sys.stdin.read() if args.file == "-" else _read(args.file)
+        loaded = _json_arg(text, "--file")
+        if not isinstance(loaded, dict):
+            raise UsageError("--file must hold a JSON object (the schedule)")
+        return dict(loaded)
+    timing = {k: getattr(args, k) for k in ("cron", "every", "at") if getattr(args, k)}
+    if not timing:
+        raise UsageError("give --cron, --every or --at (or the whole schedule with --file)")
+    if not args.task:
+        raise UsageError("give the task each fire runs (e.g. shell -- your command)")
+    body: dict[str, Any] = {**timing, "job": {"task": args.task, **_job_fields(args)}}
+    for name in ("tz", "misfire", "overlap"):
+        if getattr(args, name):
+            body[name] = getattr(args, name)
+    if args.jitter:
+        body["jitter_ms"] = _duration(args.jitter, "--jitter")
+    if args.paused:
+        body["paused"] = True
+    return body
+
+
+def _cluster(client: Client, args: argparse.Namespace) -> None:
+    view = client.cluster()
+    rows = []
+    for member in sorted(view["members"], key=lambda m: m["node_id"]):
+        own = _member_view(member["http_address"], args.api_token)
+        if own is None:
+            rows.append([member["node_id"], member["http_address"], "unreachable", "-", "-", "-"])
+            continue
+        member["view"] = own
+        rows.append(
+            [
+                member["node_id"],
+                member["http_address"],
+                own["role"],
+                own["term"],
+                own["commit_index"],
+                own["applied_index"],
+            ]
+        )
+    leader = view["leader"] or "none"
+    _print(
+        args,
+        view,
+        lambda: (
+            f"leader {leader}, term {view['term']}\n"
+            + _table(["NODE", "HTTP", "ROLE", "TERM", "COMMIT", "APPLIED"], rows)
+        ),
+    )
+
+
+def _member_view(http_address: str, token: str | None) -> dict[str, Any] | None:
+    """Each member's own view (role, term, indexes), asked directly with a short timeout."""
+    request = urllib.request.Request(f"http://{http_address}/v1/cluster")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=2) as answer:
+            loaded = json.loads(answer.read())
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+# -- formatting -------------------------------------------------------------------------------
+
+
+def _print(args: argparse.Namespace, data: Any, table: Callable[[], str]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        sys.stdout.write(table())
+
+
+def _table(headers: list[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
+    return "\n".join(lines) + "\n" + ("" if rows else "(none)\n")
+
+
+def _time(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _job_table(jobs: list[dict[str, Any]]) -> str:
+    return _table(
+        ["ID", "STATUS", "TASK", "QUEUE", "ATTEMPTS", "RUN AT (UTC)", "KEY"],
+        [
+            [
+                j["id"],
+                j.get("status", "?"),
+                j.get("task", ""),
+                j.get("queue", ""),
+                f"{j.get('attempts', 0)}/{j.get('max_attempts', '?')}",
+                _time(j.get("run_at_ms")),
+                j.get("key") or "",
+            ]
+            for j in jobs
+        ],
+    )
+
+
+def _job_detail(job: dict[str, Any]) -> str:
+    lines = []
+    if job.get("error"):
+        lines.append(f"error: {job['error']}")
+    if job.get("result") is not None:
+        lines.append(f"result: {json.dumps(job['result'])[:2000]}")
+    history = job.get("history") or []
+    if history:
+        lines.append(
+            _table(
+                ["ATTEMPT", "WORKER", "NODE", "TOKEN", "START (UTC)", "END (UTC)", "OUTCOME"],
+                [
+                    [
+                        a["attempt"],
+                        a["worker"],
+                        a.get("node") or "",
+                        a["token"],
+                        _time(a["start_ms"]),
+                        _time(a.get("end_ms")),
+                        a["outcome"],
+                    ]
+                    for a in history
+                ],
+            ).rstrip()
+        )
+    return ("\n" + "\n".join(lines) + "\n") if lines else ""
+
+
+def _schedule_table(schedules: list[dict[str, Any]]) -> str:
+    rows = []
+    for s in schedules:
+        spec = s["spec"]
+        timing = next(f"{k} {spec[k]}" for k in ("cron", "every", "at") if k in spec)
+        rows.append(
+            [
+                s["name"],
+                timing,
+                spec.get("tz", "UTC"),
+                "paused" if s["paused"] else "active",
+                s.get("next_fire_local") or "-",
+                s["fires"],
+                s["misfires"],
+                s["misfire_skipped"] + s["overlap_skipped"],
+            ]
+        )
+    return _table(
+        ["NAME", "WHEN", "TZ", "STATE", "NEXT FIRE", "FIRES", "MISFIRES", "SKIPPED"], rows
+    )
+
+
+def _recent_fires(schedule: dict[str, Any]) -> str:
+    fires = schedule.get("recent_fires") or []
+    if not fires:
+        return ""
+    return "\n" + _table(
+        ["RECENT FIRE (UTC)", "JOB"], [[_time(f["fire_time_ms"]), f["job_id"]] for f in fires]
+    )
+
+
+# -- parsing ----------------------------------------------------------------------------------
+
+
+def _json_arg(text: str, flag: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"{flag} is not JSON: {error}") from None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+
+
+def _duration(text: str, flag: str) -> int:
+    try:
+        return parse_duration_ms(int(text) if text.isdigit() else text, field=flag)
+    except RecurrenceError as error:
+        raise UsageError(str(error)) from None
+
+
+def _instant(text: str, flag: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"{flag}: {text!r} is not ISO-8601 (e.g. 2026-12-01T09:00:00Z) or Unix ms"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _ids(text: str, flag: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} must be job ids separated by commas, not {text!r}") from None

@@ -1,0 +1,113 @@
+"""The operator's CLI against a real cluster: tables for people, JSON for scripts, exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from cluster import cli
+from cluster.localcluster import LocalCluster
+
+
+@pytest.fixture
+def run(
+    shared_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int, str, str]]:
+    connect = ",".join(node.url for node in shared_cluster.nodes)
+
+    def run_cli(*words: str) -> tuple[int, str, str]:
+        command, *rest = words
+        code = cli.main(
+            [command, *rest[:1], "--connect", connect, *rest[1:]]
+            if command in ("jobs", "schedules", "cluster")
+            else [command, "--connect", connect, *rest]
+        )
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run_cli
+
+
+def test_submit_prints_the_job_and_json_gives_it_to_scripts(run, unique):
+    key = unique("cli-key")
+    code, out, _ = run("submit", "--key", key, "shell", "--", "sh", "-c", "echo hi")
+    assert code == 0 and "shell" in out and key in out
+    code, out, _ = run("submit", "--json", "--key", key, "shell", "--", "sh", "-c", "echo hi")
+    job = json.loads(out)
+    assert code == 0 and job["key"] == key and job["payload"] == {"argv": ["sh", "-c", "echo hi"]}
+    assert job["created"] is False  # the key returned the first job
+
+
+def test_jobs_list_show_cancel_and_retry(run, unique):
+    queue = unique("cli-queue")
+    _, out, _ = run("submit", "--json", "--queue", queue, "--delay", "1h", "noop")
+    job_id = json.loads(out)["id"]
+    code, out, _ = run("jobs", "list", "--queue", queue)
+    assert code == 0 and str(job_id) in out and "scheduled" in out
+    code, out, _ = run("jobs", "show", str(job_id), "--json")
+    assert code == 0 and json.loads(out)["status"] == "scheduled"
+    code, out, _ = run("jobs", "cancel", str(job_id), "--reason", "testing")
+    assert code == 0 and "cancelled" in out
+    code, out, _ = run("jobs", "retry", str(job_id), "--json")
+    assert code == 0 and json.loads(out)["status"] == "scheduled"
+
+
+def test_schedules_put_list_preview_pause_resume_delete(run, unique):
+    name = unique("cli-sched")
+    code, out, err = run(
+        "schedules",
+        "put",
+        name,
+        "--cron",
+        "30 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--task",
+        "shell",
+        "--",
+        "true",
+    )
+    assert code == 0, err
+    assert name in out and "America/New_York" in out
+    code, out, _ = run("schedules", "preview", name, "--count", "2", "--json")
+    fires = json.loads(out)
+    assert code == 0 and len(fires) == 2 and fires[0]["local"].endswith(("-05:00", "-04:00"))
+    assert run("schedules", "pause", name)[0] == 0
+    _, out, _ = run("schedules", "show", name, "--json")
+    assert json.loads(out)["paused"] is True
+    assert run("schedules", "resume", name)[0] == 0
+    code, out, _ = run("schedules", "list")
+    assert code == 0 and name in out
+    assert run("schedules", "delete", name)[0] == 0
+    code, _, err = run("schedules", "show", name)
+    assert code == 1 and "not_found" in err
+
+
+def test_a_refused_request_exits_1_with_one_clear_line(run, unique):
+    code, out, err = run(
+        "schedules", "put", unique("bad"), "--cron", "61 * * * *", "--task", "noop"
+    )
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "minute" in err and "61" in err
+
+
+def test_a_bad_command_line_exits_2(run):
+    code, _, err = run("submit", "--delay", "soon", "noop")
+    assert code == 2 and "--delay" in err
+    code, _, err = run("submit", "noop", "--", "echo")
+    assert code == 2 and "shell task" in err
+
+
+def test_an_unreachable_cluster_exits_3(capsys):
+    code = cli.main(["cluster", "status", "--connect", "http://127.0.0.1:9", "--deadline", "1"])
+    assert code == 3 and "unavailable" in capsys.readouterr().err
+
+
+def test_cluster_status_shows_every_member_and_one_leader(run, shared_cluster):
+    code, out, _ = run("cluster", "status")
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert sorted(row[0] for row in rows) == ["n1", "n2", "n3"]
+    assert [row[2] for row in rows].count("leader") == 1
