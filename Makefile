@@ -24,6 +24,9 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+demo: $(STAMP)
+	$(BIN)/raftcron demo
+
 bench: $(STAMP)
 	$(BIN)/python -m scheduler.bench
 

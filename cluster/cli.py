@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         "worker", help="claim and run jobs (Python handlers, built-in shell task)"
     )
     worker_cli.add_arguments(worker)
+    demo = commands.add_parser("demo", help="a local 3-node cluster, a worker and sample schedules")
+    from cluster import demo as demo_module
+
+    demo_module.add_arguments(demo)
     from cluster import opscli
 
     opscli.add_commands(commands)
@@ -34,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         return opscli.run(args)
     if command_words:
         parser.error(f"{args.command}: unexpected arguments after --: {' '.join(command_words)}")
+    if args.command == "demo":
+        return demo_module.run(args)
     if args.command == "worker":
         return int(worker_cli.run(args))
     if args.command == "node":
