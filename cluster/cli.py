@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     from cluster import demo as demo_module
 
     demo_module.add_arguments(demo)
+    bench = commands.add_parser(
+        "bench", help="measure a local (or running) cluster: throughput, latency, failover"
+    )
+    from cluster.bench import run as bench_run
+
+    bench_run.add_arguments(bench)
     from cluster import opscli
 
     opscli.add_commands(commands)
@@ -38,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         return opscli.run(args)
     if command_words:
         parser.error(f"{args.command}: unexpected arguments after --: {' '.join(command_words)}")
+    if args.command == "bench":
+        return bench_run.run(args)
     if args.command == "demo":
         return demo_module.run(args)
     if args.command == "worker":

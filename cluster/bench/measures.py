@@ -1,0 +1,381 @@
+"""The benchmark's measures, each an async function of a `Target` returning plain figures.
+
+Load is generated in this process with aiohttp (one connection pool, many coroutines); the
+drain uses real `raftcron worker` processes, because the workers are part of what is measured.
+Every loop is bounded by a count and a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from cluster.bench.stats import Progress, percentile
+from cluster.localcluster import LocalCluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclass
+class Target:
+    urls: list[str]
+    token: str | None = None
+    cluster: LocalCluster | None = None  # set when the bench started the cluster itself
+    quiet: bool = False
+    session: aiohttp.ClientSession = field(init=False)
+    _turn: itertools.cycle[str] = field(init=False)
+
+    async def open(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        connector = aiohttp.TCPConnector(limit=256)
+        self.session = aiohttp.ClientSession(
+            headers=headers, connector=connector, timeout=aiohttp.ClientTimeout(total=30)
+        )
+        self._turn = itertools.cycle(self.urls)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    def next_url(self) -> str:
+        return next(self._turn)
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        url: str | None = None,
+        attempts: int = 20,
+    ) -> tuple[int, Any]:
+        """One request; 503s and refused connections move on to the next node (bounded)."""
+        last: tuple[int, Any] = (0, None)
+        for attempt in range(attempts):
+            base = url if url is not None and attempt == 0 else self.next_url()
+            try:
+                async with self.session.request(method, base + path, json=body) as answer:
+                    payload = await answer.json(content_type=None)
+                    if answer.status != 503:
+                        return answer.status, payload
+                    last = (503, payload)
+            except (aiohttp.ClientError, TimeoutError) as error:
+                last = (0, str(error))
+            await asyncio.sleep(min(0.02 * (attempt + 1), 0.3))
+        return last
+
+    async def leader_url(self) -> str:
+        for _ in range(200):
+            for url in self.urls:
+                try:
+                    async with self.session.get(url + "/v1/cluster") as answer:
+                        view = await answer.json()
+                except (aiohttp.ClientError, TimeoutError, ValueError):
+                    continue
+                if view.get("role") == "leader":
+                    return url
+            await asyncio.sleep(0.05)
+        raise RuntimeError("no leader found")
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# -- submit -------------------------------------------------------------------------------
+
+
+async def submit_single(target: Target, *, jobs: int, concurrency: int) -> dict[str, Any]:
+    queue = _unique("bench-single")
+    progress = Progress("submit single", jobs, quiet=target.quiet)
+    done = 0
+    counter = itertools.count()
+
+    async def client() -> None:
+        nonlocal done
+        while next(counter) < jobs:
+            status, body = await target.call("POST", "/v1/jobs", {"task": "noop", "queue": queue})
+            if status != 201:
+                raise RuntimeError(f"submit answered {status}: {body}")
+            done += 1
+            progress.update(done)
+
+    started = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    elapsed = time.monotonic() - started
+    rate = jobs / elapsed
+    progress.done(f"{jobs:,} jobs, {concurrency} clients: {rate:,.0f} jobs/s")
+    await _cancel_queue(target, queue)
+    return {"submit_single_jobs_per_s": round(rate)}
+
+
+async def submit_batched(
+    target: Target, *, jobs: int, batch: int, concurrency: int, queue: str | None = None
+) -> dict[str, Any]:
+    queue = queue or _unique("bench-batch")
+    progress = Progress("submit batched", jobs, quiet=target.quiet)
+    batches = jobs // batch
+    done = 0
+    counter = itertools.count()
+
+    async def client() -> None:
+        nonlocal done
+        while next(counter) < batches:
+            body = {"jobs": [{"task": "noop", "queue": queue}] * batch}
+            status, answer = await target.call("POST", "/v1/jobs/batch", body)
+            if status != 201:
+                raise RuntimeError(f"batch submit answered {status}: {str(answer)[:300]}")
+            done += batch
+            progress.update(done)
+
+    started = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    elapsed = time.monotonic() - started
+    rate = batches * batch / elapsed
+    progress.done(f"{batches * batch:,} jobs in batches of {batch}: {rate:,.0f} jobs/s")
+    return {"submit_batched_jobs_per_s": round(rate), "queue": queue}
+
+
+async def _cancel_queue(target: Target, queue: str) -> None:
+    """Leave no queued bench jobs behind for the next measure (a drain would count them)."""
+    for _ in range(1_000):
+        status, page = await target.call("GET", f"/v1/jobs?queue={queue}&status=queued&limit=1000")
+        if status != 200 or not page["jobs"]:
+            return
+        await asyncio.gather(
+            *(target.call("POST", f"/v1/jobs/{job['id']}/cancel", {}) for job in page["jobs"])
+        )
+
+
+# -- drain --------------------------------------------------------------------------------
+
+
+async def drain(
+    target: Target,
+    *,
+    jobs: int,
+    workers: int,
+    concurrency: int,
+    ready: tuple[str, int] | None = None,
+) -> dict[str, Any]:
+    """Time W worker processes draining `jobs` no-op jobs: those `ready` in a queue, or new ones."""
+    if ready is not None:
+        queue, jobs = ready
+    else:
+        queue = _unique("bench-drain")
+        await submit_batched(target, jobs=jobs, batch=1_000, concurrency=4, queue=queue)
+    progress = Progress("drain", jobs, quiet=target.quiet)
+    command = [
+        sys.executable,
+        "-m",
+        "cluster.cli",
+        "worker",
+        "--connect",
+        ",".join(target.urls),
+        "--queues",
+        queue,
+        "--concurrency",
+        str(concurrency),
+        "--import",
+        "cluster.bench.tasks",
+        "--no-shell",
+        "--wait-ms",
+        "1000",
+        "--log-level",
+        "warning",
+    ]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    if target.token:
+        env["RAFTCRON_API_TOKEN"] = target.token
+    started = time.monotonic()
+    processes = [
+        subprocess.Popen(
+            command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, start_new_session=True
+        )
+        for _ in range(workers)
+    ]
+    try:
+        succeeded = 0
+        deadline = started + max(120.0, jobs / 200)
+        while succeeded < jobs and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            succeeded = await _succeeded(target, queue)
+            progress.update(succeeded)
+            if any(p.poll() is not None for p in processes):
+                raise RuntimeError("a bench worker exited early")
+        elapsed = time.monotonic() - started
+    finally:
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+    if succeeded < jobs:
+        raise RuntimeError(f"drain: only {succeeded} of {jobs} jobs succeeded in time")
+    rate = jobs / elapsed
+    progress.done(
+        f"{jobs:,} no-op jobs, {workers} workers x {concurrency}: {rate:,.0f} jobs/s "
+        "(including worker start-up)"
+    )
+    return {"drain_jobs_per_s": round(rate), "drain_jobs": jobs, "drain_workers": workers}
+
+
+async def _succeeded(target: Target, queue: str) -> int:
+    """Jobs of a queue that succeeded, from /metrics (cheap at any size, unlike listing)."""
+    code, text = await _metrics(target)
+    if code != 200:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("raftcron_jobs_succeeded_total{") and f'queue="{queue}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+async def _metrics(target: Target) -> tuple[int, str]:
+    for _ in range(len(target.urls)):
+        try:
+            async with target.session.get(target.next_url() + "/metrics") as answer:
+                return answer.status, await answer.text()
+        except (aiohttp.ClientError, TimeoutError):
+            continue
+    return 0, ""
+
+
+# -- claim latency --------------------------------------------------------------------------
+
+
+async def claim_latency(target: Target, *, rounds: int) -> dict[str, Any]:
+    """Idle cluster: one job queued, then one claim round trip timed, `rounds` times."""
+    queue = _unique("bench-claim")
+    url = await target.leader_url()
+    progress = Progress("claim", rounds, quiet=target.quiet)
+    samples = []
+    token_job: list[tuple[int, int]] = []
+    for index in range(rounds):
+        await target.call("POST", "/v1/jobs", {"task": "noop", "queue": queue}, url=url)
+        body = {
+            "worker": "bench",
+            "queues": [queue],
+            "max": 1,
+            "wait_ms": 0,
+            "acks": [{"id": j, "token": t, "outcome": "succeeded"} for j, t in token_job],
+        }
+        started = time.perf_counter()
+        status, answer = await target.call("POST", "/v1/claims", body, url=url)
+        samples.append((time.perf_counter() - started) * 1000)
+        if status != 200 or not answer["jobs"]:
+            raise RuntimeError(f"claim answered {status}: {answer}")
+        token_job = [(job["id"], job["token"]) for job in answer["jobs"]]
+        progress.update(index + 1)
+        await asyncio.sleep(0.01)  # idle: no pipelining between rounds
+    figures = {
+        "claim_p50_ms": round(percentile(samples, 0.5), 2),
+        "claim_p99_ms": round(percentile(samples, 0.99), 2),
+        "claim_max_ms": round(max(samples), 2),
+    }
+    progress.done(
+        f"{rounds} claims on the leader: p50 {figures['claim_p50_ms']} ms, "
+        f"p99 {figures['claim_p99_ms']} ms, max {figures['claim_max_ms']} ms"
+    )
+    return figures
+
+
+# -- fire lateness --------------------------------------------------------------------------
+
+
+async def fire_lateness(target: Target, *, schedules: int, seconds: int) -> dict[str, Any]:
+    """`schedules` schedules every 1 s for `seconds`: lateness = job created - fire time."""
+    prefix = _unique("bench-fire")
+    progress = Progress("fire lateness", schedules, quiet=target.quiet)
+    queue = f"{prefix}-q"
+    for index in range(schedules):
+        spec = {"every": "1s", "job": {"task": "noop", "queue": queue}, "retain": 100}
+        status, answer = await target.call("PUT", f"/v1/schedules/{prefix}-{index}", spec)
+        if status not in (200, 201):
+            raise RuntimeError(f"schedule put answered {status}: {answer}")
+        progress.update(index + 1, "creating schedules")
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        await asyncio.sleep(1)
+        progress.update(schedules, f"{time.monotonic() - started:.0f}/{seconds} s")
+    lateness: list[float] = []
+    for index in range(schedules):
+        status, page = await target.call("GET", f"/v1/jobs?schedule={prefix}-{index}&limit=1000")
+        lateness += [job["created_ms"] - job["fire_time_ms"] for job in page["jobs"]]
+        await target.call("DELETE", f"/v1/schedules/{prefix}-{index}")
+    await _cancel_queue(target, queue)
+    if not lateness:
+        raise RuntimeError("no fires were seen")
+    figures = {
+        "fire_lateness_p50_ms": percentile(lateness, 0.5),
+        "fire_lateness_p99_ms": percentile(lateness, 0.99),
+        "fire_lateness_max_ms": max(lateness),
+        "fires_seen": len(lateness),
+    }
+    progress.done(
+        f"{len(lateness):,} fires of {schedules} 1-second schedules over {seconds} s: p50 "
+        f"{figures['fire_lateness_p50_ms']} ms, p99 {figures['fire_lateness_p99_ms']} ms"
+    )
+    return figures
+
+
+# -- failover -------------------------------------------------------------------------------
+
+
+async def failover(target: Target, *, kills: int) -> dict[str, Any]:
+    """SIGKILL the leader; time until a write commits again; restart it; K times."""
+    cluster = target.cluster
+    if cluster is None:
+        return {"failover_s": None, "failover_note": "needs a cluster started by the bench"}
+    progress = Progress("failover", kills, quiet=target.quiet)
+    times = []
+    for round_number in range(kills):
+        leader = cluster.leader(timeout_s=30)
+        others = [f"http://{node.http_address}" for node in cluster.nodes if node is not leader]
+        cluster.kill(leader)
+        killed_at = time.monotonic()
+        committed = False
+        while time.monotonic() - killed_at < 30 and not committed:
+            for url in others:
+                try:
+                    async with target.session.post(
+                        url + "/v1/jobs",
+                        json={"task": "noop", "queue": "bench-failover"},
+                        timeout=aiohttp.ClientTimeout(total=2),
+                    ) as answer:
+                        committed = answer.status == 201
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                if committed:
+                    break
+            if not committed:
+                await asyncio.sleep(0.01)
+        elapsed = time.monotonic() - killed_at
+        times.append(elapsed)
+        cluster.start_node(leader)
+        cluster.wait_ready(timeout_s=60)
+        progress.update(round_number + 1, f"last {elapsed:.2f} s")
+    figures = {
+        "failover_s": round(max(times), 3),
+        "failover_mean_s": round(sum(times) / len(times), 3),
+        "failover_min_s": round(min(times), 3),
+        "failover_kills": kills,
+    }
+    progress.done(
+        f"{kills} leader kills: worst {figures['failover_s']} s, "
+        f"mean {figures['failover_mean_s']} s"
+    )
+    return figures

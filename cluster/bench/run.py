@@ -1,0 +1,154 @@
+"""`raftcron bench`: choose the measures, start (or connect to) a cluster, print the figures."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cluster.bench import measures
+from cluster.bench.measures import Target
+from cluster.localcluster import LocalCluster
+
+MEASURES = ("submit_single", "submit_batched", "drain", "claim", "fire", "failover", "scale")
+FULL = {
+    "single_jobs": 5_000,
+    "batched_jobs": 100_000,
+    "drain_jobs": 50_000,
+    "drain_workers": 4,
+    "drain_concurrency": 64,
+    "claim_rounds": 500,
+    "fire_schedules": 1_000,
+    "fire_seconds": 60,
+    "failover_kills": 10,
+}
+QUICK = {
+    "single_jobs": 300,
+    "batched_jobs": 5_000,
+    "drain_jobs": 2_000,
+    "drain_workers": 2,
+    "drain_concurrency": 32,
+    "claim_rounds": 50,
+    "fire_schedules": 20,
+    "fire_seconds": 5,
+    "failover_kills": 1,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--connect", help="node URLs of a running cluster (default: start a local 3-node one)"
+    )
+    parser.add_argument("--api-token", help="bearer token for --connect")
+    parser.add_argument(
+        "--only", help=f"comma-separated measures ({', '.join(MEASURES)}); default all but scale"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes: a smoke run in under a minute"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object with every figure"
+    )
+    parser.add_argument("--workers", type=int, help="drain: worker processes")
+    parser.add_argument("--jobs", type=int, help="drain: jobs")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the local cluster's folder (logs)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    chosen = [m.strip() for m in (args.only or "").split(",") if m.strip()] or [
+        m for m in MEASURES if m != "scale"
+    ]
+    unknown = [m for m in chosen if m not in MEASURES]
+    if unknown:
+        print(
+            f"raftcron bench: unknown measure {unknown[0]!r} (known: {', '.join(MEASURES)})",
+            file=sys.stderr,
+        )
+        return 2
+    sizes = dict(QUICK if args.quick else FULL)
+    if args.workers:
+        sizes["drain_workers"] = args.workers
+    if args.jobs:
+        sizes["drain_jobs"] = args.jobs
+    folder = Path(tempfile.mkdtemp(prefix="raftcron-bench-"))
+    cluster = None
+    try:
+        if args.connect:
+            target = Target(
+                [u.strip().rstrip("/") for u in args.connect.split(",")], token=args.api_token
+            )
+        else:
+            cluster = LocalCluster(folder, log_level="warning")
+            cluster.start()
+            cluster.wait_ready(timeout_s=60)
+            target = Target([node.url for node in cluster.nodes], cluster=cluster)
+        if "submit_batched" in chosen and "drain" in chosen:
+            sizes["drain_jobs"] = sizes["batched_jobs"]  # the drain takes the batched jobs
+        figures = asyncio.run(_measure(target, chosen, sizes))
+    finally:
+        if cluster is not None:
+            cluster.close()
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+    figures["measured"] = chosen
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for name, value in figures.items():
+            if name != "measured":
+                print(
+                    f"{name:<28} {value:,}"
+                    if isinstance(value, int | float)
+                    else f"{name:<28} {value}"
+                )
+    return 0
+
+
+async def _measure(target: Target, chosen: list[str], sizes: dict[str, Any]) -> dict[str, Any]:
+    await target.open()
+    figures: dict[str, Any] = {}
+    ready_queue: tuple[str, int] | None = None  # jobs submit_batched left for the drain
+    try:
+        for name in chosen:
+            if name == "submit_single":
+                figures |= await measures.submit_single(
+                    target, jobs=sizes["single_jobs"], concurrency=32
+                )
+            elif name == "submit_batched":
+                result = await measures.submit_batched(
+                    target, jobs=sizes["batched_jobs"], batch=1_000, concurrency=4
+                )
+                ready_queue = (result.pop("queue"), sizes["batched_jobs"])
+                figures |= result
+            elif name == "drain":
+                figures |= await measures.drain(
+                    target,
+                    jobs=sizes["drain_jobs"],
+                    workers=sizes["drain_workers"],
+                    concurrency=sizes["drain_concurrency"],
+                    ready=ready_queue,
+                )
+                ready_queue = None
+            elif name == "claim":
+                figures |= await measures.claim_latency(target, rounds=sizes["claim_rounds"])
+            elif name == "fire":
+                figures |= await measures.fire_lateness(
+                    target, schedules=sizes["fire_schedules"], seconds=sizes["fire_seconds"]
+                )
+            elif name == "failover":
+                figures |= await measures.failover(target, kills=sizes["failover_kills"])
+            elif name == "scale":
+                from cluster.bench import scale
+
+                figures |= await scale.measure(target, quick=sizes is QUICK)
+    finally:
+        await target.close()
+    return figures
