@@ -1,32 +1,41 @@
-"""Carried fix for PySyncObj 0.3.17: an append never deletes what it merely repeats.
+"""Carried fix for PySyncObj 0.3.17: a follower never loses or commits what it cannot verify.
 
-What it fixes (research: /work/shared/research/pysyncobj-truncation.md). In 0.3.17 a follower
-that gets an ``append_entries`` whose ``prevLogIdx`` matches deletes *every* entry after it
+The bug (research: /work/shared/research/pysyncobj-truncation.md). A follower that gets an
+``append_entries`` whose ``prevLogIdx`` matches deletes *every* entry after it
 (``SyncObj.__onMessageReceived``, the ``if len(prevEntries) > 1`` block) instead of deleting
 only from the first entry whose term conflicts (Raft, Figure 2, receiver rule 3). A stale,
-duplicated or re-sent append therefore deletes entries the follower already acknowledged, and
-even applied; if the leader then dies, acknowledged commands vanish and replicas diverge. The
-leader makes such re-sends itself: a late success ack moves ``nextIndex`` backwards past
-batches that are still in flight.
+duplicated or re-sent append therefore deletes entries the follower acknowledged and even
+applied; if the leader then dies, acknowledged commands vanish and replicas diverge. The
+leader makes such re-sends itself: a late success ack moves ``nextIndex`` backwards while later
+batches are still in flight.
 
-How. ``install()`` wraps the message handler on the class (it is bound in ``SyncObj.__init__``,
-so call ``install()`` before constructing a node). The original handler keeps doing all the
-work; the wrapper only rewrites what it is given:
+The rules this module adds (tests/raft shows each failing on 0.3.17 and passing here):
 
-* follower: for an append of the current term whose prev entry matches, entries the log
-  already holds with the same term are dropped from the message. A remaining suffix is
-  passed on with ``prevLogIdx`` moved up, so the original deletes only from the first real
-  conflict. If nothing remains, the original sees a bare heartbeat without a log position
-  (nothing is deleted) and the wrapper acks exactly the last index the append verified.
-  The commit index is capped at that index too: the old delete-everything made
-  ``min(leaderCommit, lastLogIndex)`` safe; a kept, unverified tail must not be committed.
-* leader: a success ack never moves ``nextIndex`` backwards (Raft treats it as a hint; the
-  follower's prev check keeps it safe, so the max only saves wasteful re-sends).
+1. Follower, an append of the current term whose prev entry matches: entries the log already
+   holds with the same term are dropped from the message, so the library deletes only from
+   the first real conflict; if nothing is left, nothing is deleted and the ack claims exactly
+   the last index the append verified. The commit index never passes that index: the old
+   delete-everything made ``min(leaderCommit, lastLogIndex)`` safe, a kept tail is unverified.
+2. Follower, an append without a log position (snapshot chunk, or ``serialized: None`` while
+   the leader's serializer is busy): it verifies nothing, so it commits nothing unless it
+   completes a snapshot install. 0.3.17 committed ``min(leaderCommit, lastLogIndex)`` here,
+   and a deposed leader applied and acknowledged its own uncommitted entries (found by the
+   simulation: chaos/sim, seeds 268 and 496).
+3. Follower, a rejected append: the next-index hint never points past an uncommitted entry of
+   an older term (it may conflict). 0.3.17 hinted "last + 1", so a leader pipelining batches
+   got "conflict at P" then "last + 1" and re-sent the same burst forever (liveness only).
+4. Leader: a success ack never moves ``nextIndex`` backwards (it is a hint; rule 1 makes the
+   re-sends harmless, this makes them rarer).
+5. Compaction: a compaction that completes after a snapshot install replaced the log would
+   delete the whole new log (``__deleteEntriesTo(serializeID)``), wedging the node; skipped.
+   Outside the reported issue, but the simulation hits it as soon as snapshots are involved.
 
-Guard. The wrapper relies on name-mangled internals, so it is tied to the reviewed source:
-``install()`` refuses to run when the installed functions' source hashes differ from
-``REVIEWED_SOURCE_SHA256`` (an upgrade forces a new review), and refuses to stack on a handler
-that somebody else replaced. Installing twice is a no-op.
+How: the original functions keep doing all the work; the wrappers only rewrite their input.
+The handler is bound in ``SyncObj.__init__``, so ``install()`` must run before a node is built;
+that binding decides whether a node runs the fix (``runs_fix``), and rule 5 asks it too.
+Guard: the wrappers rely on name-mangled internals, so ``install()`` refuses to run when the
+relied-on source differs from ``REVIEWED_SOURCE_SHA256`` (an upgrade forces a new review) or
+when somebody else replaced a patched function; installing twice is a no-op.
 """
 
 from __future__ import annotations
@@ -48,19 +57,23 @@ logger = logging.getLogger(__name__)
 PYSYNCOBJ_VERSION = "0.3.17"
 
 _HANDLER = "_SyncObj__onMessageReceived"
+_DELETE_TO = "_SyncObj__deleteEntriesTo"
 _MARKER = "__raftpatch_original__"
 
-# sha256 of inspect.getsource() of every SyncObj function the wrapper patches or relies on
-# (the handler's contract, the ack and entry helpers, the attributes set in __init__, and the
-# leader's pipelined sends), plus the whole syncobj.py: an edited copy that kept the version
-# string still forces a review. The per-function hashes say what to re-read.
+# sha256 of inspect.getsource() of every SyncObj function that is patched or relied on, plus
+# the whole syncobj.py: an edited copy that kept the version string still forces a review.
+# The per-function hashes say what to re-read.
 REVIEWED_SOURCE_SHA256: dict[str, str] = {
     "__init__": "09df12cd7fd7d7270fee82c1a025acc1f3a68e98dafbad81be467947ab95cbf0",
     _HANDLER: "ddfe34b6c02821795146dc533fb7c0fcf6574a082a68a227b4c885c9e14be206",
+    _DELETE_TO: "b7b29988856a66b359c875b708f9dd8a056d29436507013592f5ec307e624faa",
     "_SyncObj__sendNextNodeIdx": "68aaeefc267b8896bc1074280ac2aa014c3306d9f207949ed945569cef5d114c",
     "_SyncObj__getEntries": "e29c4b33293b21018d1124c7e5835748c4c8092f7ce4af9e86f24633ccec7e0e",
     "_SyncObj__sendAppendEntries":
         "9cb9073128c392fa9e5efc4691420ba435bfafb4c74e83a34f931fa16aa760c6",
+    "_SyncObj__tryLogCompaction":
+        "c2f8a0ec14cc7312e3ff41a16cde9be71ff0f908bd66aec9e2673d97a775be2c",
+    "_SyncObj__loadDumpFile": "ec66e83905de703bcead2735be875e71870a6bbe271c854867611e555a90bbba",
 }
 REVIEWED_SYNCOBJ_FILE_SHA256 = "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4"
 
@@ -78,10 +91,11 @@ def source_sha256(function: Callable[..., Any]) -> str:
     return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
 
 
-def original_handler() -> Callable[..., Any]:
-    """The library's own message handler, whether or not the patch is installed."""
-    current = getattr(SyncObj, _HANDLER)
-    return getattr(current, _MARKER, current)
+def original(name: str = _HANDLER) -> Callable[..., Any]:
+    """The library's own function, whether or not the patch is installed."""
+    current: Callable[..., Any] = getattr(SyncObj, name)
+    library: Callable[..., Any] = getattr(current, _MARKER, current)
+    return library
 
 
 def library_mismatches() -> list[str]:
@@ -90,12 +104,11 @@ def library_mismatches() -> list[str]:
     if pysyncobj.version.VERSION != PYSYNCOBJ_VERSION:
         problems.append(f"pysyncobj {pysyncobj.version.VERSION} != reviewed {PYSYNCOBJ_VERSION}")
     for name, expected in REVIEWED_SOURCE_SHA256.items():
-        function = original_handler() if name == _HANDLER else getattr(SyncObj, name, None)
-        if function is None:
+        if getattr(SyncObj, name, None) is None:
             problems.append(f"SyncObj.{name} is missing")
             continue
         try:
-            actual = source_sha256(function)
+            actual = source_sha256(original(name))
         except (OSError, TypeError):
             problems.append(f"SyncObj.{name} has no readable source")
             continue
@@ -108,8 +121,18 @@ def library_mismatches() -> list[str]:
     return problems
 
 
+def runs_fix(node: SyncObj) -> bool:
+    """Whether a node runs this fix: it bound the patched handler when it was built. Nodes
+    built inside ``uninstalled()`` stay unpatched, for every rule, for their lifetime."""
+    transport = getattr(node, "_SyncObj__transport", None)
+    callback = getattr(transport, "_onMessageReceivedCallback", None)
+    if callback is None:
+        return True  # a transport that keeps its callback elsewhere: nothing says otherwise
+    return hasattr(getattr(callback, "__func__", None), _MARKER)
+
+
 def is_installed() -> bool:
-    return hasattr(getattr(SyncObj, _HANDLER), _MARKER)
+    return all(hasattr(getattr(SyncObj, name), _MARKER) for name in _PATCHES)
 
 
 def install() -> None:
@@ -117,22 +140,28 @@ def install() -> None:
     with _lock:
         if _suppress_depth or is_installed():
             return
-        current = getattr(SyncObj, _HANDLER)
-        if getattr(current, "__module__", None) != "pysyncobj.syncobj":
-            raise RaftPatchError(f"SyncObj.{_HANDLER} was replaced by {current!r}; not stacking")
+        for name in _PATCHES:
+            current = getattr(SyncObj, name)
+            if not hasattr(current, _MARKER) and current.__module__ != "pysyncobj.syncobj":
+                raise RaftPatchError(f"SyncObj.{name} was replaced by {current!r}; not stacking")
         problems = library_mismatches()
         if problems:
             raise RaftPatchError("pysyncobj changed, review cluster/raftpatch.py: "
                                  + "; ".join(problems))
-        setattr(SyncObj, _HANDLER, _make_patched_handler(current))
+        for name, make_wrapper in _PATCHES.items():
+            if not hasattr(getattr(SyncObj, name), _MARKER):
+                wrapper = make_wrapper(getattr(SyncObj, name))
+                setattr(wrapper, _MARKER, getattr(SyncObj, name))
+                setattr(SyncObj, name, wrapper)
         logger.info("action=raftpatch_installed pysyncobj=%s", PYSYNCOBJ_VERSION)
 
 
 def uninstall() -> None:
-    """Restore the library's handler. Nodes already built keep the handler they bound."""
+    """Restore the library. Nodes already built keep the handler they bound (rules 1-4);
+    rule 5 is looked up at call time, so it applies while installed, to nodes that run the fix."""
     with _lock:
-        if is_installed():
-            setattr(SyncObj, _HANDLER, original_handler())
+        for name in _PATCHES:
+            setattr(SyncObj, name, original(name))
 
 
 @contextmanager
@@ -152,33 +181,38 @@ def uninstalled() -> Iterator[None]:
                 install()
 
 
-def _make_patched_handler(original: Callable[..., Any]) -> Callable[..., Any]:
+# --- the wrappers ----------------------------------------------------------------------------
+
+def _make_handler(library: Callable[..., Any]) -> Callable[..., Any]:
     def on_message_received(self: Any, node: Any, message: Any) -> None:
         if isinstance(message, dict):
             kind = message.get("type")
-            if kind == "append_entries" and "prevLogIdx" in message:
-                _follower_append(original, self, node, message)
+            if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
+                if "prevLogIdx" in message:
+                    _follower_append(library, self, node, message)
+                else:
+                    _follower_snapshot(library, self, node, message)
                 return
             if kind == "next_node_idx" and message.get("success") and not message.get("reset"):
-                _leader_success_ack(original, self, node, message)
+                _leader_success_ack(library, self, node, message)
                 return
-        original(self, node, message)
+        library(self, node, message)
 
-    setattr(on_message_received, _MARKER, original)
-    on_message_received.__wrapped__ = original  # type: ignore[attr-defined]
+    on_message_received.__wrapped__ = library  # type: ignore[attr-defined]
     return on_message_received
 
 
-def _follower_append(original: Callable[..., Any], self: Any, node: Any, message: Any) -> None:
+def _follower_append(library: Callable[..., Any], self: Any, node: Any, message: Any) -> None:
+    """Rules 1 and 3."""
     entries = _entries_of(self, message)
     prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
-    if entries is None or message["term"] < self.raftCurrentTerm or any(
+    if entries is None or any(
             entry[1] != prev_idx + 1 + offset for offset, entry in enumerate(entries)):
-        original(self, node, message)  # chunks, stale terms, malformed: the library's way
+        library(self, node, message)  # chunks in progress, malformed: the library's way
         return
     prev = self._SyncObj__getEntries(prev_idx, 1)
     if not prev or prev[0][2] != prev_term:
-        _reject(original, self, node, message, prev_idx if prev else _last_index(self) + 1)
+        _reject(library, self, node, message, prev_idx if prev else _last_index(self) + 1)
         return
     repeated = 0
     for entry in entries:
@@ -188,10 +222,10 @@ def _follower_append(original: Callable[..., Any], self: Any, node: Any, message
         repeated += 1
     verified_idx = prev_idx + len(entries)
     if repeated < len(entries):
-        # Only the new or conflicting suffix goes on, so the original deletes from the first
+        # Only the new or conflicting suffix goes on, so the library deletes from the first
         # conflict, appends, acks verified_idx + 1 and commits at most to the new log end.
         self._SyncObj__recvTransmission = ""  # a finished chunked entry: consumed here
-        original(self, node, {
+        library(self, node, {
             "type": "append_entries", "term": message["term"],
             "commit_index": message["commit_index"], "entries": entries[repeated:],
             "prevLogIdx": prev_idx + repeated,
@@ -200,42 +234,48 @@ def _follower_append(original: Callable[..., Any], self: Any, node: Any, message
         return
     # Everything is already held; entries beyond verified_idx are unverified by this append,
     # so they are neither deleted nor committed, and the ack claims exactly verified_idx.
-    _heartbeat_only(original, self, node, message, min(message["commit_index"], verified_idx))
+    _heartbeat_only(library, self, node, message, min(message["commit_index"], verified_idx))
     self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified_idx + 1, success=True)
 
 
-def _reject(original: Callable[..., Any], self: Any, node: Any, message: Any,
+def _follower_snapshot(library: Callable[..., Any], self: Any, node: Any, message: Any) -> None:
+    """Rule 2: only an installed snapshot moves the commit index."""
+    journal = self._SyncObj__raftLog
+    before = (len(journal), journal[-1][1], journal[-1][2])
+    _heartbeat_only(library, self, node, message, self.raftCommitIndex, {
+        key: value for key, value in message.items() if key != "commit_index"})
+    if (len(journal), journal[-1][1], journal[-1][2]) != before:
+        # The snapshot was installed: the log is now its two committed entries.
+        _heartbeat_only(library, self, node, message,
+                        min(message["commit_index"], _last_index(self)))
+
+
+def _reject(library: Callable[..., Any], self: Any, node: Any, message: Any,
             library_hint: int) -> None:
-    """Reject with a next-index hint that cannot point past a possible conflict.
-
-    0.3.17 hints "my last index + 1" when the prev entry is missing, even if its tail holds
-    uncommitted entries of an older term, which may conflict. A leader pipelining several
-    batches then gets "prev term differs at P" for the first and "last + 1" for the rest,
-    sets nextIndex to each in turn and re-sends the same burst forever (until a snapshot).
-    Entries of the leader's own term came from it; older uncommitted ones are the doubt.
-    """
+    """Rule 3: reject with a next-index hint that cannot point past a possible conflict.
+    Entries of the leader's own term came from it; older uncommitted ones are the doubt."""
+    # Applied entries are committed too; after a restart from the dump the commit index read
+    # from the meta file can lag behind the dump's last applied index.
     commit_idx = self.raftCommitIndex
-    uncommitted = self._SyncObj__getEntries(commit_idx + 1, 1)
-    if not uncommitted or uncommitted[0][2] >= message["term"] or library_hint <= commit_idx + 1:
-        original(self, node, message)
+    agreed_idx = max(commit_idx, self.raftLastApplied)
+    uncommitted = self._SyncObj__getEntries(agreed_idx + 1, 1)
+    if not uncommitted or uncommitted[0][2] >= message["term"] or library_hint <= agreed_idx + 1:
+        library(self, node, message)
         return
-    _heartbeat_only(original, self, node, message, commit_idx)
-    self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=commit_idx + 1, success=False, reset=True)
+    _heartbeat_only(library, self, node, message, commit_idx)
+    self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=agreed_idx + 1, success=False, reset=True)
 
 
-def _heartbeat_only(original: Callable[..., Any], self: Any, node: Any, message: Any,
-                    commit_idx: int) -> None:
-    """Let the original do only the heartbeat part of an append: leader, term, election
-    timer and commit index. Without a log position it neither touches the log nor acks."""
+def _heartbeat_only(library: Callable[..., Any], self: Any, node: Any, message: Any,
+                    commit_idx: int, extra: dict[str, Any] | None = None) -> None:
+    """Let the library do only the heartbeat part of an append: leader, term, election
+    timer and commit index (at most ``commit_idx``). Without a log position it neither
+    touches the log nor acks; ``extra`` passes a snapshot chunk through."""
     if message.get("transmission") is not None:
-        self._SyncObj__recvTransmission = ""  # the original would have consumed it
-    original(self, node, {"type": "append_entries", "term": message["term"],
-                          "commit_index": commit_idx})
+        self._SyncObj__recvTransmission = ""  # the library would have consumed it
+    library(self, node, {**(extra or {}), "type": "append_entries", "term": message["term"],
+                         "commit_index": commit_idx})
     self._SyncObj__leaderCommitIndex = message["commit_index"]  # what isReady() waits for
-
-
-def _last_index(self: Any) -> int:
-    return int(self._SyncObj__raftLog[-1][1])
 
 
 def _entries_of(self: Any, message: Any) -> list[Any] | None:
@@ -251,11 +291,37 @@ def _entries_of(self: Any, message: Any) -> list[Any] | None:
         return None  # let the library fail on it exactly as it would unpatched
 
 
-def _leader_success_ack(original: Callable[..., Any], self: Any, node: Any, message: Any) -> None:
+def _leader_success_ack(library: Callable[..., Any], self: Any, node: Any, message: Any) -> None:
+    """Rule 4."""
     next_index = self._SyncObj__raftNextIndex
     before = next_index.get(node)
-    original(self, node, message)
+    library(self, node, message)
     after = next_index.get(node)
     if before is not None and after is not None and after < before and self._isLeader():
         # A late ack for an earlier pipelined batch: later batches are still in flight.
         next_index[node] = before
+
+
+def _last_index(self: Any) -> int:
+    return int(self._SyncObj__raftLog[-1][1])
+
+
+def _make_delete_entries_to(library: Callable[..., Any]) -> Callable[..., Any]:
+    def delete_entries_to(self: Any, to_idx: int) -> None:
+        """Rule 5. A compaction point is always below the last index (it is the entry
+        before the last applied one) unless a snapshot install replaced the log meanwhile;
+        deleting up to it would empty the new log."""
+        if to_idx >= _last_index(self) and runs_fix(self):
+            logger.warning("action=raftpatch_stale_compaction_skipped to_idx=%d last_idx=%d",
+                           to_idx, _last_index(self))
+            return
+        library(self, to_idx)
+
+    delete_entries_to.__wrapped__ = library  # type: ignore[attr-defined]
+    return delete_entries_to
+
+
+_PATCHES: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    _HANDLER: _make_handler,
+    _DELETE_TO: _make_delete_entries_to,
+}

@@ -51,7 +51,11 @@ def _error_text(value: object, field: str = "error") -> str:
     # A worker's failure must always land, so an over-long error is cut rather than rejected.
     if value is None:
         return ""
-    return parse.text(value, field, chars_max=10**7, allow_empty=True)[: limits.ERROR_CHARS_MAX]
+    if not isinstance(value, str):
+        raise Invalid(field, f"must be a string, not {parse.type_name(value)}")
+    # Lone surrogates are replaced, not refused: the failure report must land all the same.
+    cut = value[: limits.ERROR_CHARS_MAX]
+    return cut if cut.isascii() else cut.encode("utf-8", "replace").decode("utf-8")
 
 
 def _parse_items(items: list[Any], name: str, parse_one: Callable[[Any], T]) -> tuple[T, ...]:
@@ -405,8 +409,8 @@ class BackfillSchedule:
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> BackfillSchedule:
-        from_ms = parse.integer(data.get("from_ms"), "from_ms", low=0)
-        to_ms = parse.integer(data.get("to_ms"), "to_ms", low=0)
+        from_ms = parse.integer(data.get("from_ms"), "from_ms", low=0, high=limits.TIME_MS_MAX)
+        to_ms = parse.integer(data.get("to_ms"), "to_ms", low=0, high=limits.TIME_MS_MAX)
         if to_ms <= from_ms:
             raise Invalid("to_ms", "must be after from_ms")
         return cls(_request_id(data), _schedule_name(data), from_ms, to_ms)
@@ -431,7 +435,8 @@ class Tick:
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> Tick:
         leader = parse.optional_text(data.get("leader"), "leader", chars_max=limits.NAME_CHARS_MAX)
-        return cls(parse.integer(data.get("now_ms"), "now_ms", low=0), leader)
+        now_ms = parse.integer(data.get("now_ms"), "now_ms", low=0, high=limits.TIME_MS_MAX)
+        return cls(now_ms, leader)
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,7 +458,7 @@ class BeginLeadership:
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> BeginLeadership:
         return cls(
-            parse.integer(data.get("now_ms"), "now_ms", low=0),
+            parse.integer(data.get("now_ms"), "now_ms", low=0, high=limits.TIME_MS_MAX),
             parse.text(data.get("node"), "node", chars_max=limits.NAME_CHARS_MAX),
             parse.integer(data.get("term"), "term", low=0),
         )

@@ -12,6 +12,10 @@ MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
 
+# Every instant the core accepts (run_at, backfill ranges, ticks, schedule bounds) is before
+# 2200-01-01: the calendar searches no further, and Python dates end at 9999.
+TIME_MS_MAX = 7_258_118_400_000
+
 # Jobs
 PAYLOAD_BYTES_MAX = 64 * 1024  # msgpack size of a job's payload
 RESULT_BYTES_MAX = 64 * 1024  # msgpack size of a job's result

@@ -18,7 +18,7 @@ import msgpack
 from scheduler.errors import Invalid
 
 INT64_MAX = 2**63 - 1
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
 
 
 def as_mapping(data: object, field: str) -> Mapping[str, Any]:
@@ -88,6 +88,11 @@ def text(value: object, field: str, *, chars_max: int, allow_empty: bool = False
         raise Invalid(field, "must not be empty")
     if len(value) > chars_max:
         raise Invalid(field, f"must be at most {chars_max} characters, not {len(value)}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Invalid(field, "is not valid Unicode (it holds a lone surrogate)") from None
     return value
 
 
@@ -98,7 +103,7 @@ def optional_text(value: object, field: str, *, chars_max: int) -> str | None:
 def name(value: object, field: str, *, chars_max: int) -> str:
     """A name that appears in URLs, keys and metrics: letters, digits and `_ . : -`."""
     result = text(value, field, chars_max=chars_max)
-    if not _NAME_RE.match(result):
+    if not _NAME_RE.fullmatch(result):
         raise Invalid(
             field,
             f"{result!r} must start with a letter or digit and contain only "

@@ -72,7 +72,10 @@ def next_fire_ms(spec: ScheduleSpec, after_ms: int) -> int | None:
     if spec.start_at_ms is not None:
         after_ms = max(after_ms, spec.start_at_ms - 1)
     fire_ms = calendar.next_fire_ms(spec.recurrence, spec.zone, after_ms)
-    if fire_ms is None or (spec.end_at_ms is not None and fire_ms > spec.end_at_ms):
+    end_ms = (
+        limits.TIME_MS_MAX if spec.end_at_ms is None else min(spec.end_at_ms, limits.TIME_MS_MAX)
+    )
+    if fire_ms is None or fire_ms > end_ms:
         return None
     return fire_ms
 
@@ -81,6 +84,7 @@ def fire_times_between(spec: ScheduleSpec, after_ms: int, until_ms: int, limit: 
     """Fire times in (after_ms, until_ms] within the schedule's bounds, oldest first."""
     if spec.start_at_ms is not None:
         after_ms = max(after_ms, spec.start_at_ms - 1)
+    until_ms = min(until_ms, limits.TIME_MS_MAX)
     if spec.end_at_ms is not None:
         until_ms = min(until_ms, spec.end_at_ms)
     if until_ms <= after_ms:

@@ -193,7 +193,10 @@ def _recurrence(
         if every.interval_ms < EVERY_MS_MIN:
             raise Invalid("every", f"{text!r} is shorter than the minimum interval of 1s")
         return every
-    return _call(lambda: calendar.parse_at(text, zone), "at")
+    at = _call(lambda: calendar.parse_at(text, zone), "at")
+    if at.at_ms > limits.TIME_MS_MAX:
+        raise Invalid("at", "must be before 2200-01-01")
+    return at
 
 
 def _instant(value: object, field: str, zone: ZoneInfo) -> int | None:
@@ -205,6 +208,8 @@ def _instant(value: object, field: str, zone: ZoneInfo) -> int | None:
             f"must be an ISO-8601 date-time or Unix milliseconds, not {parse.type_name(value)}",
         )
     at = _call(lambda: calendar.parse_at(value, zone), field)
+    if at.at_ms > limits.TIME_MS_MAX:
+        raise Invalid(field, "must be before 2200-01-01")
     return at.at_ms
 
 

@@ -151,7 +151,7 @@ _JOB_PARSERS: dict[str, _FieldParser] = {
     "queue": lambda v, n: parse.name(v, n, chars_max=limits.NAME_CHARS_MAX),
     "priority": lambda v, n: parse.integer(v, n, low=limits.PRIORITY_MIN, high=limits.PRIORITY_MAX),
     "key": lambda v, n: parse.optional_text(v, n, chars_max=limits.KEY_CHARS_MAX),
-    "run_at_ms": lambda v, n: parse.optional_integer(v, n, low=0),
+    "run_at_ms": lambda v, n: parse.optional_integer(v, n, low=0, high=limits.TIME_MS_MAX),
     "delay_ms": lambda v, n: parse.optional_integer(v, n, low=0, high=limits.DELAY_MS_MAX),
     "max_attempts": lambda v, n: parse.integer(v, n, low=1, high=limits.ATTEMPTS_MAX),
     "backoff": _parse_backoff,

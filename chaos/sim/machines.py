@@ -1,0 +1,69 @@
+"""Pluggable replicated state machines for the simulation, and the simple one its tests use.
+
+Owns the ``SimMachine`` protocol: how the harness builds a node, proposes a keyed command and
+reads back which keys a replica applied and a digest of its whole state. A later chaos tier
+plugs the scheduler in by implementing these four methods; ``KeyLog`` is the minimal
+implementation (an append-only list of keys, the payload only fattens the log).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Protocol
+
+from pysyncobj import SyncObj, replicated
+
+from chaos.sim.cluster import Callback, NodeSpec
+from cluster import raftpatch
+
+
+class SimMachine(Protocol):
+    def build(self, spec: NodeSpec) -> SyncObj:
+        """Construct one node (call raftpatch.install() before SyncObj.__init__)."""
+
+    def propose(self, node: SyncObj, key: str, payload: bytes, callback: Callback) -> None:
+        """Submit the command identified by ``key``; ``callback(result, FAIL_REASON)``."""
+
+    def applied_keys(self, node: SyncObj) -> list[str]:
+        """Keys of the commands this replica has applied, in apply order."""
+
+    def state_digest(self, node: SyncObj) -> str:
+        """A digest of the replica's whole state: equal states, equal digests."""
+
+
+class KeyLogNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
+    """Replicated list of keys; what a test reads to see which commands were applied."""
+
+    def __init__(self, spec: NodeSpec) -> None:
+        raftpatch.install()  # before SyncObj.__init__ binds the message handler
+        super().__init__(spec.self_node, spec.other_nodes, spec.conf, transport=spec.transport)
+        self.keys: list[str] = []  # state: assigned after the base __init__, so it is dumped
+
+    @replicated  # type: ignore[untyped-decorator]  # pysyncobj is untyped
+    def put(self, key: str, payload: bytes) -> int:
+        self.keys.append(key)
+        return len(self.keys)
+
+
+class KeyLog:
+    """The ``SimMachine`` for ``KeyLogNode``."""
+
+    def build(self, spec: NodeSpec) -> SyncObj:
+        return KeyLogNode(spec)
+
+    def propose(self, node: SyncObj, key: str, payload: bytes, callback: Callback) -> None:
+        node.put(key, payload, callback=callback)
+
+    def applied_keys(self, node: SyncObj) -> list[str]:
+        keys: list[str] = node.keys
+        return keys
+
+    def state_digest(self, node: SyncObj) -> str:
+        return hashlib.sha256(repr(node.keys).encode()).hexdigest()[:16]
+
+
+def payload_of(size_bytes: int, key: str) -> bytes:
+    """Deterministic filler so that commands have a realistic size (30 KB in the fuzz)."""
+    seed = hashlib.sha256(key.encode()).digest()
+    return (seed * (size_bytes // len(seed) + 1))[:size_bytes]
+
