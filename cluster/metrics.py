@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from scheduler import jobs as j
 from scheduler.state import SchedulerState
+from scheduler.views import queue_stats
 
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
@@ -179,8 +180,19 @@ def render(
             help_text,
             [({"queue": queue}, count) for queue, count in sorted(by_queue.items())],
         )
-    queued = [({"queue": name}, len(ready)) for name, ready in sorted(state.table.ready.items())]
-    out.metric("raftcron_queue_depth", "gauge", "Queued (claimable now) jobs by queue", queued)
+    stats_by_queue = queue_stats(state)
+    out.metric(
+        "raftcron_queue_depth",
+        "gauge",
+        "Queued (claimable now) jobs by queue",
+        [({"queue": q}, s["queued"]) for q, s in stats_by_queue.items()],
+    )
+    out.metric(
+        "raftcron_queue_running",
+        "gauge",
+        "Running (leased) jobs by queue",
+        [({"queue": q}, s["running"]) for q, s in stats_by_queue.items()],
+    )
     schedules = sorted(state.schedules.values(), key=lambda s: s.name)
     out.metric(
         "raftcron_schedule_fires_total",

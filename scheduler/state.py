@@ -144,8 +144,8 @@ class SchedulerState:
             bucket = self.counters[name] = {}
         bucket[label] = bucket.get(label, 0) + by
 
-    def emit(self, kind: str, **fields: Any) -> None:
-        self.events.add(self.now_ms, kind, fields)
+    def emit(self, kind: str, *, at_ms: int | None = None, **fields: Any) -> None:
+        self.events.add(self.now_ms if at_ms is None else at_ms, kind, fields)
 
     def job(self, job_id: int) -> Job:
         job = self.table.get(job_id)
@@ -544,6 +544,10 @@ class SchedulerState:
                 extended += 1
         self.leader = (command.node, command.term)
         self.emit(
-            events.LEADER_CHANGED, node=command.node, term=command.term, leases_extended=extended
+            events.LEADER_CHANGED,
+            at_ms=base_ms,  # the state's clock may not have moved yet (a cluster's first leader)
+            node=command.node,
+            term=command.term,
+            leases_extended=extended,
         )
         return Ok({"extended": extended})

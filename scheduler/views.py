@@ -27,6 +27,7 @@ def job_view(job: Job, *, history: bool = True) -> dict[str, Any]:
         "status": job.status,
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
+        "attempt_limit": job.attempt_limit,  # max_attempts, plus max_attempts per manual retry
         "run_at_ms": job.run_at_ms,
         "timeout_ms": job.timeout_ms,
         "schedule": job.schedule,

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cluster.bench import measures
+from cluster.bench import measures, scale
 from cluster.bench.measures import Target
 from cluster.localcluster import LocalCluster
 
@@ -146,8 +146,6 @@ async def _measure(target: Target, chosen: list[str], sizes: dict[str, Any]) -> 
             elif name == "failover":
                 figures |= await measures.failover(target, kills=sizes["failover_kills"])
             elif name == "scale":
-                from cluster.bench import scale
-
                 figures |= await scale.measure(target, quick=sizes is QUICK)
     finally:
         await target.close()

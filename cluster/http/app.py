@@ -11,7 +11,7 @@ import logging
 
 from aiohttp import web
 
-from cluster.http import claims, jobs, ops, schedules
+from cluster.http import claims, dashboard, jobs, ops, schedules
 from cluster.http.common import BODY_BYTES_MAX, SERVICES, ApiError, Handler, Services, check_token
 
 log = logging.getLogger("raftcron.http")
@@ -40,7 +40,9 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
             if http_error.status != 404
             else f"no route {request.method} {request.path}"
         )
-        response = ApiError(http_error.status, code, message).response()
+        # RFC 9110: a 405 says which methods the route has.
+        allow = {k: v for k, v in http_error.headers.items() if k.lower() == "allow"}
+        response = ApiError(http_error.status, code, message, headers=allow).response()
     except Exception:
         log.exception("unexpected error serving %s %s", request.method, request.path)
         response = ApiError(
@@ -56,5 +58,7 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
 def build_app(svc: Services) -> web.Application:
     app = web.Application(middlewares=[api_middleware], client_max_size=BODY_BYTES_MAX)
     app[SERVICES] = svc
-    app.add_routes(jobs.routes() + schedules.routes() + claims.routes() + ops.routes())
+    app.add_routes(
+        jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + dashboard.routes()
+    )
     return app

@@ -21,6 +21,7 @@ from cluster.http.common import (
     commit,
     json_response,
     object_body,
+    only,
     parse_or_400,
     read_json,
     requires,
@@ -72,7 +73,10 @@ def _queued_in(state: SchedulerState, queues: tuple[str, ...]) -> bool:
 
 @requires("work")
 async def claim(request: web.Request) -> web.Response:
-    body = object_body(await read_json(request))
+    body = only(
+        object_body(await read_json(request)),
+        {"request_id", "worker", "queues", "max", "lease_ms", "wait_ms", "acks"},
+    )
     request_id = take_request_id(body, request)
     wait_ms = parse_or_400(
         lambda: parse.integer(body.pop("wait_ms", 0), "wait_ms", low=0, high=WAIT_MS_MAX)

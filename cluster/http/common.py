@@ -110,12 +110,29 @@ def object_body(body: Any) -> dict[str, Any]:
 
 def take_request_id(body: dict[str, Any], request: web.Request) -> str:
     """The client's request_id (body or X-Request-Id), else a fresh one for our own retries."""
-    value = body.pop("request_id", None) or request.headers.get("X-Request-Id")
+    value = body.pop("request_id", None)
+    if value is None:
+        value = request.headers.get("X-Request-Id")
     if value is None:
         return uuid.uuid4().hex
-    if not isinstance(value, str) or not 1 <= len(value) <= 200:
-        raise ApiError(400, "invalid", "must be a string of 1-200 characters", "request_id")
+    if not isinstance(value, str) or not 1 <= len(value) <= 200 or not value.isprintable():
+        raise ApiError(
+            400, "invalid", "must be a string of 1-200 printable characters", "request_id"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, "invalid", "is not valid Unicode", "request_id") from None
     return value
+
+
+def only(body: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """Refuse fields a route does not know: a typo must not be silently ignored."""
+    unknown = sorted(set(body) - known)
+    if unknown:
+        names = ", ".join(sorted(known))
+        raise ApiError(400, "invalid", f"unknown field (known: {names})", unknown[0])
+    return body
 
 
 def invalid(error: Invalid) -> ApiError:
@@ -179,9 +196,16 @@ def query_int(
     return value
 
 
+def query_flag(request: web.Request, name: str) -> bool:
+    raw = request.query.get(name, "")
+    if raw not in ("", "0", "1", "true", "false"):
+        raise ApiError(400, "invalid", f"must be 0, 1, true or false, not {raw!r}", name)
+    return raw in ("1", "true")
+
+
 def path_int(request: web.Request, name: str) -> int:
     raw = request.match_info[name]
-    if not raw.isdigit() or len(raw) > 18 or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or int(raw) < 1:
         raise ApiError(400, "invalid", f"{name} must be a positive integer, not {raw!r}", name)
     return int(raw)
 

@@ -13,6 +13,7 @@ from cluster.http.common import (
     json_response,
     maybe_consistent,
     object_body,
+    only,
     parse_or_400,
     path_int,
     query_int,
@@ -156,7 +157,7 @@ async def _optional_body(request: web.Request) -> dict[str, Any]:
 @requires("submit")
 async def cancel_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
-    body = await _optional_body(request)
+    body = only(await _optional_body(request), {"request_id", "reason"})
     request_id = take_request_id(body, request)
     reason = parse_or_400(
         lambda: parse.optional_text(body.get("reason"), "reason", chars_max=1_000)
@@ -168,7 +169,7 @@ async def cancel_job(request: web.Request) -> web.Response:
 @requires("submit")
 async def retry_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
-    request_id = take_request_id(await _optional_body(request), request)
+    request_id = take_request_id(only(await _optional_body(request), {"request_id"}), request)
     value = await commit(request, RetryJob(request_id, job_id))
     return json_response({"id": job_id, **value})
 
@@ -180,7 +181,7 @@ def _token(body: dict[str, Any]) -> int:
 @requires("work")
 async def heartbeat(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
-    body = object_body(await read_json(request))
+    body = only(object_body(await read_json(request)), {"request_id", "token", "lease_ms"})
     request_id = take_request_id(body, request)
     lease = body.get("lease_ms")
     lease_ms = (
@@ -199,7 +200,7 @@ async def heartbeat(request: web.Request) -> web.Response:
 @requires("work")
 async def complete(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
-    body = object_body(await read_json(request))
+    body = only(object_body(await read_json(request)), {"request_id", "token", "result"})
     request_id = take_request_id(body, request)
     result = parse_or_400(
         lambda: parse.json_value(body.get("result"), "result", bytes_max=limits.RESULT_BYTES_MAX)
@@ -211,7 +212,9 @@ async def complete(request: web.Request) -> web.Response:
 @requires("work")
 async def fail(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
-    body = object_body(await read_json(request))
+    body = only(
+        object_body(await read_json(request)), {"request_id", "token", "error", "retryable"}
+    )
     request_id = take_request_id(body, request)
     command = parse_or_400(
         lambda: FailJob.from_wire({**body, "job_id": job_id, "request_id": request_id})

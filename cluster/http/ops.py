@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from cluster import metrics
-from cluster.http.common import ApiError, commit, json_response, query_int, requires, services
+from cluster.http.common import (
+    ApiError,
+    commit,
+    json_response,
+    query_flag,
+    query_int,
+    requires,
+    services,
+)
 from cluster.replica import AUDIT_PREFIX, RaftNode
 from scheduler.commands import Barrier
 
@@ -70,7 +80,43 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
 
 
 async def get_cluster(request: web.Request) -> web.Response:
-    return json_response(cluster_view(request))
+    view = cluster_view(request)
+    if query_flag(request, "members"):
+        await _ask_members(request, view)
+    return json_response(view)
+
+
+async def _ask_members(request: web.Request, view: dict[str, Any]) -> None:
+    """Each member's own role, term and indexes, asked server-side (a browser cannot: CORS).
+
+    A member that does not answer within a second is marked unreachable; nothing waits longer.
+    """
+    config = services(request).config
+    token = next(
+        (t for t, role in sorted(config.tokens.items()) if role in ("admin", "read")), None
+    )
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    timeout = aiohttp.ClientTimeout(total=1.0)
+
+    async def ask(member: dict[str, Any]) -> None:
+        own: dict[str, Any] | None
+        if member["self"]:
+            own = view
+        else:
+            url = f"http://{member['http_address']}/v1/cluster"
+            try:
+                async with (
+                    aiohttp.ClientSession(timeout=timeout, headers=headers) as session,
+                    session.get(url) as answer,
+                ):
+                    own = await answer.json() if answer.status == 200 else None
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                own = None
+        member["reachable"] = own is not None
+        for key in ("role", "term", "commit_index", "applied_index"):
+            member[key] = None if own is None else own.get(key)
+
+    await asyncio.gather(*(ask(member) for member in view["members"]))
 
 
 @requires("manage")
@@ -83,6 +129,14 @@ async def start_audit(request: web.Request) -> web.Response:
     audit_id = AUDIT_PREFIX + uuid.uuid4().hex
     await commit(request, Barrier(audit_id))
     return json_response(_audit_view(request, audit_id), status=201)
+
+
+@requires("manage")
+async def compact(request: web.Request) -> web.Response:
+    """Write a full dump now (a forked child serializes it) and trim the journal behind it."""
+    node = services(request).node
+    node.sync.forceLogCompaction()
+    return json_response({"node": node.config.node_id, "compaction": "started"}, status=202)
 
 
 async def get_audit(request: web.Request) -> web.Response:
@@ -144,10 +198,13 @@ async def get_metrics(request: web.Request) -> web.Response:
 async def get_events(request: web.Request) -> web.Response:
     cursor = query_int(request, "cursor", default=0, low=0, high=2**62) or 0
     limit = query_int(request, "limit", default=100, low=1, high=1_000) or 100
+    tail = query_int(request, "tail", default=None, low=1, high=1_000)
     machine = services(request).node.machine
     with machine.lock:
-        entries = machine.state.events.since(cursor, limit)
         last = machine.state.events.last_seq
+        if tail is not None:  # the newest `tail` events, for a page that just opened
+            cursor, limit = max(0, last - tail), tail
+        entries = machine.state.events.since(cursor, limit)
     events = [
         {"seq": seq, "time_ms": at_ms, "kind": kind, **fields}
         for seq, at_ms, kind, fields in entries
@@ -173,6 +230,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/cluster", get_cluster),
         web.post("/v1/cluster/audits", start_audit),
         web.get("/v1/cluster/audits/{id}", get_audit),
+        web.post("/v1/cluster/compact", compact),
         web.get("/v1/events", get_events),
         web.get("/healthz", healthz),
         web.get("/readyz", readyz),

@@ -13,6 +13,7 @@ from cluster.http.common import (
     json_response,
     maybe_consistent,
     object_body,
+    only,
     parse_or_400,
     query_int,
     read_json,
@@ -96,7 +97,9 @@ def _control(command_type: Any) -> Any:
     async def handler(request: web.Request) -> web.Response:
         name = _name(request)
         body = object_body(await read_json(request)) if request.can_read_body else {}
-        await commit(request, command_type(take_request_id(body, request), name))
+        await commit(
+            request, command_type(take_request_id(only(body, {"request_id"}), request), name)
+        )
         return json_response(_view(request, name))
 
     return handler
@@ -106,7 +109,7 @@ def _control(command_type: Any) -> Any:
 async def trigger(request: web.Request) -> web.Response:
     name = _name(request)
     body = object_body(await read_json(request)) if request.can_read_body else {}
-    request_id = take_request_id(body, request)
+    request_id = take_request_id(only(body, {"request_id", "force"}), request)
     force = parse_or_400(lambda: parse.boolean(body.get("force", False), "force"))
     value = await commit(request, TriggerSchedule(request_id, name, force))
     job = None
@@ -125,6 +128,7 @@ async def backfill(request: web.Request) -> web.Response:
     name = _name(request)
     body = object_body(await read_json(request))
     request_id = take_request_id(body, request)
+    only(body, {"from_ms", "to_ms"})
     command = parse_or_400(
         lambda: BackfillSchedule.from_wire({**body, "name": name, "request_id": request_id})
     )
@@ -141,7 +145,7 @@ async def backfill(request: web.Request) -> web.Response:
 
 def _preview_params(request: web.Request) -> tuple[int, int]:
     count = query_int(request, "count", default=10, low=1, high=PREVIEW_COUNT_MAX)
-    from_ms = query_int(request, "from_ms", default=None, low=0, high=2**53)
+    from_ms = query_int(request, "from_ms", default=None, low=0, high=limits.TIME_MS_MAX)
     return count or 10, from_ms if from_ms is not None else wall_ms()
 
 

@@ -1,0 +1,1086 @@
+/*
+ * The raftcron dashboard: plain JavaScript, no framework, no build step.
+ *
+ * Every few seconds it asks the node that served the page for
+ *   GET /v1/cluster     this node, the leader, term, commit/applied index, the members
+ *   GET /v1/schedules   next fire, recent fires, skipped and misfired counts
+ *   GET /v1/jobs        the jobs table (with filters), running jobs, the dead letter (failed)
+ *   GET /v1/events      fires, skips, expired leases, dead letters, leader changes
+ *   GET /metrics        queue depth and the job counters that rates are computed from
+ * and, for each other member, that member's own GET /v1/cluster at its http_address (for its
+ * applied index). The browser may refuse that (no CORS headers, or the address is not reachable
+ * from here): the member's row then falls back to what this node knows, or shows "?".
+ *
+ * Rules it keeps: data from the API is put in the page as text, never as HTML; an API error is
+ * shown in the page (the last good data stays, marked stale), never a blank page; a 401 asks for
+ * the token once and keeps it in sessionStorage (this tab only); a write carries a request_id
+ * and is retried with the same id on a 503, which the cluster answers with the first result.
+ */
+"use strict";
+
+(() => {
+  // -- settings ------------------------------------------------------------------------------
+
+  const TOKEN_KEY = "raftcron.token";
+  const REFRESH_S_DEFAULT = 2;
+  const REQUEST_TIMEOUT_MS = 8000;
+  const MEMBER_TIMEOUT_MS = 1500;
+  const MEMBER_RETRY_MS = 30000; // a member the browser could not ask is asked again after this
+  const RATE_WINDOW_MS = 10000; // rates are averaged over about this long
+  const JOBS_PAGE = 50;
+  const EVENTS_KEPT = 100;
+  const WRITE_TRIES = 5;
+  const COUNTERS = ["submitted", "claimed", "succeeded", "failed", "retried", "cancelled"];
+  const FINAL = new Set(["succeeded", "failed", "cancelled"]);
+
+  // -- page state ----------------------------------------------------------------------------
+
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY),
+    tokenNeeded: false, // a 401 came back and no new token was given yet
+    tokenSeen: false, // this node uses tokens (a 401 was seen, or a token is stored)
+    refreshS: REFRESH_S_DEFAULT,
+    timer: null,
+    busy: false,
+    lastOkMs: null,
+    clockOffsetMs: 0, // the replicated clock minus this browser's clock, when they differ much
+    cluster: null,
+    probes: new Map(), // node_id -> {atMs, view} or {atMs, error}
+    counterSamples: [], // [{atMs, counters: Map("counter|queue" -> value)}]
+    errors: new Map(), // source -> message
+    jobs: {filters: {status: "", queue: "", schedule: ""}, cursors: [null], page: 0, next: null},
+    selectedJobId: null,
+    events: [],
+    eventsCursor: null,
+  };
+
+  // -- small helpers -------------------------------------------------------------------------
+
+  const $ = (selector) => document.querySelector(selector);
+
+  /** Build an element: h("td", {class: "num", title: "x"}, "text", child, ...). */
+  function h(tag, props, ...children) {
+    const element = document.createElement(tag);
+    for (const [name, value] of Object.entries(props || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "class") element.className = value;
+      else if (name === "dataset") Object.assign(element.dataset, value);
+      else if (name.startsWith("on")) element.addEventListener(name.slice(2), value);
+      else element.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return element;
+  }
+
+  function badge(text, kind) {
+    return h("span", {class: `badge ${kind || text}`}, text);
+  }
+
+  function nowMs() {
+    return Date.now() + state.clockOffsetMs;
+  }
+
+  function pad(number) {
+    return String(number).padStart(2, "0");
+  }
+
+  /** "14:03:07" today, "Nov 30 14:03:07" another day, in this browser's time zone. */
+  function clock(ms) {
+    if (ms === null || ms === undefined) return "—";
+    const date = new Date(ms);
+    const time = `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+    if (date.toDateString() === new Date(nowMs()).toDateString()) return time;
+    return `${date.toLocaleDateString(undefined, {month: "short", day: "numeric"})} ${time}`;
+  }
+
+  /** "in 4 s", "12 s ago", "3 min ago", "2 h ago", "5 d ago". */
+  function relative(ms) {
+    if (ms === null || ms === undefined) return "";
+    const delta = ms - nowMs();
+    const seconds = Math.round(Math.abs(delta) / 1000);
+    let text;
+    if (seconds < 1) return "now";
+    if (seconds < 90) text = `${seconds} s`;
+    else if (seconds < 90 * 60) text = `${Math.round(seconds / 60)} min`;
+    else if (seconds < 36 * 3600) text = `${Math.round(seconds / 3600)} h`;
+    else text = `${Math.round(seconds / 86400)} d`;
+    return delta > 0 ? `in ${text}` : `${text} ago`;
+  }
+
+  /** A time cell: the clock time, with a relative time that ticks (see tickRelativeTimes). */
+  function when(ms, {showRelative = true} = {}) {
+    if (ms === null || ms === undefined) return h("span", {class: "muted"}, "—");
+    const iso = new Date(ms).toISOString();
+    return h(
+      "time",
+      {datetime: iso, title: iso},
+      clock(ms),
+      showRelative ? h("span", {class: "muted rel", dataset: {ms: String(ms)}}, "") : null,
+    );
+  }
+
+  function tickRelativeTimes() {
+    for (const element of document.querySelectorAll(".rel[data-ms]")) {
+      element.textContent = ` (${relative(Number(element.dataset.ms))})`;
+    }
+  }
+
+  function firstLine(text, chars = 140) {
+    if (!text) return "";
+    const line = String(text).split("\n").find((part) => part.trim()) || "";
+    return line.length > chars ? `${line.slice(0, chars)}…` : line;
+  }
+
+  function formatRate(value) {
+    if (value === null || value === undefined) return "—";
+    if (value === 0) return "0";
+    return value >= 10 ? value.toFixed(0) : value.toFixed(1);
+  }
+
+  function randomId() {
+    // crypto.randomUUID needs a secure context; getRandomValues works on plain http too.
+    const bytes = crypto.getRandomValues(new Uint8Array(16));
+    return "ui-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  /**
+   * Replace a table body's rows, keeping a row whose data did not change (so a button under
+   * the pointer is not swapped away by every refresh). `build(item)` returns a <tr>.
+   */
+  function renderRows(tbody, items, key, build, emptyText, columns) {
+    if (!items.length) {
+      tbody.replaceChildren(h("tr", {}, h("td", {class: "empty", colspan: columns}, emptyText)));
+      return;
+    }
+    const old = new Map();
+    for (const row of tbody.rows) if (row.dataset.key) old.set(row.dataset.key, row);
+    const rows = items.map((item) => {
+      const rowKey = String(key(item));
+      const signature = JSON.stringify(item);
+      const existing = old.get(rowKey);
+      if (existing && existing.dataset.signature === signature) return existing;
+      const row = build(item);
+      row.dataset.key = rowKey;
+      row.dataset.signature = signature;
+      return row;
+    });
+    tbody.replaceChildren(...rows);
+  }
+
+  // -- errors and notices --------------------------------------------------------------------
+
+  function setError(source, message) {
+    if (message) state.errors.set(source, message);
+    else state.errors.delete(source);
+  }
+
+  function renderErrors() {
+    const box = $("#errors");
+    const lines = [];
+    for (const [source, message] of state.errors) {
+      lines.push(h("div", {class: "error", dataset: {source}}, h("strong", {}, source), ": ", message));
+    }
+    if (state.errors.has("this node") && state.cluster) {
+      // This node does not answer: point at the others, which serve the same dashboard.
+      const others = state.cluster.members.filter((member) => !member.self);
+      if (others.length) {
+        lines.push(
+          h(
+            "div",
+            {class: "error"},
+            "Other members serve this dashboard too: ",
+            others.map((member, index) => [
+              index ? ", " : "",
+              h("a", {href: memberUrl(member.http_address) + "/"}, member.node_id),
+            ]),
+          ),
+        );
+      }
+    }
+    box.replaceChildren(...lines);
+  }
+
+  let noticeTimer = null;
+  function notice(text) {
+    const box = $("#notice");
+    box.textContent = text;
+    box.hidden = false;
+    clearTimeout(noticeTimer);
+    noticeTimer = setTimeout(() => (box.hidden = true), 6000);
+  }
+
+  // -- the API -------------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, code, message, field) {
+      super(message);
+      this.status = status;
+      this.code = code;
+      this.field = field;
+    }
+
+    describe() {
+      const where = this.field ? ` (${this.field})` : "";
+      return this.status ? `${this.status} ${this.code}${where}: ${this.message}` : this.message;
+    }
+  }
+
+  /**
+   * One request to this node (or to `base`, another member). Returns parsed JSON, or text for
+   * a text answer. Throws ApiError: status 0 when the node could not be reached at all.
+   */
+  async function api(method, path, {body, base = "", timeoutMs = REQUEST_TIMEOUT_MS, requestId} = {}) {
+    const headers = {Accept: "application/json"};
+    if (state.token) headers.Authorization = `Bearer ${state.token}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    if (requestId) headers["X-Request-Id"] = requestId;
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), timeoutMs);
+    let response;
+    try {
+      response = await fetch(base + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: controller.signal,
+        cache: "no-store",
+        credentials: "omit",
+      });
+    } catch (error) {
+      const host = base ? base.replace(/^https?:\/\//, "") : location.host;
+      const why = error.name === "AbortError" ? `no answer within ${timeoutMs / 1000} s` : error.message;
+      throw new ApiError(0, "unreachable", `cannot reach ${host}: ${why}`);
+    } finally {
+      clearTimeout(timer);
+    }
+    const type = response.headers.get("Content-Type") || "";
+    const raw = await response.text();
+    let parsed = raw;
+    if (type.includes("json")) {
+      try {
+        parsed = JSON.parse(raw);
+      } catch {
+        parsed = raw;
+      }
+    }
+    if (response.ok) return parsed;
+    const detail = parsed && parsed.error ? parsed.error : {};
+    const error = new ApiError(
+      response.status,
+      detail.code || `http_${response.status}`,
+      detail.message || (typeof parsed === "string" && parsed.slice(0, 200)) || response.statusText,
+      detail.field,
+    );
+    error.retryAfterS = Number(response.headers.get("Retry-After")) || 1;
+    if (response.status === 401 && !base) askForToken(error);
+    throw error;
+  }
+
+  /** A write through Raft: one request_id for every try, retried while the answer is 503. */
+  async function write(path, body = {}) {
+    const requestId = randomId();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await api("POST", path, {body: {...body, request_id: requestId}});
+      } catch (error) {
+        const retryable = error.status === 503 || error.status === 0;
+        if (!retryable || attempt >= WRITE_TRIES) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 1000 * Math.min(error.retryAfterS || 1, 5)));
+      }
+    }
+  }
+
+  /** Run a button's action: the button waits, the outcome shows as a notice or an error. */
+  async function act(button, what, action) {
+    button.disabled = true;
+    try {
+      const message = await action();
+      setError("action", null);
+      notice(message || `${what}: done`);
+    } catch (error) {
+      const hint = error.status === 403 ? " (use “change token” for a token with that grant)" : "";
+      setError("action", `${what} failed: ${error.describe ? error.describe() : error}${hint}`);
+    } finally {
+      button.disabled = false;
+      renderErrors();
+      refreshSoon();
+    }
+  }
+
+  // -- the token -----------------------------------------------------------------------------
+
+  /** A 401: ask for a token with the dialog (once: later 401s wait for the same answer). */
+  function askForToken(error) {
+    state.tokenSeen = true;
+    $("#token-button").hidden = false;
+    if (state.tokenNeeded) return;
+    state.tokenNeeded = true;
+    const refused = Boolean(state.token);
+    if (refused) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      state.token = null;
+    }
+    openTokenDialog(refused ? `The token was refused: ${error.message}` : null);
+  }
+
+  function openTokenDialog(message) {
+    const dialog = $("#token-dialog");
+    const text = $("#token-error");
+    text.textContent = message || "";
+    text.hidden = !message;
+    $("#token-input").value = "";
+    if (!dialog.open) dialog.showModal();
+    $("#token-input").focus();
+  }
+
+  function useToken(token) {
+    state.token = token;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    state.tokenNeeded = false;
+    state.tokenSeen = true;
+    setError("token", null);
+    $("#token-button").textContent = "change token";
+    $("#token-dialog").close();
+    refreshSoon();
+  }
+
+  // -- loading -------------------------------------------------------------------------------
+
+  async function loadCluster() {
+    const view = await api("GET", "/v1/cluster?members=1");
+    state.cluster = view;
+    if (view.state && view.state.now_ms && view.leader) {
+      const offset = view.state.now_ms - Date.now();
+      state.clockOffsetMs = Math.abs(offset) > 5000 ? offset : 0;
+    }
+    renderHeader();
+    renderMembers();
+    probeMembers(); // in the background: re-renders the members when the answers come
+  }
+
+  function memberUrl(httpAddress) {
+    // A node bound to every interface names 0.0.0.0 or [::]; reach it by this page's host name.
+    const [host, port] = splitAddress(httpAddress);
+    const usable = host === "0.0.0.0" || host === "::" || host === "[::]" ? location.hostname : host;
+    return `${location.protocol}//${usable.includes(":") && !usable.startsWith("[") ? `[${usable}]` : usable}:${port}`;
+  }
+
+  function splitAddress(address) {
+    const at = address.lastIndexOf(":");
+    return [address.slice(0, at), address.slice(at + 1)];
+  }
+
+  /** Ask every other member for its own /v1/cluster (applied index, role, term), if we may. */
+  function probeMembers() {
+    if (!state.cluster) return;
+    const due = state.cluster.members.filter((member) => {
+      if (member.self) return false;
+      const last = state.probes.get(member.node_id);
+      return !last || !last.error || Date.now() - last.atMs > MEMBER_RETRY_MS;
+    });
+    for (const member of due) {
+      api("GET", "/v1/cluster", {base: memberUrl(member.http_address), timeoutMs: MEMBER_TIMEOUT_MS})
+        .then((view) => state.probes.set(member.node_id, {atMs: Date.now(), view}))
+        .catch((error) => state.probes.set(member.node_id, {atMs: Date.now(), error: error.describe()}))
+        .finally(renderMembers);
+    }
+  }
+
+  async function loadSchedules() {
+    const answer = await api("GET", "/v1/schedules");
+    renderSchedules(answer.schedules);
+  }
+
+  function jobsQuery(filters, cursor, limit) {
+    const query = new URLSearchParams({limit: String(limit)});
+    for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
+    if (cursor) query.set("cursor", String(cursor));
+    return `/v1/jobs?${query}`;
+  }
+
+  async function loadJobs() {
+    const jobs = state.jobs;
+    const answer = await api("GET", jobsQuery(jobs.filters, jobs.cursors[jobs.page], JOBS_PAGE));
+    jobs.next = answer.next_cursor;
+    renderJobs(answer.jobs);
+  }
+
+  async function loadDeadLetter() {
+    const answer = await api("GET", jobsQuery({status: "failed"}, null, 50));
+    renderDeadLetter(answer.jobs, answer.next_cursor);
+  }
+
+  async function loadQueues() {
+    // Depth and counters come from /metrics; running per queue from the running jobs.
+    const [text, running] = await Promise.all([
+      api("GET", "/metrics"),
+      api("GET", jobsQuery({status: "running"}, null, 1000)),
+    ]);
+    const metrics = parseMetrics(typeof text === "string" ? text : "");
+    const counters = new Map();
+    for (const counter of COUNTERS) {
+      for (const sample of metrics.get(`raftcron_jobs_${counter}_total`) || []) {
+        counters.set(`${counter}|${sample.labels.queue}`, sample.value);
+      }
+    }
+    const atMs = Date.now();
+    state.counterSamples.push({atMs, counters});
+    // Keep one sample older than the window, so a rate always spans about RATE_WINDOW_MS.
+    while (state.counterSamples.length > 2 && atMs - state.counterSamples[1].atMs >= RATE_WINDOW_MS) {
+      state.counterSamples.shift();
+    }
+    const depth = new Map();
+    for (const sample of metrics.get("raftcron_queue_depth") || []) {
+      depth.set(sample.labels.queue, sample.value);
+    }
+    const runningByQueue = new Map();
+    for (const job of running.jobs) runningByQueue.set(job.queue, (runningByQueue.get(job.queue) || 0) + 1);
+    renderQueues(depth, runningByQueue, Boolean(running.next_cursor), counters);
+  }
+
+  /** Prometheus text format -> Map(name -> [{labels, value}]). Comments and blanks skipped. */
+  function parseMetrics(text) {
+    const out = new Map();
+    const line = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/;
+    const label = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
+    for (const row of text.split("\n")) {
+      if (!row || row.startsWith("#")) continue;
+      const match = line.exec(row);
+      if (!match) continue;
+      const labels = {};
+      for (const [, name, value] of (match[2] || "").matchAll(label)) {
+        labels[name] = value.replace(/\\n/g, "\n").replace(/\\(.)/g, "$1");
+      }
+      if (!out.has(match[1])) out.set(match[1], []);
+      out.get(match[1]).push({labels, value: Number(match[3])});
+    }
+    return out;
+  }
+
+  /** A counter's rate per second over the samples kept, or null before there are two. */
+  function rate(key) {
+    const samples = state.counterSamples;
+    if (samples.length < 2) return null;
+    const first = samples[0];
+    const last = samples[samples.length - 1];
+    const seconds = (last.atMs - first.atMs) / 1000;
+    const delta = (last.counters.get(key) || 0) - (first.counters.get(key) || 0);
+    return seconds > 0 && delta >= 0 ? delta / seconds : null;
+  }
+
+  async function loadEvents() {
+    if (state.eventsCursor === null) {
+      // A cursor past the end answers with the newest sequence number: start a page before it.
+      const probe = await api("GET", "/v1/events?cursor=4611686018427387904&limit=1");
+      state.eventsCursor = Math.max(0, probe.next_cursor - 50);
+    }
+    for (let page = 0; page < 5; page++) {
+      const answer = await api("GET", `/v1/events?cursor=${state.eventsCursor}&limit=500`);
+      if (answer.next_cursor < state.eventsCursor) {
+        // The cluster's event log is younger than our cursor (a fresh cluster at this address).
+        state.events = [];
+      }
+      state.events.push(...answer.events);
+      state.eventsCursor = answer.next_cursor;
+      if (answer.events.length < 500) break;
+    }
+    state.events = state.events.slice(-EVENTS_KEPT);
+    renderEvents();
+  }
+
+  async function loadJobDetail() {
+    if (state.selectedJobId === null) return;
+    const id = state.selectedJobId;
+    try {
+      const job = await api("GET", `/v1/jobs/${id}`);
+      if (state.selectedJobId === id) renderJobDetail(job);
+    } catch (error) {
+      if (error.status === 404 && state.selectedJobId === id) {
+        renderJobDetail(null, `job ${id} is not on this node (never submitted, or past retention)`);
+        return;
+      }
+      throw error;
+    }
+  }
+
+  // -- rendering: header and members ---------------------------------------------------------
+
+  function renderHeader() {
+    const view = state.cluster;
+    $("#this-node").textContent = `${view.node} (${location.host})`;
+    const leader = $("#leader-node");
+    leader.textContent = view.leader || "none (no leader now)";
+    leader.className = view.leader ? "" : "bad";
+    $("#term").textContent = view.term;
+    $("#applied").textContent = `${view.applied_index} / commit ${view.commit_index}`;
+    document.title = `raftcron · ${view.node}${view.role === "leader" ? " (leader)" : ""}`;
+  }
+
+  function renderMembers() {
+    const view = state.cluster;
+    if (!view) return;
+    // The leader's commit index: its own answer if we have it, else this node's (a follower's
+    // commit index trails the leader's by about one heartbeat).
+    const leaderProbe = view.leader ? state.probes.get(view.leader) : null;
+    let leaderCommit = view.commit_index;
+    if (view.role !== "leader" && leaderProbe && leaderProbe.view) leaderCommit = leaderProbe.view.commit_index;
+    let fallback = false;
+    const rows = view.members.map((member) => {
+      const probe = state.probes.get(member.node_id);
+      // Best source first: the member's own answer; then figures this node gathered for it
+      // (/v1/cluster?members=1 asks every member server-side: role, term, applied_index);
+      // then the leader's match index; else unknown.
+      let own = member.self ? view : probe && probe.view ? probe.view : null;
+      if (!own && typeof member.applied_index === "number" && member.role) own = member;
+      let applied = null;
+      let appliedNote = null;
+      if (own) applied = own.applied_index;
+      else if (typeof member.applied_index === "number") applied = member.applied_index;
+      else if (typeof member.match_index === "number") {
+        applied = member.match_index;
+        appliedNote = "replicated up to here (the leader's match index): the browser could not ask this member";
+      }
+      if (!own) fallback = true;
+      const role = own ? own.role : member.node_id === view.leader ? "leader" : view.leader ? "follower" : "?";
+      return {
+        node_id: member.node_id,
+        self: member.self,
+        role,
+        roleGuessed: !own,
+        term: own && typeof own.term === "number" ? own.term : null,
+        applied,
+        appliedNote,
+        lag: applied === null ? null : Math.max(0, leaderCommit - applied),
+        reachable: member.reachable,
+        http_address: member.http_address,
+        probeError: probe && probe.error ? probe.error : null,
+      };
+    });
+    renderRows(
+      $("#members tbody"),
+      rows,
+      (row) => row.node_id,
+      (row) =>
+        h(
+          "tr",
+          {dataset: {node: row.node_id, role: row.role}},
+          h("td", {}, h("strong", {}, row.node_id), row.self ? h("span", {class: "self-mark"}, "this page") : null),
+          h(
+            "td",
+            {title: row.roleGuessed ? "as the node this page talks to sees it" : null},
+            badge(row.role, row.role === "?" ? "unknown" : row.role),
+          ),
+          h("td", {class: "num"}, row.term === null ? "?" : row.term),
+          h("td", {class: "num", title: row.appliedNote}, row.applied === null ? "?" : `${row.appliedNote ? "~" : ""}${row.applied}`),
+          h("td", {class: "num"}, row.lag === null ? "?" : row.lag),
+          h(
+            "td",
+            {title: row.probeError ? `browser: ${row.probeError}` : null},
+            row.self ? badge("self", "yes") : row.reachable === true ? badge("yes") : row.reachable === false ? badge("no") : badge("?", "unknown"),
+          ),
+          h("td", {class: "mono"}, h("a", {href: `${memberUrl(row.http_address)}/`, title: "this member's dashboard"}, row.http_address)),
+        ),
+      "no members",
+      7,
+    );
+    const leaders = rows.filter((row) => row.role === "leader").length;
+    $("#members-note").textContent = `${rows.length} nodes, ${leaders === 1 ? "1 leader" : leaders ? `${leaders} leaders?` : "no leader"}`;
+    $("#members-hint").textContent = fallback
+      ? "Rows marked ? or ~ could not be asked from this browser (a member's API is another origin, " +
+        "and the browser needs CORS headers to read it): their figures come from this node, or are unknown."
+      : "";
+  }
+
+  // -- rendering: queues ---------------------------------------------------------------------
+
+  function renderQueues(depth, running, runningTruncated, counters) {
+    const names = new Set([...depth.keys(), ...running.keys()]);
+    for (const key of counters.keys()) names.add(key.split("|").slice(1).join("|"));
+    const rows = [...names].sort().map((queue) => ({
+      queue,
+      queued: depth.get(queue) || 0,
+      running: running.get(queue) || 0,
+      rates: ["submitted", "succeeded", "failed", "retried"].map((counter) => formatRate(rate(`${counter}|${queue}`))),
+      totals: ["submitted", "succeeded", "failed", "retried"].map((counter) => counters.get(`${counter}|${queue}`) || 0),
+    }));
+    renderRows(
+      $("#queues tbody"),
+      rows,
+      (row) => row.queue,
+      (row) =>
+        h(
+          "tr",
+          {dataset: {queue: row.queue}},
+          h("td", {}, h("a", {href: "#jobs-panel", onclick: () => filterJobs({queue: row.queue})}, row.queue)),
+          h("td", {class: "num"}, row.queued),
+          h("td", {class: "num"}, `${row.running}${runningTruncated ? "+" : ""}`),
+          // The counter's total since the cluster began shows on hover.
+          row.rates.map((value, index) => h("td", {class: "num", title: `${row.totals[index]} in total`}, value)),
+        ),
+      "no queue has seen a job yet",
+      7,
+    );
+  }
+
+  // -- rendering: schedules ------------------------------------------------------------------
+
+  function describeSpec(spec) {
+    const kind = ["cron", "every", "at"].find((name) => spec[name] !== undefined);
+    const text = kind ? `${kind} ${spec[kind]}` : "?";
+    return spec.tz && spec.tz !== "UTC" ? `${text} (${spec.tz})` : text;
+  }
+
+  function renderSchedules(schedules) {
+    renderRows(
+      $("#schedules tbody"),
+      schedules,
+      (schedule) => schedule.name,
+      (schedule) => {
+        const spec = schedule.spec || {};
+        const skipped = schedule.overlap_skipped + schedule.misfire_skipped;
+        const recent = (schedule.recent_fires || []).slice(0, 6);
+        const pauseButton = schedule.paused
+          ? h("button", {type: "button", onclick: (event) => act(event.currentTarget, `resume ${schedule.name}`, () => control(schedule.name, "resume"))}, "resume")
+          : h("button", {type: "button", class: "quiet", onclick: (event) => act(event.currentTarget, `pause ${schedule.name}`, () => control(schedule.name, "pause"))}, "pause");
+        return h(
+          "tr",
+          {dataset: {schedule: schedule.name, paused: String(schedule.paused)}},
+          h(
+            "td",
+            {class: "wrap"},
+            h("strong", {}, schedule.name),
+            spec.description ? h("div", {class: "muted"}, spec.description) : null,
+          ),
+          h("td", {class: "mono"}, describeSpec(spec)),
+          h("td", {}, schedule.paused ? badge("paused") : badge("active")),
+          h("td", {title: schedule.next_fire_local || null}, schedule.paused ? h("span", {class: "muted"}, "paused") : when(schedule.next_fire_ms)),
+          h(
+            "td",
+            {},
+            recent.length
+              ? h(
+                  "div",
+                  {class: "chips", dataset: {testid: "recent-fires"}},
+                  recent.map((fire) =>
+                    h(
+                      "button",
+                      {
+                        type: "button",
+                        class: "chip",
+                        title: fire.job_id ? `fire time ${new Date(fire.fire_time_ms).toISOString()}: job ${fire.job_id}` : "no job",
+                        onclick: () => fire.job_id && selectJob(fire.job_id),
+                      },
+                      clock(fire.fire_time_ms),
+                    ),
+                  ),
+                )
+              : h("span", {class: "muted"}, "none yet"),
+          ),
+          h("td", {class: "num", dataset: {testid: "fires"}}, schedule.fires),
+          h(
+            "td",
+            {class: "num", title: `overlap ${schedule.overlap_skipped}, misfire ${schedule.misfire_skipped}`},
+            skipped ? `${schedule.overlap_skipped} / ${schedule.misfire_skipped}` : "0",
+          ),
+          h("td", {class: "num"}, schedule.misfires, schedule.misfires_truncated ? "+" : ""),
+          h(
+            "td",
+            {class: "actions"},
+            pauseButton,
+            h("button", {type: "button", class: "quiet", onclick: (event) => act(event.currentTarget, `trigger ${schedule.name}`, () => trigger(schedule.name))}, "trigger"),
+            h("a", {href: "#jobs-panel", class: "quiet", onclick: () => filterJobs({schedule: schedule.name})}, "jobs"),
+          ),
+        );
+      },
+      "no schedules",
+      9,
+    );
+  }
+
+  async function control(name, verb) {
+    await write(`/v1/schedules/${encodeURIComponent(name)}/${verb}`);
+    return `${name} ${verb === "pause" ? "paused" : "resumed"}`;
+  }
+
+  async function trigger(name) {
+    const path = `/v1/schedules/${encodeURIComponent(name)}/trigger`;
+    let answer;
+    try {
+      answer = await write(path);
+    } catch (error) {
+      if (error.code !== "overlap" || !confirm(`${error.message}\n\nRun it anyway?`)) throw error;
+      answer = await write(path, {force: true});
+    }
+    return answer.job ? `${name} triggered: job ${answer.job.id}` : `${name}: the run is buffered`;
+  }
+
+  // -- rendering: jobs, one job, the dead letter ---------------------------------------------
+
+  /** "1/3"; after a manual retry a job may go past max_attempts, then just the count. */
+  function attemptsText(job) {
+    return job.attempts <= job.max_attempts ? `${job.attempts}/${job.max_attempts}` : String(job.attempts);
+  }
+
+  function renderJobs(jobs) {
+    renderRows(
+      $("#jobs tbody"),
+      jobs,
+      (job) => job.id,
+      (job) =>
+        h(
+          "tr",
+          {
+            dataset: {job: String(job.id), status: job.status},
+            class: job.id === state.selectedJobId ? "selected" : null,
+            onclick: () => selectJob(job.id),
+          },
+          h("td", {class: "num"}, job.id),
+          h("td", {}, job.task),
+          h("td", {}, job.queue),
+          h("td", {}, badge(job.status)),
+          h("td", {class: "num"}, attemptsText(job)),
+          h("td", {}, job.schedule ? [job.schedule, h("span", {class: "muted"}, ` @ ${clock(job.fire_time_ms)}`)] : h("span", {class: "muted"}, "—")),
+          h("td", {}, when(job.created_ms)),
+          h("td", {}, when(job.finished_ms, {showRelative: false})),
+        ),
+      hasFilters() ? "no job matches these filters" : "no jobs yet",
+      8,
+    );
+    for (const row of $("#jobs tbody").rows) row.classList.toggle("selected", row.dataset.job === String(state.selectedJobId));
+    $("#jobs-older").hidden = !state.jobs.next;
+    $("#jobs-newer").hidden = state.jobs.page === 0;
+  }
+
+  function hasFilters() {
+    return Object.values(state.jobs.filters).some(Boolean);
+  }
+
+  function filterJobs(filters) {
+    state.jobs.filters = {status: "", queue: "", schedule: "", ...filters};
+    $("#filter-status").value = state.jobs.filters.status;
+    $("#filter-queue").value = state.jobs.filters.queue;
+    $("#filter-schedule").value = state.jobs.filters.schedule;
+    state.jobs.cursors = [null];
+    state.jobs.page = 0;
+    refreshSoon();
+  }
+
+  function selectJob(id) {
+    state.selectedJobId = id;
+    const panel = $("#job-detail");
+    panel.hidden = false;
+    delete panel.dataset.signature; // so the detail is drawn even if it did not change
+    panel.replaceChildren(h("p", {class: "muted"}, `loading job ${id}…`));
+    for (const row of $("#jobs tbody").rows) row.classList.toggle("selected", row.dataset.job === String(id));
+    loadJobDetail()
+      .then(() => setError("job", null))
+      .catch((error) => setError("job", error.describe ? error.describe() : String(error)))
+      .finally(renderErrors);
+  }
+
+  function closeJob() {
+    state.selectedJobId = null;
+    $("#job-detail").hidden = true;
+    for (const row of $("#jobs tbody").rows) row.classList.remove("selected");
+  }
+
+  function renderJobDetail(job, missing) {
+    const panel = $("#job-detail");
+    panel.hidden = false;
+    const close = h("button", {type: "button", class: "quiet", title: "close", onclick: closeJob}, "close");
+    if (!job) {
+      delete panel.dataset.signature;
+      panel.replaceChildren(h("header", {}, h("h3", {}, `job ${state.selectedJobId}`), close), h("p", {class: "muted"}, missing));
+      return;
+    }
+    const signature = JSON.stringify(job);
+    if (panel.dataset.signature === signature) return; // unchanged: keep scroll positions
+    panel.dataset.signature = signature;
+    const buttons = [];
+    if (job.status === "failed" || job.status === "cancelled") {
+      buttons.push(h("button", {type: "button", onclick: (event) => act(event.currentTarget, `retry job ${job.id}`, () => retryJob(job.id))}, "retry"));
+    }
+    if (!FINAL.has(job.status)) {
+      buttons.push(h("button", {type: "button", class: "danger", onclick: (event) => act(event.currentTarget, `cancel job ${job.id}`, () => cancelJob(job.id))}, "cancel"));
+    }
+    const fields = [
+      ["key", job.key],
+      ["task", job.task],
+      ["queue", job.queue],
+      ["priority", job.priority],
+      ["attempts", attemptsText(job)],
+      ["schedule", job.schedule ? `${job.schedule} @ ${new Date(job.fire_time_ms).toISOString()}` : null],
+      ["workflow", job.workflow_id ? `${job.workflow_id}${job.workflow_node ? ` (${job.workflow_node})` : ""}` : null],
+      ["depends on", job.depends_on && job.depends_on.length ? job.depends_on.join(", ") : null],
+      ["run at", job.run_at_ms ? when(job.run_at_ms) : null],
+      ["created", when(job.created_ms)],
+      ["finished", job.finished_ms ? when(job.finished_ms) : null],
+      ["worker", job.worker],
+      ["lease until", job.lease_until_ms ? when(job.lease_until_ms) : null],
+      ["timeout", job.timeout_ms ? `${job.timeout_ms / 1000} s` : null],
+      ["cancelled", job.cancel_reason],
+    ].filter(([, value]) => value !== null && value !== undefined && value !== "");
+    const history = job.history || [];
+    const blocks = [
+      h("header", {}, h("h3", {}, `job ${job.id}`), badge(job.status), ...buttons, close),
+      h("dl", {}, fields.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)])),
+      job.error ? [h("h3", {}, "error"), h("pre", {dataset: {testid: "job-error"}}, job.error)] : null,
+      outputBlocks(job.result),
+      h("h3", {}, "payload"),
+      h("pre", {}, JSON.stringify(job.payload, null, 2)),
+      h("h3", {}, `attempts (${history.length})`),
+      history.length
+        ? h(
+            "table",
+            {class: "attempts", dataset: {testid: "attempts"}},
+            h("thead", {}, h("tr", {}, ["#", "worker", "node", "started", "took", "outcome"].map((name) => h("th", {}, name)))),
+            h(
+              "tbody",
+              {},
+              history.map((attempt) => [
+                h(
+                  "tr",
+                  {class: "attempt", title: `fencing token ${attempt.token}`},
+                  h("td", {class: "num"}, attempt.attempt),
+                  h("td", {}, attempt.worker || "—"),
+                  h("td", {}, attempt.node || "—"),
+                  h("td", {}, when(attempt.start_ms, {showRelative: false})),
+                  h("td", {class: "num"}, attempt.end_ms && attempt.start_ms ? `${((attempt.end_ms - attempt.start_ms) / 1000).toFixed(2)} s` : "—"),
+                  h("td", {}, badge(attempt.outcome)),
+                ),
+                // The attempt's error on a row of its own, under the attempt it belongs to.
+                attempt.error ? h("tr", {class: "attempt-error"}, h("td", {}), h("td", {colspan: 5}, h("pre", {}, attempt.error))) : null,
+              ]),
+            ),
+          )
+        : h("p", {class: "muted"}, "not attempted yet"),
+    ];
+    panel.replaceChildren(...blocks.flat(Infinity).filter(Boolean));
+    tickRelativeTimes();
+  }
+
+  /** A job's result: a shell task's exit code and output, or any other result as JSON. */
+  function outputBlocks(result) {
+    if (result === null || result === undefined) return null;
+    const isShell = typeof result === "object" && ("stdout" in result || "stderr" in result);
+    if (!isShell) return [h("h3", {}, "result"), h("pre", {dataset: {testid: "job-output"}}, JSON.stringify(result, null, 2))];
+    const truncated = result.truncated ? " (truncated)" : "";
+    return [
+      h("h3", {}, `output: exit code ${result.exit_code ?? "?"}${truncated}`),
+      h("pre", {dataset: {testid: "job-output"}}, result.stdout || "(no standard output)"),
+      result.stderr ? [h("h3", {}, "standard error"), h("pre", {}, result.stderr)] : null,
+    ];
+  }
+
+  async function retryJob(id) {
+    const answer = await write(`/v1/jobs/${id}/retry`);
+    if (state.selectedJobId === id) loadJobDetail().catch(() => {});
+    return `job ${id} is ${answer.status} again`;
+  }
+
+  async function cancelJob(id) {
+    const answer = await write(`/v1/jobs/${id}/cancel`, {reason: "cancelled from the dashboard"});
+    return `job ${id} ${answer.status}` + (answer.cancelled_descendants ? ` (and ${answer.cancelled_descendants} dependent jobs)` : "");
+  }
+
+  function renderDeadLetter(jobs, more) {
+    renderRows(
+      $("#dead tbody"),
+      jobs,
+      (job) => job.id,
+      (job) =>
+        h(
+          "tr",
+          {dataset: {job: String(job.id)}},
+          h("td", {class: "num"}, h("a", {href: "#jobs-panel", onclick: () => selectJob(job.id)}, job.id)),
+          h("td", {}, job.task),
+          h("td", {}, job.queue),
+          h("td", {class: "num"}, attemptsText(job)),
+          h("td", {class: "wrap mono error-text", title: job.error || null}, firstLine(job.error, 100) || "—"),
+          h("td", {}, when(job.finished_ms)),
+          h(
+            "td",
+            {class: "actions"},
+            h("button", {type: "button", onclick: (event) => act(event.currentTarget, `retry job ${job.id}`, () => retryJob(job.id))}, "retry"),
+          ),
+        ),
+      "empty: no job has failed for good",
+      7,
+    );
+    $("#dead-panel h2 small").textContent = more ? "(failed for good; the newest 50)" : "(failed for good)";
+  }
+
+  // -- rendering: events ---------------------------------------------------------------------
+
+  function describeEvent(event) {
+    switch (event.kind) {
+      case "fired":
+        return [`${event.schedule} fired for ${clock(event.fire_time_ms)}`, event.job ? ` → job ${event.job}` : ""];
+      case "overlap_skipped":
+        return `${event.schedule} skipped ${clock(event.fire_time_ms)}: a run is in progress (overlap ${event.policy})`;
+      case "misfired":
+        return `${event.schedule} missed ${event.missed} fire time(s); fired ${event.fired} (misfire ${event.policy})`;
+      case "lease_expired":
+        return `job ${event.job}: lease of worker ${event.worker} expired (token ${event.token})`;
+      case "dead_lettered":
+        return `job ${event.job} failed for good after ${event.attempts} attempt(s): ${firstLine(event.error, 100)}`;
+      case "leader_changed":
+        return `${event.node} leads (term ${event.term})` + (event.leases_extended ? `, ${event.leases_extended} leases extended` : "");
+      default: {
+        const {seq, time_ms, kind, ...fields} = event;
+        return JSON.stringify(fields);
+      }
+    }
+  }
+
+  function renderEvents() {
+    const list = $("#events");
+    const newest = [...state.events].reverse();
+    if (!newest.length) {
+      list.replaceChildren(h("li", {class: "muted"}, "no events yet"));
+      return;
+    }
+    list.replaceChildren(
+      ...newest.map((event) =>
+        h(
+          "li",
+          {dataset: {kind: event.kind}},
+          h("time", {}, event.time_ms ? clock(event.time_ms) : "—"),
+          h("span", {class: "kind"}, badge(event.kind.replace(/_/g, " "), event.kind === "dead_lettered" ? "failed" : event.kind === "fired" ? "queued" : "unknown")),
+          h("span", {}, describeEvent(event)),
+        ),
+      ),
+    );
+  }
+
+  // -- the refresh loop ----------------------------------------------------------------------
+
+  const SOURCES = [
+    ["this node", loadCluster],
+    ["schedules", loadSchedules],
+    ["jobs", loadJobs],
+    ["dead letter", loadDeadLetter],
+    ["queues", loadQueues],
+    ["events", loadEvents],
+    ["job", loadJobDetail],
+  ];
+
+  async function refresh() {
+    clearTimeout(state.timer);
+    if (state.busy) return;
+    if (state.tokenNeeded) {
+      setFreshness("waiting for a token", "stale");
+      return; // the token dialog's answer starts the next refresh
+    }
+    state.busy = true;
+    try {
+      const results = await Promise.allSettled(SOURCES.map(([, load]) => load()));
+      results.forEach((result, index) => {
+        const source = SOURCES[index][0];
+        const error = result.status === "rejected" ? result.reason : null;
+        // A 401 is answered by the token dialog, not listed as an error.
+        const shown = error && !(error.status === 401) ? (error.describe ? error.describe() : String(error)) : null;
+        setError(source, shown);
+        if (error && !(error instanceof ApiError)) console.error(source, error);
+      });
+      if (results[0].status === "fulfilled") {
+        state.lastOkMs = Date.now();
+        setFreshness(`updated ${clock(Date.now())}`, state.errors.size ? "" : "live");
+      } else if (state.lastOkMs) {
+        setFreshness(`stale: last answer ${clock(state.lastOkMs)}`, "stale");
+      } else {
+        setFreshness("no answer yet", "stale");
+      }
+      renderErrors();
+      tickRelativeTimes();
+    } finally {
+      state.busy = false;
+      schedule();
+    }
+  }
+
+  function schedule() {
+    clearTimeout(state.timer);
+    if (state.refreshS > 0 && !state.tokenNeeded) state.timer = setTimeout(refresh, state.refreshS * 1000);
+  }
+
+  function refreshSoon() {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(refresh, 50);
+  }
+
+  function setFreshness(text, kind) {
+    const element = $("#freshness");
+    element.textContent = text;
+    element.className = `freshness ${kind}`;
+  }
+
+  // -- wiring --------------------------------------------------------------------------------
+
+  function start() {
+    const fromUrl = Number(new URLSearchParams(location.search).get("refresh"));
+    if (fromUrl > 0) state.refreshS = fromUrl;
+    const select = $("#refresh-s");
+    if (![...select.options].some((option) => Number(option.value) === state.refreshS)) {
+      select.append(h("option", {value: String(state.refreshS)}, `${state.refreshS} s`));
+    }
+    select.value = String(state.refreshS);
+    select.addEventListener("change", () => {
+      state.refreshS = Number(select.value);
+      refreshSoon();
+    });
+
+    $("#job-filters").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const id = Number($("#filter-job").value.trim());
+      if (Number.isInteger(id) && id > 0) {
+        $("#filter-job").value = "";
+        selectJob(id);
+      }
+      filterJobs({
+        status: $("#filter-status").value,
+        queue: $("#filter-queue").value.trim(),
+        schedule: $("#filter-schedule").value.trim(),
+      });
+    });
+    $("#filter-status").addEventListener("change", () => $("#job-filters").requestSubmit());
+    $("#filter-clear").addEventListener("click", () => filterJobs({}));
+    $("#jobs-older").addEventListener("click", () => {
+      const jobs = state.jobs;
+      if (!jobs.next) return;
+      jobs.cursors = jobs.cursors.slice(0, jobs.page + 1).concat([jobs.next]);
+      jobs.page += 1;
+      refreshSoon();
+    });
+    $("#jobs-newer").addEventListener("click", () => {
+      state.jobs.cursors = [null];
+      state.jobs.page = 0;
+      refreshSoon();
+    });
+
+    $("#token-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const token = $("#token-input").value.trim();
+      if (token) useToken(token);
+    });
+    $("#token-dialog").addEventListener("cancel", () => {
+      // Escape closes the dialog; the page says what it waits for and how to go on.
+      setError("token", "this node needs an API token to answer; use “enter token” above");
+      $("#token-button").textContent = "enter token";
+      renderErrors();
+    });
+    $("#token-button").hidden = !state.token;
+    $("#token-button").addEventListener("click", () => {
+      state.tokenNeeded = true;
+      openTokenDialog(null);
+    });
+
+    setInterval(tickRelativeTimes, 1000);
+    refresh();
+  }
+
+  document.addEventListener("DOMContentLoaded", start);
+})();

@@ -1,0 +1,609 @@
+"""`GET /openapi.json` is kept true by these tests.
+
+The document lists exactly the routes the app registers, with the grants they need; every
+request example in it matches its schema and is accepted by the server's own parser (and a
+table of bodies is judged the same way by both); and a live node's answers on the main routes,
+errors included, match the documented status codes, media types, headers and schemas.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from cluster.http import app as http_app
+from cluster.http import claims as http_claims
+from cluster.http.common import BODY_BYTES_MAX, Services
+from scheduler import limits, parse
+from scheduler.commands import (
+    BackfillSchedule,
+    CancelJob,
+    ClaimJobs,
+    CompleteJob,
+    FailJob,
+    Heartbeat,
+    PauseSchedule,
+    ResumeSchedule,
+    RetryJob,
+    SubmitJobs,
+    TriggerSchedule,
+)
+from scheduler.errors import Invalid
+from scheduler.schedulespec import ScheduleSpec
+from scheduler.specs import JobSpec, WorkflowSpec
+
+from . import apidoc
+from .apidoc import assert_documented, assert_error, schema_errors
+from .livenode import LiveNode, Reply, start_leaderless_node
+
+# -- the document and the app's routes ------------------------------------------------------
+
+
+def registered_routes() -> dict[tuple[str, str], str]:
+    """(METHOD, path) -> grant, for every route of the app (HEAD is implied by GET)."""
+    app = http_app.build_app(cast(Services, None))
+    return {
+        (route.method, route.resource.canonical): getattr(route.handler, "grant", "read")
+        for route in app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+
+
+def test_the_document_is_valid_openapi_3_0() -> None:
+    validator = pytest.importorskip("openapi_spec_validator", reason="pip install raftcron[test]")
+    validator.validate(apidoc.document())
+    assert apidoc.document()["openapi"].startswith("3.0.")
+
+
+def test_the_document_lists_exactly_the_routes_the_app_serves() -> None:
+    documented = {(method, path) for method, path, _ in apidoc.operations()}
+    assert documented == set(registered_routes())
+
+
+def test_only_the_open_paths_are_documented_without_a_token() -> None:
+    open_operations = {path for _, path, op in apidoc.operations() if op.get("security") == []}
+    served = {path for _, path in registered_routes()}
+    open_paths = set(http_app.OPEN_PATHS) | {path for path in served if path.startswith("/ui/")}
+    assert open_operations == open_paths & served
+    assert apidoc.document()["security"] == [{"bearer": []}]
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(registered_routes()))
+def test_a_route_documents_403_exactly_when_it_needs_more_than_read(method: str, path: str) -> None:
+    grant = registered_routes()[(method, path)]
+    responses = apidoc.operation(method, path)["responses"]
+    assert ("403" in responses) == (grant != "read")
+    if grant != "read":
+        assert f"the {grant} grant" in apidoc.operation(method, path)["description"]
+
+
+def test_every_operation_has_a_unique_id_and_an_error_shape_for_each_error_status() -> None:
+    ids = [op["operationId"] for _, _, op in apidoc.operations()]
+    assert len(ids) == len(set(ids))
+    for method, path, op in apidoc.operations():
+        for status, response in op["responses"].items():
+            if status.startswith(("4", "5")) and path != "/readyz":
+                assert response == {"$ref": f"#/components/responses/{ERROR_NAMES[status]}"}, (
+                    method,
+                    path,
+                    status,
+                )
+
+
+ERROR_NAMES = {
+    "400": "Invalid",
+    "401": "Unauthorized",
+    "403": "Forbidden",
+    "404": "NotFound",
+    "409": "Conflict",
+    "413": "TooLarge",
+    "503": "Unavailable",
+}
+
+# -- request bodies: the document and the server's parsers agree ----------------------------
+
+
+def _without_request_id(body: dict[str, Any]) -> dict[str, Any]:
+    """What a handler does first: take request_id out (1-200 characters when given)."""
+    body = dict(body)
+    request_id = body.pop("request_id", None)
+    if request_id is not None:
+        parse.text(request_id, "request_id", chars_max=200)
+    return body
+
+
+def _batch(body: dict[str, Any]) -> Any:
+    body = _without_request_id(body)
+    parse.reject_unknown(body, frozenset({"jobs"}))
+    return SubmitJobs.from_wire(body)
+
+
+def _claim(body: dict[str, Any]) -> Any:
+    body = _without_request_id(body)
+    parse.integer(body.pop("wait_ms", 0), "wait_ms", low=0, high=http_claims.WAIT_MS_MAX)
+    return ClaimJobs.from_wire({**body, "node": "n1"})
+
+
+def _cancel(body: dict[str, Any]) -> Any:
+    body = _without_request_id(body)
+    parse.optional_text(body.get("reason"), "reason", chars_max=1_000)
+    return CancelJob.from_wire({**body, "job_id": 1})
+
+
+def _heartbeat(body: dict[str, Any]) -> Any:
+    return Heartbeat.from_wire({**_without_request_id(body), "job_id": 1})
+
+
+def _with_job_id(command: Any) -> Callable[[dict[str, Any]], Any]:
+    return lambda body: command.from_wire({**_without_request_id(body), "job_id": 1})
+
+
+def _with_name(command: Any) -> Callable[[dict[str, Any]], Any]:
+    return lambda body: command.from_wire({**_without_request_id(body), "name": "s"})
+
+
+# operationId -> how its handler parses the body (raises Invalid when it rejects it).
+PARSERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "submitJob": lambda body: JobSpec.parse(_without_request_id(body)),
+    "submitJobs": _batch,
+    "submitWorkflow": lambda body: WorkflowSpec.parse(_without_request_id(body)),
+    "putSchedule": lambda body: ScheduleSpec.parse(_without_request_id(body)),
+    "previewScheduleSpec": lambda body: ScheduleSpec.parse(
+        {k: v for k, v in body.items() if k != "request_id"}
+    ),
+    "claimJobs": _claim,
+    "heartbeat": _heartbeat,
+    "completeJob": _with_job_id(CompleteJob),
+    "failJob": _with_job_id(FailJob),
+    "cancelJob": _cancel,
+    "retryJob": _with_job_id(RetryJob),
+    "pauseSchedule": _with_name(PauseSchedule),
+    "resumeSchedule": _with_name(ResumeSchedule),
+    "triggerSchedule": _with_name(TriggerSchedule),
+    "backfillSchedule": _with_name(BackfillSchedule),
+}
+
+
+def server_accepts(operation_id: str, body: Any) -> bool:
+    try:
+        PARSERS[operation_id](parse.as_mapping(body, "body"))  # type: ignore[arg-type]
+    except Invalid:
+        return False
+    return True
+
+
+def test_every_operation_with_a_body_has_a_parser_and_examples_here() -> None:
+    with_body = {op["operationId"] for _, _, op in apidoc.operations() if "requestBody" in op}
+    assert with_body == set(PARSERS)
+    assert all(apidoc.request_examples(operation_id) for operation_id in with_body)
+
+
+def all_examples() -> Iterator[Any]:
+    for operation_id in sorted(PARSERS):
+        for name, body in apidoc.request_examples(operation_id).items():
+            yield pytest.param(operation_id, body, id=f"{operation_id}-{name}")
+
+
+@pytest.mark.parametrize(("operation_id", "body"), list(all_examples()))
+def test_a_documented_example_matches_its_schema_and_the_server_accepts_it(
+    operation_id: str, body: Any
+) -> None:
+    assert schema_errors(apidoc.request_schema(operation_id), body) == []
+    assert server_accepts(operation_id, body)
+
+
+JOB = {"task": "t"}
+EVERY = {"every": "5m", "job": JOB}
+# (operationId, body, whether the document and the server both accept it)
+AGREEMENT = [
+    ("submitJob", {"task": "t", "key": None, "backoff": None, "run_at_ms": None}, True),
+    ("submitJob", {"task": "t", "payload": None, "request_id": None}, True),
+    ("submitJob", {"task": "a.b:c-d_e", "priority": -1_000_000, "max_attempts": 100}, True),
+    ("submitJob", {"task": "t", "backoff": {"factor": 1, "jitter": 1, "max_ms": 86_400_000}}, True),
+    ("submitJob", {"task": "t", "colour": "red"}, False),
+    ("submitJob", {"task": ""}, False),
+    ("submitJob", {"task": "has space"}, False),
+    ("submitJob", {"task": "-leading-dash"}, False),
+    ("submitJob", {"task": "t" * 129}, False),
+    ("submitJob", {"payload": {}}, False),
+    ("submitJob", {"task": "t", "priority": 1_000_001}, False),
+    ("submitJob", {"task": "t", "priority": True}, False),
+    ("submitJob", {"task": "t", "max_attempts": 0}, False),
+    ("submitJob", {"task": "t", "queue": None}, False),
+    ("submitJob", {"task": "t", "key": ""}, False),
+    ("submitJob", {"task": "t", "key": "k" * 513}, False),
+    ("submitJob", {"task": "t", "delay_ms": -1}, False),
+    ("submitJob", {"task": "t", "timeout_ms": 0}, False),
+    ("submitJob", {"task": "t", "backoff": {"factor": 0.5}}, False),
+    ("submitJob", {"task": "t", "backoff": {"base": 1}}, False),
+    ("submitJob", {"task": "t", "depends_on": [1, 1]}, False),
+    ("submitJob", {"task": "t", "depends_on": [0]}, False),
+    ("submitJob", {"task": "t", "depends_on": None}, False),
+    ("submitJob", {"task": "t", "request_id": ""}, False),
+    ("submitJob", {"task": "t", "request_id": "r" * 201}, False),
+    ("submitJobs", {"jobs": []}, False),
+    ("submitJobs", {"jobs": [JOB], "extra": 1}, False),
+    ("submitJobs", {"jobs": [{**JOB, "request_id": "x"}]}, False),
+    ("submitWorkflow", {"jobs": [{"name": "a", "task": "t", "key": "k"}]}, False),
+    ("submitWorkflow", {"jobs": [{"name": "a", "task": "t", "depends_on": [1]}]}, False),
+    ("submitWorkflow", {"jobs": [{"name": "a", "task": "t", "after": ["b", "b"]}]}, False),
+    ("submitWorkflow", {"jobs": [{"task": "t"}]}, False),
+    ("submitWorkflow", {"jobs": [{"name": "a", "task": "t", "delay_ms": 5}], "key": None}, True),
+    ("putSchedule", {"cron": None, "every": "1h 30m", "job": JOB, "workflow": None}, True),
+    ("putSchedule", {"at": 0, "job": JOB, "start_at": None, "end_at": None}, True),
+    ("putSchedule", {"every": 315_360_000_000, "job": JOB, "description": None}, True),
+    ("putSchedule", {"cron": "* * * * *", "every": "5m", "job": JOB}, False),
+    ("putSchedule", {"cron": None, "job": JOB}, False),
+    ("putSchedule", {"every": "5m"}, False),
+    (
+        "putSchedule",
+        {"every": "5m", "job": JOB, "workflow": {"jobs": [{"name": "a", **JOB}]}},
+        False,
+    ),
+    ("putSchedule", {**EVERY, "job": {**JOB, "key": "k"}}, False),
+    ("putSchedule", {**EVERY, "job": {**JOB, "delay_ms": 5}}, False),
+    ("putSchedule", {**EVERY, "workflow": {"jobs": [{"name": "a", **JOB}], "key": "k"}}, False),
+    ("putSchedule", {**EVERY, "misfire": "sometimes"}, False),
+    ("putSchedule", {**EVERY, "overlap": "never"}, False),
+    ("putSchedule", {**EVERY, "misfire_grace_ms": 999}, False),
+    ("putSchedule", {**EVERY, "max_catchup": 1_001}, False),
+    ("putSchedule", {**EVERY, "retain": 0}, False),
+    ("putSchedule", {**EVERY, "jitter_ms": 86_400_001}, False),
+    ("putSchedule", {**EVERY, "paused": None}, False),
+    ("putSchedule", {**EVERY, "tz": None}, False),
+    ("putSchedule", {**EVERY, "every": 0}, False),
+    ("putSchedule", {**EVERY, "every": 999}, False),
+    ("putSchedule", {**EVERY, "every": "1s"}, True),
+    ("putSchedule", {**EVERY, "every": 315_360_000_001}, False),
+    ("putSchedule", {**EVERY, "every": True}, False),
+    ("putSchedule", {**EVERY, "every": "5 minutes"}, False),
+    ("putSchedule", {**EVERY, "at": -1, "every": None}, False),
+    ("putSchedule", {**EVERY, "schedule": "x"}, False),
+    ("claimJobs", {"worker": "w", "queues": ["a", "b"], "max": 0, "acks": []}, True),
+    ("claimJobs", {"worker": "w", "lease_ms": 100, "wait_ms": 30_000, "max": 1_000}, True),
+    ("claimJobs", {"worker": "w", "acks": [{"id": 1, "token": 2, "outcome": "failed"}]}, True),
+    ("claimJobs", {"worker": "w", "acks": [{"id": 1, "token": 2, "outcome": "done"}]}, False),
+    ("claimJobs", {"worker": "w", "acks": [{"id": 1, "token": 2}]}, False),
+    (
+        "claimJobs",
+        {"worker": "w", "acks": [{"id": 1, "token": 2, "outcome": "failed", "x": 1}]},
+        False,
+    ),
+    ("claimJobs", {"queues": ["default"]}, False),
+    ("claimJobs", {"worker": "w", "queues": []}, False),
+    ("claimJobs", {"worker": "w", "queues": ["a", "a"]}, False),
+    ("claimJobs", {"worker": "w", "queues": [f"q{n}" for n in range(65)]}, False),
+    ("claimJobs", {"worker": "w", "max": 1_001}, False),
+    ("claimJobs", {"worker": "w", "lease_ms": 99}, False),
+    ("claimJobs", {"worker": "w", "wait_ms": 30_001}, False),
+    ("heartbeat", {"token": 1, "lease_ms": None}, True),
+    ("heartbeat", {"token": 1, "lease_ms": limits.LEASE_MS_MAX + 1}, False),
+    ("heartbeat", {"token": 0}, False),
+    ("heartbeat", {"lease_ms": 1_000}, False),
+    ("completeJob", {"token": 3, "result": [1, {"a": None}]}, True),
+    ("completeJob", {"token": "3"}, False),
+    ("failJob", {"token": 3, "error": None, "retryable": False}, True),
+    ("failJob", {"token": 3, "error": "x" * 10_000}, True),
+    ("failJob", {"token": 3, "retryable": "no"}, False),
+    ("cancelJob", {"reason": None}, True),
+    ("cancelJob", {"reason": ""}, False),
+    ("cancelJob", {"reason": "r" * 1_001}, False),
+    ("triggerSchedule", {"force": None}, False),
+    ("backfillSchedule", {"from_ms": 0, "to_ms": 1}, True),
+    ("backfillSchedule", {"from_ms": -1, "to_ms": 1}, False),
+    ("backfillSchedule", {"from_ms": 0}, False),
+]
+
+
+@pytest.mark.parametrize(("operation_id", "body", "accepted"), AGREEMENT)
+def test_the_document_and_the_server_judge_a_body_alike(
+    operation_id: str, body: Any, accepted: bool
+) -> None:
+    assert server_accepts(operation_id, body) is accepted
+    problems = schema_errors(apidoc.request_schema(operation_id), body)
+    assert (problems == []) is accepted, problems
+
+
+# -- a live node's answers ------------------------------------------------------------------
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def call(node: LiveNode, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+    """A request whose answer must be a documented one; returns the decoded body."""
+    reply = send(node, method, path, body, **kwargs)
+    return reply.status, assert_documented(method, path, reply)
+
+
+def send(node: LiveNode, method: str, path: str, body: Any = None, **kwargs: Any) -> Reply:
+    """`body` None sends no body at all."""
+    if body is None:
+        return node.request(method, path, **kwargs)
+    return node.request(method, path, body, **kwargs)
+
+
+def claim_all(node: LiveNode, queue: str, count: int) -> list[dict[str, Any]]:
+    status, body = call(
+        node, "POST", "/v1/claims", {"worker": "w1", "queues": [queue], "max": count}
+    )
+    assert status == 200 and len(body["jobs"]) == count, body
+    return list(body["jobs"])
+
+
+def test_the_node_serves_this_very_document(node: LiveNode) -> None:
+    reply = node.request("GET", "/openapi.json", role=None)
+    assert reply.status == 200 and reply.media_type == "application/json"
+    assert reply.json() == apidoc.document()
+
+
+def test_a_submitted_job_and_its_duplicate_match_the_document(node: LiveNode) -> None:
+    body = {"task": "shell", "payload": {"argv": ["true"]}, "key": unique("key")}
+    status, created = call(node, "POST", "/v1/jobs", body)
+    assert (status, created["created"], created["status"]) == (201, True, "queued")
+    status, again = call(node, "POST", "/v1/jobs", body)
+    assert (status, again["created"], again["id"]) == (200, False, created["id"])
+
+
+def test_a_job_read_back_has_its_history_as_documented(node: LiveNode) -> None:
+    queue = unique("q")
+    _, job = call(node, "POST", "/v1/jobs", {"task": "t", "queue": queue, "timeout_ms": 5_000})
+    [claimed] = claim_all(node, queue, 1)
+    call(node, "POST", f"/v1/jobs/{job['id']}/complete", {"token": claimed["token"]})
+    status, read = call(node, "GET", f"/v1/jobs/{job['id']}?consistent=1")
+    assert (status, read["status"], len(read["history"])) == (200, "succeeded", 1)
+    assert read["history"][0]["outcome"] == "succeeded"
+
+
+def test_pages_of_jobs_match_the_document(node: LiveNode) -> None:
+    queue = unique("q")
+    jobs = [{"task": "t", "queue": queue} for _ in range(5)]
+    status, batch = call(node, "POST", "/v1/jobs/batch", {"jobs": jobs})
+    assert status == 201 and all(job["created"] for job in batch["jobs"])
+    path = f"/v1/jobs?queue={queue}&status=queued&limit=2&consistent=1"
+    seen: list[int] = []
+    while True:
+        _, page = call(node, "GET", path)
+        seen += [job["id"] for job in page["jobs"]]
+        if page["next_cursor"] is None:
+            break
+        path = f"/v1/jobs?queue={queue}&limit=2&cursor={page['next_cursor']}"
+    assert seen == sorted((job["id"] for job in batch["jobs"]), reverse=True)
+
+
+def test_a_workflow_answer_matches_the_document(node: LiveNode) -> None:
+    body = apidoc.request_examples("submitWorkflow")["etl"] | {"key": unique("etl")}
+    status, workflow = call(node, "POST", "/v1/workflows", body)
+    assert status == 201 and [job["name"] for job in workflow["jobs"]] == [
+        "extract",
+        "transform",
+        "load",
+    ]
+    status, again = call(node, "POST", "/v1/workflows", body)
+    assert (status, again["workflow_id"]) == (200, workflow["workflow_id"])
+
+
+def test_claims_acks_and_the_worker_calls_match_the_document(node: LiveNode) -> None:
+    queue = unique("q")
+    call(node, "POST", "/v1/jobs/batch", {"jobs": [{"task": "t", "queue": queue}] * 4})
+    first, second, third, fourth = claim_all(node, queue, 4)
+    _, beat = call(node, "POST", f"/v1/jobs/{first['id']}/heartbeat", {"token": first["token"]})
+    assert beat["lease_until_ms"] >= first["lease_until_ms"]
+    _, done = call(node, "POST", f"/v1/jobs/{first['id']}/complete", {"token": first["token"]})
+    assert done["status"] == "succeeded"
+    failed = {"token": second["token"], "error": "boom", "retryable": False}
+    _, answer = call(node, "POST", f"/v1/jobs/{second['id']}/fail", failed)
+    assert answer["status"] == "failed"
+    status, stale = call(node, "POST", f"/v1/jobs/{first['id']}/complete", {"token": 10**12})
+    assert (status, stale["error"]["code"]) == (409, "stale_token")
+    acks = [
+        {"id": third["id"], "token": third["token"], "outcome": "succeeded", "result": [1]},
+        {"id": fourth["id"], "token": fourth["token"] + 10**9, "outcome": "failed"},
+    ]
+    _, claimed = call(node, "POST", "/v1/claims", {"worker": "w1", "queues": [queue], "acks": acks})
+    assert claimed == {
+        "jobs": [],
+        "acks": [
+            {"id": third["id"], "outcome": "ok"},
+            {"id": fourth["id"], "outcome": "stale_token"},
+        ],
+    }
+
+
+def test_cancel_and_retry_answers_match_the_document(node: LiveNode) -> None:
+    _, job = call(node, "POST", "/v1/jobs", {"task": "t", "delay_ms": 3_600_000})
+    assert job["status"] == "scheduled"
+    _, cancelled = call(node, "POST", f"/v1/jobs/{job['id']}/cancel", {"reason": "not today"})
+    assert (cancelled["status"], cancelled["cancelled_descendants"]) == ("cancelled", 0)
+    status, again = call(node, "POST", f"/v1/jobs/{job['id']}/cancel")
+    assert (status, again["error"]["code"]) == (409, "conflict")
+    _, retried = call(node, "POST", f"/v1/jobs/{job['id']}/retry")
+    assert retried["status"] == "scheduled"
+    status, refused = call(node, "POST", f"/v1/jobs/{job['id']}/retry", {})
+    assert (status, refused["error"]["code"]) == (409, "not_retryable")
+
+
+def test_schedule_answers_match_the_document(node: LiveNode) -> None:
+    name = unique("nightly")
+    body = {
+        "cron": "30 2 * * *",
+        "tz": "America/New_York",
+        "job": {"task": "t"},
+        "overlap": "forbid",
+    }
+    assert call(node, "PUT", f"/v1/schedules/{name}", body)[0] == 201
+    status, replaced = call(node, "PUT", f"/v1/schedules/{name}", {**body, "retain": 5})
+    assert (status, replaced["spec"]["retain"]) == (200, 5)
+    assert call(node, "GET", f"/v1/schedules/{name}?consistent=true")[1]["name"] == name
+    assert name in [s["name"] for s in call(node, "GET", "/v1/schedules")[1]["schedules"]]
+    _, fires = call(node, "GET", f"/v1/schedules/{name}/preview?count=2&from_ms=1772900000000")
+    assert fires["fires"][0] == {
+        "fire_time_ms": 1772953200000,
+        "local": "2026-03-08T03:00:00-04:00",
+        "note": "moved to the end of the DST gap",
+    }
+    status, triggered = call(node, "POST", f"/v1/schedules/{name}/trigger")
+    assert (status, triggered["job"]["schedule"]) == (201, name)
+    status, refused = call(node, "POST", f"/v1/schedules/{name}/trigger", {})
+    assert (status, refused["error"]["code"]) == (409, "overlap")
+    assert call(node, "POST", f"/v1/schedules/{name}/pause")[1]["paused"] is True
+    assert call(node, "POST", f"/v1/schedules/{name}/resume", {})[1]["paused"] is False
+    week = {"from_ms": 1772323200000, "to_ms": 1772928000000}
+    _, backfilled = call(node, "POST", f"/v1/schedules/{name}/backfill", week)
+    assert len(backfilled["jobs"]) == 7 and all(job["created"] for job in backfilled["jobs"])
+    assert call(node, "DELETE", f"/v1/schedules/{name}")[1] == {"name": name, "deleted": True}
+    assert call(node, "GET", f"/v1/schedules/{name}")[0] == 404
+
+
+def test_a_buffered_trigger_answer_matches_the_document(node: LiveNode) -> None:
+    name = unique("buffered")
+    body = {"every": "1d", "job": {"task": "t"}, "overlap": "buffer_one"}
+    call(node, "PUT", f"/v1/schedules/{name}", body)
+    assert call(node, "POST", f"/v1/schedules/{name}/trigger")[0] == 201
+    status, buffered = call(node, "POST", f"/v1/schedules/{name}/trigger")
+    assert (status, buffered["buffered"], buffered["job"]) == (202, True, None)
+    assert call(node, "GET", f"/v1/schedules/{name}")[1]["buffered_fire_ms"] is not None
+
+
+def test_a_spec_preview_answer_matches_the_document(node: LiveNode) -> None:
+    for name, body in apidoc.request_examples("previewScheduleSpec").items():
+        status, preview = call(node, "POST", "/v1/schedules/preview?count=3&from_ms=0", body)
+        assert status == 200 and preview["fires"], name
+
+
+def test_cluster_events_audits_and_health_answers_match_the_document(node: LiveNode) -> None:
+    _, cluster = call(node, "GET", "/v1/cluster")
+    assert (cluster["role"], cluster["leader"], cluster["ready"]) == ("leader", "n1", True)
+    assert call(node, "GET", "/v1/events?cursor=0&limit=5")[0] == 200
+    status, audit = call(node, "POST", "/v1/cluster/audits")
+    assert status == 201
+    assert call(node, "GET", f"/v1/cluster/audits/{audit['id']}")[1] == audit
+    assert call(node, "GET", "/v1/cluster/audits/nothing")[0] == 404
+    assert call(node, "GET", "/healthz", role=None)[1]["ok"] is True
+    assert call(node, "GET", "/readyz", role=None)[1]["ready"] is True
+    assert "raftcron_raft_term" in call(node, "GET", "/metrics", role="read")[1]
+
+
+def test_the_dashboard_answers_match_the_document(node: LiveNode) -> None:
+    status, page = call(node, "GET", "/", role=None)
+    assert status == 200 and "<html" in page.lower()
+    [asset] = re.findall(r"/ui/([\w.-]+)\?v=(\w+)", page)[:1]
+    reply = node.request("GET", f"/ui/{asset[0]}?v={asset[1]}", role=None)
+    assert_documented("GET", f"/ui/{asset[0]}", reply)
+    assert "immutable" in reply.headers["cache-control"]
+    etag = {"If-None-Match": reply.headers["etag"]}
+    assert call(node, "GET", f"/ui/{asset[0]}", role=None, headers=etag)[0] == 304
+    assert call(node, "GET", "/ui/nothing.js", role=None)[0] == 404
+
+
+ERRORS = [
+    ("POST", "/v1/jobs", None, b"{not json", "admin", 400, "invalid"),
+    ("POST", "/v1/jobs", None, None, "admin", 400, "invalid"),
+    ("POST", "/v1/jobs", {"payload": 1}, None, "admin", 400, "invalid"),
+    ("POST", "/v1/jobs", {"task": "t", "payload": "x" * 70_000}, None, "admin", 413, "too_large"),
+    ("POST", "/v1/jobs", None, b" " * (BODY_BYTES_MAX + 1), "admin", 413, "too_large"),
+    ("POST", "/v1/jobs", {"task": "t"}, None, None, 401, "unauthorized"),
+    ("POST", "/v1/jobs", {"task": "t"}, None, "read", 403, "forbidden"),
+    ("POST", "/v1/claims", {"worker": "w"}, None, "submit", 403, "forbidden"),
+    (
+        "PUT",
+        "/v1/schedules/s",
+        {"every": "1h", "job": {"task": "t"}},
+        None,
+        "worker",
+        403,
+        "forbidden",
+    ),
+    ("GET", "/v1/jobs/123456789", None, None, "read", 404, "not_found"),
+    ("GET", "/v1/jobs/x1", None, None, "read", 400, "invalid"),
+    ("GET", "/v1/jobs?limit=0", None, None, "read", 400, "invalid"),
+    ("GET", "/v1/jobs?status=done", None, None, "read", 400, "invalid"),
+    ("GET", "/v1/schedules/bad%20name", None, None, "read", 400, "invalid"),
+    ("GET", "/v1/schedules/s/preview?count=1001", None, None, "read", 400, "invalid"),
+    ("POST", "/v1/jobs/123456789/complete", {"token": 1}, None, "worker", 404, "not_found"),
+    ("POST", "/v1/schedules/nothing-here/trigger", None, None, "admin", 404, "not_found"),
+    (
+        "POST",
+        "/v1/workflows",
+        {
+            "jobs": [
+                {"name": "a", "task": "t", "after": ["b"]},
+                {"name": "b", "task": "t", "after": ["a"]},
+            ]
+        },
+        None,
+        "admin",
+        400,
+        "cycle",
+    ),
+    ("POST", "/v1/jobs", {"task": "t", "depends_on": [123456789]}, None, "admin", 400, "invalid"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "raw", "role", "status", "code"), ERRORS)
+def test_an_error_answer_matches_the_document(
+    node: LiveNode,
+    method: str,
+    path: str,
+    body: Any,
+    raw: bytes | None,
+    role: str | None,
+    status: int,
+    code: str,
+) -> None:
+    reply = send(node, method, path, body, role=role, raw=raw)
+    answer = assert_documented(method, path, reply)
+    assert (reply.status, answer["error"]["code"]) == (status, code), answer
+    if status == 401:
+        assert reply.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_reused_request_id_for_another_command_is_a_documented_409(node: LiveNode) -> None:
+    request_id = unique("rid")
+    call(node, "POST", "/v1/jobs", {"task": "t", "request_id": request_id})
+    status, answer = call(
+        node,
+        "POST",
+        "/v1/claims",
+        {"worker": "w", "queues": [unique("q")]},
+        headers={"X-Request-Id": request_id},
+    )
+    assert (status, answer["error"]["code"]) == (409, "request_id_reused")
+
+
+def test_unknown_routes_and_methods_answer_with_the_error_shape(node: LiveNode) -> None:
+    assert_error(node.request("GET", "/v1/nowhere"), 404, "not_found")
+    assert_error(node.request("DELETE", "/v1/jobs"), 405, "method_not_allowed")
+    assert_error(node.request("GET", "/v1/jobs", role=None), 401, "unauthorized")
+    wrong = {"Authorization": "Bearer not-a-known-token"}
+    assert_error(node.request("GET", "/v1/jobs", role=None, headers=wrong), 401, "unauthorized")
+
+
+@pytest.fixture
+def leaderless_node(tmp_path: Path) -> Iterator[LiveNode]:
+    node = start_leaderless_node(tmp_path / "leaderless")
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+def test_a_node_without_a_leader_answers_503_as_documented(leaderless_node: LiveNode) -> None:
+    status, readiness = call(leaderless_node, "GET", "/readyz", role=None)
+    assert (status, readiness["ready"], readiness["leader"]) == (503, False, None)
+    for method, path, body in [
+        ("POST", "/v1/jobs", {"task": "t"}),
+        ("GET", "/v1/jobs?consistent=1", None),
+        ("POST", "/v1/claims", {"worker": "w"}),
+    ]:
+        reply = send(leaderless_node, method, path, body)
+        answer = assert_documented(method, path, reply)
+        assert (reply.status, answer["error"]["code"]) == (503, "unavailable"), reply
+        assert reply.headers["retry-after"] == "1"
+    assert call(leaderless_node, "GET", "/v1/cluster")[1]["leader"] is None

@@ -1,0 +1,320 @@
+"""The dashboard in a real browser (headless Chromium) against a real 3-node cluster.
+
+Each test opens the page of one node, acts as a person would (reads a table, clicks a
+button, types a token) and checks the outcome both in the page and through the API. The page
+refreshes itself every second here (`?refresh=1`); every wait is Playwright's `expect` or a
+polled condition with a deadline, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.localcluster import LocalCluster, LocalNode
+
+try:
+    from playwright.sync_api import expect
+except ImportError as missing:  # a skip on a developer's machine, a failure in CI
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise
+    pytest.skip(
+        f"playwright is not installed ({missing}): pip install -e '.[test]'",
+        allow_module_level=True,
+    )
+
+TOKENS = {"dash-admin-token-0123": "admin", "dash-read-token-0123": "read"}
+ADMIN, READ = "dash-admin-token-0123", "dash-read-token-0123"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def follower(cluster: LocalCluster) -> LocalNode:
+    return cluster.followers()[0]
+
+
+def put_schedule(cluster: LocalCluster, name: str, token: str | None = None) -> None:
+    body = {"every": "1s", "overlap": "allow", "job": {"task": "noop", "queue": name}}
+    status, answer, _ = cluster.call("PUT", f"/v1/schedules/{name}", body, token=token)
+    assert status in (200, 201), answer
+
+
+def get_schedule(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    status, body, _ = cluster.call("GET", f"/v1/schedules/{name}")
+    assert status == 200, body
+    return dict(body)
+
+
+def dead_letter_job(cluster: LocalCluster, queue: str, error: str) -> int:
+    """A job that failed for good: max_attempts=1, claimed, failed non-retryably."""
+    status, job, _ = cluster.call(
+        "POST", "/v1/jobs", {"task": "doomed", "queue": queue, "max_attempts": 1}
+    )
+    assert status == 201, job
+    claim = {
+        "worker": "test-worker",
+        "queues": [queue],
+        "max": 1,
+        "lease_ms": 30_000,
+        "request_id": unique("claim"),
+    }
+    status, claimed, _ = cluster.call("POST", "/v1/claims", claim)
+    assert status == 200 and claimed["jobs"], claimed
+    token = claimed["jobs"][0]["token"]
+    failure = {"token": token, "error": error, "retryable": False, "request_id": unique("fail")}
+    status, failed, _ = cluster.call("POST", f"/v1/jobs/{job['id']}/fail", failure)
+    assert status == 200 and failed["status"] == "failed", failed
+    return int(job["id"])
+
+
+# -- what the page serves --------------------------------------------------------------------
+
+
+def test_the_page_and_its_assets_are_served_with_cache_headers(
+    shared_cluster: LocalCluster,
+) -> None:
+    node = shared_cluster.nodes[1]
+    status, html, headers = shared_cluster.request(node, "GET", "/")
+    assert status == 200
+    assert headers["Cache-Control"] == "no-cache"
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    assert "http://" not in html and "https://" not in html  # nothing from elsewhere
+    status, _, again = shared_cluster.request(
+        node, "GET", "/", headers={"If-None-Match": headers["ETag"]}
+    )
+    assert status == 304 and again["ETag"] == headers["ETag"]
+    for url in re.findall(r'(?:src|href)="(/ui/[^"]+)"', html):
+        status, body, asset_headers = shared_cluster.request(node, "GET", url)
+        assert status == 200 and body, url
+        assert "immutable" in asset_headers["Cache-Control"], url
+    status, _, stale = shared_cluster.request(node, "GET", "/ui/app.js?v=old")
+    assert status == 200 and stale["Cache-Control"] == "no-cache"
+    status, body, _ = shared_cluster.request(node, "GET", "/ui/secret.py")
+    assert status == 404, body
+
+
+# -- what the page shows ---------------------------------------------------------------------
+
+
+def test_the_members_table_shows_three_nodes_and_exactly_one_leader(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    leader = shared_cluster.leader()
+    page = dashboard.open(leader)
+
+    rows = page.locator("#members tbody tr")
+    expect(rows).to_have_count(3)
+    expect(page.locator('#members tbody tr[data-role="leader"]')).to_have_count(1)
+    expect(page.locator('#members tbody tr[data-role="leader"]')).to_have_attribute(
+        "data-node", leader.node_id
+    )
+    expect(page.locator("#members-note")).to_have_text("3 nodes, 1 leader")
+    # On the leader, every member's lag is known (the leader's match index), never "?".
+    for index in range(3):
+        expect(rows.nth(index).locator("td").nth(4)).to_have_text(re.compile(r"^\d+$"))
+
+
+def test_the_page_says_which_node_it_talks_to_and_who_leads(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    leader = shared_cluster.leader()
+    other = follower(shared_cluster)
+    page = dashboard.open(other)
+
+    expect(page.locator("#this-node")).to_contain_text(other.node_id)
+    expect(page.locator("#this-node")).to_contain_text(other.http_address)
+    expect(page.locator("#leader-node")).to_have_text(leader.node_id)
+    own_row = page.locator(f'#members tbody tr[data-node="{other.node_id}"]')
+    expect(own_row).to_contain_text("this page")
+    expect(page.locator("#freshness")).to_have_class(re.compile(r"\blive\b"))
+    expect(page).to_have_title(re.compile(other.node_id))
+
+
+def test_a_schedules_fires_appear_in_the_page(
+    shared_cluster: LocalCluster, dashboard: Any, screenshot: Any
+) -> None:
+    name = unique("every-second")
+    put_schedule(shared_cluster, name)
+    page = dashboard.open(follower(shared_cluster))
+
+    row = page.locator(f'#schedules tr[data-schedule="{name}"]')
+    expect(row.locator('[data-testid="recent-fires"] .chip')).not_to_have_count(0)
+    expect(row.locator('[data-testid="fires"]')).to_have_text(re.compile(r"^([3-9]|\d\d+)$"))
+    fired = get_schedule(shared_cluster, name)["recent_fires"]
+    assert len(fired) >= 3, f"the page shows 3 fires or more, the API {fired}"
+    expect(page.locator("#events li", has_text=f"{name} fired")).not_to_have_count(0)
+    expect(page.locator(f'#queues tr[data-queue="{name}"]')).to_be_visible()
+
+    # The schedule's jobs, through the jobs table's filter.
+    page.locator("#filter-schedule").fill(name)
+    page.get_by_role("button", name="apply").click()
+    jobs = page.locator("#jobs tbody tr[data-job]")
+    expect(jobs).not_to_have_count(0)
+    expect(jobs.first).to_contain_text(name)
+    jobs.first.click()
+    expect(page.locator("#job-detail")).to_contain_text(f"{name}@")  # the fired job's key
+    path: Path = screenshot(page, "schedules firing")
+    assert path.stat().st_size > 10_000, f"the screenshot {path} looks empty"
+
+
+def test_pausing_a_schedule_from_the_page_pauses_it(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    name = unique("pause-me")
+    put_schedule(shared_cluster, name)
+    page = dashboard.open(follower(shared_cluster))
+    row = page.locator(f'#schedules tr[data-schedule="{name}"]')
+
+    row.get_by_role("button", name="pause").click()
+
+    shared_cluster.wait_for(
+        lambda: get_schedule(shared_cluster, name)["paused"], 10, f"{name} paused in the API"
+    )
+    expect(row).to_have_attribute("data-paused", "true")
+    expect(row.get_by_role("button", name="resume")).to_be_visible()
+    expect(page.locator("#notice")).to_contain_text(f"{name} paused")
+
+    row.get_by_role("button", name="resume").click()
+
+    shared_cluster.wait_for(
+        lambda: not get_schedule(shared_cluster, name)["paused"], 10, f"{name} resumed"
+    )
+    expect(row).to_have_attribute("data-paused", "false")
+
+
+def test_retrying_a_dead_letter_job_from_the_page_brings_it_back(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    queue = unique("doomed")
+    job_id = dead_letter_job(shared_cluster, queue, "disk full\nwhile writing the report")
+    page = dashboard.open(follower(shared_cluster))
+    row = page.locator(f'#dead tbody tr[data-job="{job_id}"]')
+    expect(row).to_contain_text("disk full")
+    row.get_by_role("link", name=str(job_id)).click()
+    attempt_error = page.locator('#job-detail [data-testid="attempts"] .attempt-error')
+    expect(attempt_error).to_contain_text("while writing the report")
+
+    row.get_by_role("button", name="retry").click()
+
+    def revived() -> bool:
+        _, job, _ = shared_cluster.call("GET", f"/v1/jobs/{job_id}")
+        return job["status"] in ("queued", "scheduled")
+
+    shared_cluster.wait_for(revived, 10, f"job {job_id} queued again")
+    expect(row).to_have_count(0)
+    expect(page.locator("#notice")).to_contain_text(f"job {job_id} is queued again")
+
+
+def test_one_jobs_attempts_and_output_show_in_its_detail(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    queue = unique("output")
+    status, job, _ = shared_cluster.call("POST", "/v1/jobs", {"task": "shell", "queue": queue})
+    assert status == 201, job
+    claim = {"worker": "w-out", "queues": [queue], "max": 1, "request_id": unique("claim")}
+    _, claimed, _ = shared_cluster.call("POST", "/v1/claims", claim)
+    result = {"exit_code": 0, "stdout": "hello from the dashboard test\n", "stderr": ""}
+    done = {"token": claimed["jobs"][0]["token"], "result": result, "request_id": unique("ok")}
+    status, answer, _ = shared_cluster.call("POST", f"/v1/jobs/{job['id']}/complete", done)
+    assert status == 200, answer
+    page = dashboard.open(follower(shared_cluster))
+
+    page.locator("#filter-queue").fill(queue)
+    page.get_by_role("button", name="apply").click()
+    page.locator(f'#jobs tbody tr[data-job="{job["id"]}"]').click()
+
+    detail = page.locator("#job-detail")
+    expect(detail).to_contain_text(f"job {job['id']}")
+    expect(detail.locator('[data-testid="job-output"]')).to_have_text(
+        "hello from the dashboard test\n"
+    )
+    attempts = detail.locator('[data-testid="attempts"] tbody tr.attempt')
+    expect(attempts).to_have_count(1)
+    expect(attempts.first).to_contain_text("w-out")
+    expect(attempts.first).to_contain_text("succeeded")
+
+
+# -- auth ------------------------------------------------------------------------------------
+
+
+def test_the_token_is_asked_once_and_kept_for_the_session(
+    fresh_clusters: Any, dashboard: Any
+) -> None:
+    cluster = fresh_clusters.open(tokens=TOKENS)
+    name = unique("guarded")
+    put_schedule(cluster, name, token=ADMIN)
+    page = dashboard.open(cluster.nodes[0], wait=False)
+    dialog = page.locator("#token-dialog")
+
+    expect(dialog).to_be_visible()
+    page.keyboard.press("Escape")  # closed without a token: the page says what it waits for
+    expect(page.locator("#errors")).to_contain_text("needs an API token")
+    page.get_by_role("button", name="enter token").click()
+    expect(dialog).to_be_visible()
+    page.locator("#token-input").fill("not-a-token")
+    page.locator("#token-input").press("Enter")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#token-error")).to_contain_text("refused")
+
+    page.locator("#token-input").fill(ADMIN)
+    page.get_by_role("button", name="use token").click()
+
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#members tbody tr")).to_have_count(3)
+    expect(page.locator(f'#schedules tr[data-schedule="{name}"]')).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('raftcron.token')") == ADMIN
+
+    # A reload keeps the token: the page works without asking again.
+    page.reload()
+    expect(page.locator("#this-node")).to_contain_text(cluster.nodes[0].node_id)
+    expect(page.locator("#members tbody tr")).to_have_count(3)
+    expect(dialog).to_be_hidden()
+
+    # A token whose role may not manage schedules: the page says why the click did nothing.
+    page.get_by_role("button", name="change token").click()
+    page.locator("#token-input").fill(READ)
+    page.locator("#token-input").press("Enter")
+    page.locator(f'#schedules tr[data-schedule="{name}"]').get_by_role(
+        "button", name="pause"
+    ).click()
+    expect(page.locator("#errors")).to_contain_text("403 forbidden")
+    status, schedule, _ = cluster.call("GET", f"/v1/schedules/{name}", token=ADMIN)
+    assert status == 200 and schedule["paused"] is False
+
+
+# -- a member down ---------------------------------------------------------------------------
+
+
+def test_a_member_down_is_shown_and_the_page_keeps_working(
+    fresh_clusters: Any, dashboard: Any
+) -> None:
+    cluster = fresh_clusters.open()
+    leader = cluster.leader()
+    down, other = cluster.followers()
+    page = dashboard.open(leader)
+    expect(page.locator("#members tbody tr")).to_have_count(3)
+
+    cluster.kill(down)
+
+    row = page.locator(f'#members tbody tr[data-node="{down.node_id}"]')
+    expect(row.locator(".badge.no")).to_be_visible()
+    expect(page.locator("#freshness")).to_contain_text("updated")
+    expect(page.locator('#members tbody tr[data-role="leader"]')).to_have_count(1)
+
+    # The node the page talks to goes down: the last data stays, marked stale, with the error
+    # and a link to a member that still serves the dashboard.
+    cluster.kill(leader)
+
+    expect(page.locator("#freshness")).to_have_class(re.compile(r"\bstale\b"))
+    expect(page.locator("#errors")).to_contain_text(f"cannot reach {leader.http_address}")
+    expect(page.locator("#errors a", has_text=other.node_id)).to_have_attribute(
+        "href", f"{other.url}/"
+    )
+    expect(page.locator("#members tbody tr")).to_have_count(3)
