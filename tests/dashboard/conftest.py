@@ -107,9 +107,13 @@ def _install_chromium() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session (Debian's package, driven by Playwright)."""
+    """One headless Chromium for the dashboard tests (Debian's package, driven by Playwright).
+
+    Module-scoped, not session-scoped: Playwright's sync API runs an event loop in this thread
+    while it is started, and later tests call asyncio.run().
+    """
     try:
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
