@@ -26,6 +26,7 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON
 
+from cluster.metrics import Histogram
 from cluster.replica import RaftNode, encode_batch
 from scheduler import codec
 from scheduler.commands import Command
@@ -39,6 +40,7 @@ _DEFINITE = {
     FAIL_REASON.NOT_LEADER,
     FAIL_REASON.REQUEST_DENIED,
 }
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 FRAME_BYTES_MAX = 512 * 1024  # one command; PySyncObj slows badly past a few hundred KiB
 ENTRY_BYTES_MAX = 1024 * 1024  # one coalesced log entry
 
@@ -95,6 +97,8 @@ class Proposer:
         self.proposals = 0  # log entries proposed (for metrics)
         self.commands = 0  # commands carried by them
         self.failures: dict[str, int] = {}
+        self.commit_latency = Histogram()  # one log entry: proposed -> applied on this node
+        self.batch_sizes = Histogram(BATCH_BUCKETS)  # commands per log entry
 
     # -- one attempt --------------------------------------------------------------------------
 
@@ -133,11 +137,15 @@ class Proposer:
         async with self.in_flight:
             done = self.loop.create_future()
 
+            proposed = time.monotonic()
+
             def callback(results: Any, reason: int) -> None:  # on the Raft thread
+                self.commit_latency.observe(time.monotonic() - proposed)
                 self.loop.call_soon_threadsafe(self._resolve, batch, results, reason, done)
 
             self.proposals += 1
             self.commands += len(batch)
+            self.batch_sizes.observe(len(batch))
             try:
                 self.node.machine.apply(encode_batch([p.frame for p in batch]), callback=callback)
             except Exception as error:  # a closed node or a full queue

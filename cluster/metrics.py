@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler import jobs as j
 from scheduler.state import SchedulerState
@@ -24,8 +25,9 @@ class Histogram:
 
     BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(self.BUCKETS_S) + 1)
+    def __init__(self, buckets: tuple[float, ...] = BUCKETS_S) -> None:
+        self.BUCKETS_S = buckets
+        self.counts = [0] * (len(buckets) + 1)
         self.sum_s = 0.0
         self.count = 0
 
@@ -113,9 +115,9 @@ def render(
     commit_index: int,
     applied_index: int,
     stats: NodeStats,
-    proposals: int,
-    proposal_failures: dict[str, int],
+    proposer: Any,
 ) -> str:
+    proposals, proposal_failures = proposer.proposals, proposer.failures
     out = Writer()
     out.metric(
         "raftcron_raft_role",
@@ -220,6 +222,18 @@ def render(
         "raftcron_fire_lateness_seconds",
         "Fire applied on this (leader) node minus its fire time",
         stats.fire_lateness,
+        {"node": node_id},
+    )
+    out.histogram(
+        "raftcron_commit_latency_seconds",
+        "A log entry proposed by this node until it was applied here",
+        proposer.commit_latency,
+        {"node": node_id},
+    )
+    out.histogram(
+        "raftcron_commands_per_entry",
+        "Client commands coalesced into one log entry proposed by this node (group commit)",
+        proposer.batch_sizes,
         {"node": node_id},
     )
     out.histogram(

@@ -184,8 +184,7 @@ async def get_metrics(request: web.Request) -> web.Response:
             commit_index=node.commit_index,
             applied_index=node.applied_index,
             stats=svc.stats,
-            proposals=svc.proposer.proposals,
-            proposal_failures=dict(svc.proposer.failures),
+            proposer=svc.proposer,
         )
     return web.Response(
         text=text,
