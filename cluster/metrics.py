@@ -23,16 +23,31 @@ ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 class Histogram:
     """A Prometheus histogram in seconds: cumulative buckets, sum and count."""
 
-    BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+    SECONDS: tuple[float, ...] = (
+        0.001,
+        0.0025,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1.0,
+        2.5,
+        5.0,
+        10.0,
+        30.0,
+    )
 
-    def __init__(self, buckets: tuple[float, ...] = BUCKETS_S) -> None:
-        self.BUCKETS_S = buckets
+    def __init__(self, buckets: tuple[float, ...] = SECONDS) -> None:
+        self.buckets = buckets
         self.counts = [0] * (len(buckets) + 1)
         self.sum_s = 0.0
         self.count = 0
 
     def observe(self, seconds: float) -> None:
-        index = bisect.bisect_left(self.BUCKETS_S, seconds)
+        index = bisect.bisect_left(self.buckets, seconds)
         self.counts[index] += 1
         self.sum_s += seconds
         self.count += 1
@@ -40,7 +55,7 @@ class Histogram:
     def samples(self, labels: dict[str, str]) -> list[tuple[str, dict[str, str], float]]:
         out: list[tuple[str, dict[str, str], float]] = []
         running = 0
-        for bound, count in zip((*self.BUCKETS_S, float("inf")), self.counts, strict=True):
+        for bound, count in zip((*self.buckets, float("inf")), self.counts, strict=True):
             running += count
             le = "+Inf" if bound == float("inf") else repr(bound)
             out.append(("_bucket", {**labels, "le": le}, running))
