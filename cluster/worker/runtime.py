@@ -44,6 +44,7 @@ RETRY_S_FIRST = 0.1
 RETRY_S_MAX = 5.0
 FINAL_FLUSH_S = 15.0
 STOP_GRACE_S = 5.0  # after stopping the jobs left at the end of a drain, wait this long
+CLAIM_GATHER_S = 0.005  # after a slot frees, how long to wait for more before claiming
 
 
 def default_worker_name() -> str:
@@ -268,11 +269,24 @@ class Worker:
             self._slot_freed.set()
 
     async def _wait_for_slot(self) -> None:
+        """Until slots are free: at least half of them, or any after CLAIM_GATHER_S.
+
+        Claiming the moment one slot frees would send a claim (and an ack) per job; short jobs
+        finish in bunches, and one round trip can carry the whole bunch.
+        """
         assert self._slot_freed is not None
         self._slot_freed.clear()
         if self.concurrency - len(self.running) > 0:
             return
         await self._slot_freed.wait()
+        deadline = time.monotonic() + CLAIM_GATHER_S
+        while self.concurrency - len(self.running) < max(1, self.concurrency // 2):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slot_freed.wait(), remaining)
 
     async def _sleep_unless_draining(self, seconds: float) -> None:
         assert self._draining is not None
