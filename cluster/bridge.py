@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,8 +94,13 @@ class Proposer:
         self.commit_timeout_s = commit_timeout_s
         self.batch_commands_max = batch_commands_max
         self.in_flight = asyncio.Semaphore(in_flight_max)  # bounded: see research on forwarding
-        self.queue: list[_Pending] = []
+        self.queue: deque[_Pending] = deque()
         self.flush_scheduled = False
+        # Results arriving from the Raft thread: one loop wake-up per burst, not per entry
+        # (call_soon_threadsafe writes to a pipe each time, and syscalls are dear here).
+        self._inbox: deque[tuple[list[_Pending], Any, int, asyncio.Future[None]]] = deque()
+        self._inbox_lock = threading.Lock()
+        self._inbox_scheduled = False
         self.proposals = 0  # log entries proposed (for metrics)
         self.commands = 0  # commands carried by them
         self.failures: dict[str, int] = {}
@@ -129,7 +136,7 @@ class Proposer:
                 pending = self.queue[0]
                 if batch and size + pending.size > ENTRY_BYTES_MAX:
                     break
-                batch.append(self.queue.pop(0))
+                batch.append(self.queue.popleft())
                 size += pending.size
             self.loop.create_task(self._send(batch))
 
@@ -141,7 +148,7 @@ class Proposer:
 
             def callback(results: Any, reason: int) -> None:  # on the Raft thread
                 self.commit_latency.observe(time.monotonic() - proposed)
-                self.loop.call_soon_threadsafe(self._resolve, batch, results, reason, done)
+                self._deliver(batch, results, reason, done)
 
             self.proposals += 1
             self.commands += len(batch)
@@ -153,6 +160,23 @@ class Proposer:
             # Hold the in-flight slot until the entry resolves or its callers gave up.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done, self.commit_timeout_s)
+
+    def _deliver(
+        self, batch: list[_Pending], results: Any, reason: int, done: asyncio.Future[None]
+    ) -> None:
+        """On the Raft thread: queue a result; wake the loop only if it is not already due."""
+        self._inbox.append((batch, results, reason, done))
+        with self._inbox_lock:
+            if self._inbox_scheduled:
+                return
+            self._inbox_scheduled = True
+        self.loop.call_soon_threadsafe(self._drain_inbox)
+
+    def _drain_inbox(self) -> None:
+        with self._inbox_lock:
+            self._inbox_scheduled = False
+        while self._inbox:
+            self._resolve(*self._inbox.popleft())
 
     def _resolve(
         self,

@@ -54,7 +54,9 @@ class JobContext:
         self.lease_deadline = sent + self.lease_ms / 1000
         self.stop_reason: str | None = None
         self._stopped = threading.Event()
-        self._stopped_async = asyncio.Event()
+        # A bare future (not an Event waited on by a task): a worker runs thousands of short
+        # jobs a second, and every task it does not create is time for the jobs.
+        self.stopped_future: asyncio.Future[None] = loop.create_future()
         self._loop = loop
         self._heartbeat = heartbeat
 
@@ -71,7 +73,7 @@ class JobContext:
         return self._stopped.wait(timeout_s)
 
     async def until_cancelled(self) -> None:
-        await self._stopped_async.wait()
+        await asyncio.shield(self.stopped_future)
 
     def heartbeat(self, lease_ms: int | None = None) -> bool:
         """From a plain (threaded) handler: extend the lease now, optionally to a new length.
@@ -99,4 +101,5 @@ class JobContext:
         if self.stop_reason is None:
             self.stop_reason = reason
         self._stopped.set()
-        self._stopped_async.set()
+        if not self.stopped_future.done():
+            self.stopped_future.set_result(None)

@@ -100,13 +100,21 @@ class Execution:
     async def run(self) -> None:
         ctx = self.ctx
         _log("job_started", ctx, f"job {ctx.job_id} ({ctx.task}) attempt {ctx.attempt} started")
-        beating = asyncio.create_task(self._heartbeats())
+        # The heartbeat loop starts only when a third of the lease has passed: most jobs are
+        # done long before, and a task per job would cost more than the job.
+        beating: list[asyncio.Task[None]] = []
+        first_beat = self.loop.call_later(
+            ctx.lease_ms / 3000, lambda: beating.append(self.loop.create_task(self._heartbeats()))
+        )
         leftover: asyncio.Future[Any] | None = None
         try:
             ack, leftover = await self._work()
         finally:
-            beating.cancel()
-            await asyncio.gather(beating, return_exceptions=True)
+            first_beat.cancel()
+            for task in beating:
+                task.cancel()
+            if beating:
+                await asyncio.gather(*beating, return_exceptions=True)
         if ack is not None and not await self._still_leased():
             ack = None
         if ack is None:
@@ -146,14 +154,10 @@ class Execution:
                 f"no handler for task {ctx.task!r} on worker {ctx.worker} (it has: {known})",
             ), None
         work = self.work = self._start_handler(self.task)
-        stopped = asyncio.create_task(ctx.until_cancelled())
         timeout_s = None if self.timeout_ms is None else self.timeout_ms / 1000
-        try:
-            await asyncio.wait(
-                {work, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            stopped.cancel()
+        await asyncio.wait(
+            {work, ctx.stopped_future}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
         if ctx.stop_reason in ABANDONED:
             work.cancel()
             return None, work
@@ -190,10 +194,11 @@ class Execution:
     # -- the lease ---------------------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
+        """From a third of the lease on: a heartbeat, then one every third of the lease."""
         ctx = self.ctx
         while not ctx.cancelled:
-            await asyncio.sleep(ctx.lease_ms / 3000)
             await self._beat(None)
+            await asyncio.sleep(ctx.lease_ms / 3000)
 
     async def _beat(self, lease_ms: int | None) -> bool:
         """One heartbeat: False when the lease is known to be lost (the job is then stopped);
