@@ -48,7 +48,9 @@ class RaftTuning:
     compaction_min_time_s: float = 600.0
     commit_timeout_s: float = 5.0  # a proposal not applied by then is indeterminate
     batch_commands_max: int = 512  # client commands coalesced into one log entry
-    fsync: bool = False
+    # PySyncObj waits for its next heartbeat period to send commands in batches (~100 ms per
+    # sequential write); we coalesce client commands ourselves and send each entry at once.
+    append_entries_batching: bool = False
 
 
 @dataclass(frozen=True)

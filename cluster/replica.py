@@ -165,7 +165,7 @@ def sync_conf(
         useFork=True,
         # PySyncObj's batching waits for the next append period (~100 ms per sync command);
         # we coalesce client commands ourselves and want each entry sent at once.
-        appendEntriesUseBatch=False,
+        appendEntriesUseBatch=tuning.append_entries_batching,
         appendEntriesPeriod=tuning.heartbeat_s,
         raftMinTimeout=tuning.election_timeout_min_s,
         raftMaxTimeout=tuning.election_timeout_max_s,

@@ -77,7 +77,7 @@ def test_data_dir_is_relative_to_the_config_file(tmp_path):
             {"raft": {"election_timeout_min_s": 0.1, "heartbeat_s": 0.05}},
             "raft.election_timeout_min_s",
         ),
-        ({"raft": {"fsync": "yes"}}, "raft.fsync"),
+        ({"raft": {"append_entries_batching": "yes"}}, "raft.append_entries_batching"),
         ({"raft": {"bogus": 1}}, "raft.bogus"),
         ({"log_level": "loud"}, "log_level"),
     ],
