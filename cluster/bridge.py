@@ -221,6 +221,18 @@ class Proposer:
     def _count(self, name: str) -> None:
         self.failures[name] = self.failures.get(name, 0) + 1
 
+    async def propose_together(self, commands: list[Command]) -> list[Result]:
+        """Propose several commands as ONE log entry: nothing can be applied between them."""
+        frames = [codec.encode(command) for command in commands]
+        futures: list[asyncio.Future[Result]] = [self.loop.create_future() for _ in frames]
+        batch = [_Pending(frame, future) for frame, future in zip(frames, futures, strict=True)]
+        self.loop.create_task(self._send(batch))
+        try:
+            return list(await asyncio.wait_for(asyncio.gather(*futures), self.commit_timeout_s))
+        except TimeoutError:
+            self._count("timeout")
+            raise Indeterminate(f"not committed within {self.commit_timeout_s:g} s") from None
+
     # -- until a deadline -------------------------------------------------------------------
 
     async def submit(

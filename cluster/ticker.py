@@ -81,7 +81,12 @@ class Ticker:
         term = self.node.term
         me = self.node.config.node_id
         if self.led_term != term:
-            await self.proposer.propose(BeginLeadership(wall_ms(), me, term))
+            # One log entry: a claim applied between the two would get its lease from the
+            # previous leader's (possibly minutes old) time and expire at this first Tick.
+            now_ms = wall_ms()
+            await self.proposer.propose_together(
+                [BeginLeadership(now_ms, me, term), Tick(now_ms, me)]
+            )
             self.led_term = term
             log.info(
                 "leadership begun in term %d",

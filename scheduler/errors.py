@@ -26,6 +26,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "not_retryable": 409,
     "overlap": 409,
     "request_id_reused": 409,
+    "not_ready": 503,
 }
 
 

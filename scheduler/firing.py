@@ -136,7 +136,16 @@ def _fire_due_times(state: SchedulerState, schedule: Schedule) -> list[int]:
             policy=schedule.spec.misfire,
         )
     schedule.misfire_skipped += plan.skipped
-    return [t for t in plan.fire if fire(state, schedule, t) is not None]
+    created = []
+    for fire_time_ms in plan.fire:
+        outcome = fire(state, schedule, fire_time_ms)
+        if outcome is not None and outcome != BUFFERED:
+            created.append(fire_time_ms)
+    return created
+
+
+RETENTION_DAYS = limits.RETENTION_MS_DEFAULT // limits.DAY_MS
+BUFFERED = -1  # fire(): the fire waits behind the active run (buffer_one)
 
 
 def fire(
@@ -144,17 +153,23 @@ def fire(
     schedule: Schedule,
     fire_time_ms: int,
     *,
-    trigger_seq: int = 0,
+    manual: bool = False,
     force: bool = False,
 ) -> int | None:
-    """Create the work of one fire; the job id (first job of a workflow), or None if not created."""
+    """Create the work of one fire: the job id (first job of a workflow), BUFFERED, or None.
+
+    A nominal fire's key is `<schedule>@<fire_time_ms>`; a manual trigger's is
+    `<schedule>@manual-<job id>`, unique forever (a schedule deleted and created again must not
+    meet its earlier incarnation's triggers). Fire keys are remembered for the job retention
+    period, whether or not the job still exists, so a time fires at most once.
+    """
     key = (
-        f"{schedule.name}@manual-{trigger_seq}"
-        if trigger_seq
+        f"{schedule.name}@manual-{state.next_job_id}"
+        if manual
         else f"{schedule.name}@{fire_time_ms}"
     )
-    if state.table.job_for_key(key) is not None:
-        return None  # this time already fired (a backfill or an earlier incarnation)
+    if state.table.remembers_key(key):
+        return None  # this time already fired (by the clock, a backfill or an earlier incarnation)
     if schedule.active and not force:
         policy = schedule.spec.overlap
         if policy == "forbid" or (policy == "buffer_one" and schedule.buffered is not None):
@@ -167,8 +182,8 @@ def fire(
             )
             return None
         if policy == "buffer_one":
-            schedule.buffered = (fire_time_ms, trigger_seq)
-            return None
+            schedule.buffered = (fire_time_ms, 1 if manual else 0)
+            return BUFFERED
         if policy == "replace":
             for job_id in sorted(schedule.active):
                 job = state.table.get(job_id)
@@ -219,9 +234,9 @@ def job_finished(state: SchedulerState, job: Job) -> None:
         if old is not None and old.final and old.id != job.id:
             state.remove_job(old)
     if not schedule.active and schedule.buffered is not None:
-        fire_time_ms, trigger_seq = schedule.buffered
+        fire_time_ms, manual = schedule.buffered
         schedule.buffered = None
-        fire(state, schedule, fire_time_ms, trigger_seq=trigger_seq, force=True)
+        fire(state, schedule, fire_time_ms, manual=bool(manual), force=True)
 
 
 def _trigger(state: SchedulerState, command: TriggerSchedule) -> Result:
@@ -239,15 +254,23 @@ def _trigger(state: SchedulerState, command: TriggerSchedule) -> Result:
             "trigger with force to run anyway",
             "name",
         )
-    schedule.trigger_seq += 1
-    job_id = fire(
-        state, schedule, state.now_ms, trigger_seq=schedule.trigger_seq, force=command.force
-    )
-    return Ok({"job_id": job_id, "buffered": job_id is None})
+    schedule.trigger_seq += 1  # triggers so far
+    outcome = fire(state, schedule, state.now_ms, manual=True, force=command.force)
+    buffered = outcome == BUFFERED
+    return Ok({"job_id": None if buffered else outcome, "buffered": buffered})
 
 
 def _backfill(state: SchedulerState, command: BackfillSchedule) -> Result:
     schedule = _get(state, command.name)
+    oldest_ms = state.now_ms - limits.RETENTION_MS_DEFAULT
+    if command.from_ms < oldest_ms:
+        # Whether an older time fired is no longer known (fire records live as long as jobs).
+        return Rejected(
+            "invalid",
+            f"from_ms: a backfill reaches back at most {RETENTION_DAYS} days (from_ms >= "
+            f"{oldest_ms}), as long as the cluster remembers which times fired",
+            "from_ms",
+        )
     times = fire_times_between(
         schedule.spec, command.from_ms - 1, command.to_ms - 1, limits.BACKFILL_FIRES_MAX + 1
     )
@@ -260,9 +283,10 @@ def _backfill(state: SchedulerState, command: BackfillSchedule) -> Result:
         )
     out: list[list[int | bool | None]] = []
     for fire_time_ms in times:
-        existing = state.table.job_for_key(f"{schedule.name}@{fire_time_ms}")
-        if existing is not None:
-            out.append([fire_time_ms, existing.id, False])
+        key = f"{schedule.name}@{fire_time_ms}"
+        if state.table.remembers_key(key):
+            existing = state.table.job_for_key(key)
+            out.append([fire_time_ms, None if existing is None else existing.id, False])
         else:
             out.append([fire_time_ms, fire(state, schedule, fire_time_ms, force=True), True])
     return Ok({"fires": out})

@@ -100,7 +100,7 @@ def _index_rules(state: SchedulerState) -> list[str]:
             member = table.get(job_id)
             if member is None or member.status != j.QUEUED or member.queue != name:
                 out.append(f"job {job_id}: in ready queue {name!r} but not queued there")
-    for key, (job_id, _) in table.keys.items():
+    for key, (job_id, _, _) in table.keys.items():
         keyed = table.get(job_id)
         if keyed is not None and keyed.key != key:
             out.append(f"key {key!r}: points at job {job_id}, whose key is {keyed.key!r}")

@@ -59,8 +59,8 @@ class Schedule:
         self.overlap_skipped = 0  # fires skipped because an earlier run was still active
         self.recent_fires: deque[tuple[int, int]] = deque(maxlen=limits.RECENT_FIRES_KEPT)
         self.active: dict[int, None] = {}  # unfinished jobs this schedule created
-        self.buffered: tuple[int, int] | None = None  # (fire_time_ms, trigger seq or 0): buffer_one
-        self.trigger_seq = 0
+        self.buffered: tuple[int, int] | None = None  # (fire_time_ms, 1 if manual): buffer_one
+        self.trigger_seq = 0  # manual triggers so far
         self.finished: deque[int] = deque()  # finished job ids, oldest first, for `retain`
 
     def due_after(self, after_ms: int) -> int | None:

@@ -34,7 +34,7 @@ def snapshot(state: SchedulerState) -> bytes:
         state.next_job_id,
         state.next_workflow_id,
         [_job_to_list(job) for job in state.table.jobs.values()],
-        [[key, job_id, created_ms] for key, (job_id, created_ms) in state.table.keys.items()],
+        [[key, *entry] for key, entry in state.table.keys.items()],
         [[*schedule_snapshot(s), list(s.active)] for s in state.schedules.values()],
         list(state.pending_schedules),
         [_workflow_to_list(w) for w in state.workflows.values()],
@@ -80,14 +80,10 @@ def restore(blob: bytes) -> SchedulerState:
     # Rebuild the indexes in canonical orders (finish order for retention, creation for keys).
     for job in sorted(table.jobs.values(), key=lambda job: (job.finished_ms or 0, job.id)):
         table._index(job)
-    for key, job_id, created_ms in keys:
-        table.keys[key] = (job_id, created_ms)
-    table.key_order.extend(
-        sorted(
-            ((created_ms, key) for key, (_, created_ms) in table.keys.items()),
-            key=lambda entry: entry[0],
-        )
-    )
+    for key, job_id, created_ms, long in keys:
+        table.keys[key] = (job_id, created_ms, long)
+    for created_ms, key in sorted((entry[1], key) for key, entry in table.keys.items()):
+        (table.fire_key_order if table.keys[key][2] else table.key_order).append((created_ms, key))
     for item in schedules:
         schedule = schedule_restore(item[:-1])
         schedule.active.update(dict.fromkeys(item[-1]))

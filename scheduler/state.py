@@ -73,6 +73,10 @@ class SchedulerState:
     # -- the one entry point -----------------------------------------------------------------
 
     def apply(self, command: Command) -> Result:
+        if self.now_ms == 0 and not isinstance(command, Tick | BeginLeadership | Barrier):
+            # A state that never ticked has no time: a request remembered "at 0" would be
+            # forgotten by the first Tick, and a lease granted from 0 would end at once.
+            return Rejected("not_ready", "the cluster's clock has not started yet; retry shortly")
         request_id: str | None = getattr(command, "request_id", None)
         if request_id is not None:
             seen = self.requests.get(request_id)
@@ -223,7 +227,7 @@ class SchedulerState:
         else:
             self.table.add(job, self._runnable_status(job))
         if key is not None:
-            self.table.remember_key(key, job.id, self.now_ms)
+            self.table.remember_key(key, job.id, self.now_ms, long=schedule is not None)
         if schedule is not None and schedule in self.schedules:
             self.schedules[schedule].active[job.id] = None
         self.count("submitted", job.queue)
@@ -517,7 +521,9 @@ class SchedulerState:
         for job in self.table.pop_retired(self.now_ms - limits.RETENTION_MS_DEFAULT):
             self.remove_job(job)
             removed += 1
-        self.table.expire_keys(self.now_ms - limits.KEY_WINDOW_MS_DEFAULT)
+        self.table.expire_keys(
+            self.now_ms - limits.KEY_WINDOW_MS_DEFAULT, self.now_ms - limits.RETENTION_MS_DEFAULT
+        )
         self.requests.expire(self.now_ms)
         return removed
 

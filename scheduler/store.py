@@ -64,8 +64,11 @@ class JobTable:
         self.delayed: list[tuple[int, int]] = []  # (run_at_ms, id) of scheduled jobs
         self.leases: list[tuple[int, int]] = []  # (lease_until_ms, id) of running jobs
         self.finished: deque[tuple[int, int]] = deque()  # (finished_ms, id), finish order
-        self.keys: dict[str, tuple[int, int]] = {}  # key -> (job id, created_ms)
-        self.key_order: deque[tuple[int, str]] = deque()  # (created_ms, key), creation order
+        # key -> (job id, created_ms, kept long). Client keys live the dedupe window; a
+        # schedule's fire keys live the job retention period, so no time fires twice.
+        self.keys: dict[str, tuple[int, int, bool]] = {}
+        self.key_order: deque[tuple[int, str]] = deque()  # (created_ms, key) of client keys
+        self.fire_key_order: deque[tuple[int, str]] = deque()  # (created_ms, key) of fire keys
         self.count_by_status: dict[str, int] = dict.fromkeys(j.STATUSES, 0)
         # Every status but `succeeded` (the bulk of a retained store) is indexed for listing.
         self.by_status: dict[str, dict[int, None]] = {s: {} for s in j.STATUSES if s != j.SUCCEEDED}
@@ -184,19 +187,24 @@ class JobTable:
         entry = self.keys.get(key)
         return None if entry is None else self.jobs.get(entry[0])
 
-    def remember_key(self, key: str, job_id: int, now_ms: int) -> None:
-        self.keys[key] = (job_id, now_ms)
-        self.key_order.append((now_ms, key))
+    def remembers_key(self, key: str) -> bool:
+        """True while the key is remembered, even if its job was removed by retention."""
+        return key in self.keys
 
-    def expire_keys(self, cutoff_ms: int) -> int:
+    def remember_key(self, key: str, job_id: int, now_ms: int, *, long: bool = False) -> None:
+        self.keys[key] = (job_id, now_ms, long)
+        (self.fire_key_order if long else self.key_order).append((now_ms, key))
+
+    def expire_keys(self, cutoff_ms: int, long_cutoff_ms: int) -> int:
+        """Forget client keys created at or before cutoff_ms, fire keys before long_cutoff_ms."""
         expired = 0
-        order = self.key_order
-        while order and order[0][0] <= cutoff_ms:
-            created_ms, key = order.popleft()
-            entry = self.keys.get(key)
-            if entry is not None and entry[1] == created_ms:
-                del self.keys[key]
-                expired += 1
+        for order, cutoff in ((self.key_order, cutoff_ms), (self.fire_key_order, long_cutoff_ms)):
+            while order and order[0][0] <= cutoff:
+                created_ms, key = order.popleft()
+                entry = self.keys.get(key)
+                if entry is not None and entry[1] == created_ms:
+                    del self.keys[key]
+                    expired += 1
         return expired
 
     # -- claiming --------------------------------------------------------------------------

@@ -330,3 +330,12 @@ def test_a_claim_retried_through_another_node_is_the_same_request(d):
     first = d.ok(ClaimJobs("claim-x", "w1", ("default",), 1, 30_000, (), "n1"))
     again = d.ok(ClaimJobs("claim-x", "w1", ("default",), 1, 30_000, (), "n2"))
     assert first == again
+
+
+def test_client_commands_wait_for_the_first_tick():
+    from scheduler.state import SchedulerState
+
+    state = SchedulerState()
+    result = state.apply(SubmitJobs("early", (JobSpec(task="noop"),)))
+    assert isinstance(result, Rejected) and result.code == "not_ready" and result.http_status == 503
+    assert len(state.table) == 0 and len(state.requests) == 0

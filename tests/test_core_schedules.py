@@ -273,3 +273,33 @@ def test_invalid_schedules_name_the_field(fields, field):
     with pytest.raises(Invalid) as error:
         ScheduleSpec.parse(fields)
     assert error.value.field == field
+
+
+def test_a_time_whose_job_retention_removed_is_not_fired_again_by_a_backfill():
+    d = start(every="1s", retain=1)
+    for step in range(1, 4):
+        d.tick(T0 + step * 1_000)
+        [(job_id, token)] = d.claim()
+        d.complete(job_id, token)
+    assert [t for t, _ in fired(d, "s")] == [T0 + 3_000]  # the older two were removed
+    value = d.ok(BackfillSchedule(d.request_id(), "s", T0 + 1_000, T0 + 4_000))
+    assert [f[2] for f in value["fires"]] == [False, False, False]
+    assert [t for t, _ in fired(d, "s")] == [T0 + 3_000]
+
+
+def test_a_backfill_reaching_back_past_the_retention_is_refused():
+    d = start(every="1h")
+    d.tick(T0 + 8 * 86_400_000)
+    result = d.apply(BackfillSchedule(d.request_id(), "s", T0, T0 + 3_600_000 * 3))
+    assert isinstance(result, Rejected) and result.field == "from_ms" and "7 days" in result.message
+
+
+def test_a_recreated_schedules_trigger_gets_a_key_of_its_own():
+    d = start(every="1h")
+    first = d.job(d.ok(TriggerSchedule(d.request_id(), "s"))["job_id"])
+    d.ok(DeleteSchedule(d.request_id(), "s"))
+    d.put_schedule("s", every="1h")
+    value = d.ok(TriggerSchedule(d.request_id(), "s"))
+    second = d.job(value["job_id"])
+    assert value["buffered"] is False and second.key != first.key
+    assert {first.key, second.key} == {f"s@manual-{first.id}", f"s@manual-{second.id}"}

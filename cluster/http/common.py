@@ -141,7 +141,8 @@ def invalid(error: Invalid) -> ApiError:
 
 
 def rejected(result: Rejected) -> ApiError:
-    return ApiError(result.http_status, result.code, result.message, result.field)
+    retry = {"Retry-After": "1"} if result.http_status == 503 else None
+    return ApiError(result.http_status, result.code, result.message, result.field, headers=retry)
 
 
 def parse_or_400(parser: Callable[[], Any]) -> Any:

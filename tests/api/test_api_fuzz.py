@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from .livenode import REPO, TOKENS, LiveNode, Reply, wait_until
 
 pytest.importorskip("schemathesis", reason="pip install raftcron[test]")
 
-from scheduler.limits import TIME_MS_MAX
+from scheduler.limits import RETENTION_MS_DEFAULT, TIME_MS_MAX
 
 from .fuzz_hooks import KNOWN_BUGS_SEEN, NODE_LOG, describe, known_bug
 
@@ -291,7 +292,10 @@ def test_valid_schedules_fire_trigger_backfill_and_preview_without_a_5xx(
     answered(trigger, 201, 202, 409, what="trigger")
     window = {"from_ms": backfill_from_ms, "to_ms": backfill_from_ms + backfill_years * YEAR_MS + 1}
     backfill = node.request("POST", f"/v1/schedules/{name}/backfill", window)
-    answered(backfill, 200, 413, what="backfill")
+    if backfill_from_ms < time.time() * 1000 - RETENTION_MS_DEFAULT:
+        answered(backfill, 400, 413, what="backfill past the retention")
+    else:
+        answered(backfill, 200, 413, what="backfill")
     path = f"/v1/schedules/{name}/preview?count=20&from_ms={preview_from_ms}"
     answered(node.request("GET", path), 200, what="preview")
     answered(node.request("GET", f"/v1/schedules/{name}"), 200, what="get")

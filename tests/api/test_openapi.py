@@ -9,6 +9,7 @@ errors included, match the documented status codes, media types, headers and sch
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -454,9 +455,11 @@ def test_schedule_answers_match_the_document(node: LiveNode) -> None:
     assert (status, refused["error"]["code"]) == (409, "overlap")
     assert call(node, "POST", f"/v1/schedules/{name}/pause")[1]["paused"] is True
     assert call(node, "POST", f"/v1/schedules/{name}/resume", {})[1]["paused"] is False
-    week = {"from_ms": 1772323200000, "to_ms": 1772928000000}
-    _, backfilled = call(node, "POST", f"/v1/schedules/{name}/backfill", week)
-    assert len(backfilled["jobs"]) == 7 and all(job["created"] for job in backfilled["jobs"])
+    # The last six whole UTC days: inside the 7 days a backfill may reach back.
+    today_ms = int(time.time() // 86_400) * 86_400_000
+    days = {"from_ms": today_ms - 6 * 86_400_000, "to_ms": today_ms}
+    _, backfilled = call(node, "POST", f"/v1/schedules/{name}/backfill", days)
+    assert len(backfilled["jobs"]) == 6 and all(job["created"] for job in backfilled["jobs"])
     assert call(node, "DELETE", f"/v1/schedules/{name}")[1] == {"name": name, "deleted": True}
     assert call(node, "GET", f"/v1/schedules/{name}")[0] == 404
 
