@@ -163,12 +163,7 @@ def fire(
     meet its earlier incarnation's triggers). Fire keys are remembered for the job retention
     period, whether or not the job still exists, so a time fires at most once.
     """
-    key = (
-        f"{schedule.name}@manual-{state.next_job_id}"
-        if manual
-        else f"{schedule.name}@{fire_time_ms}"
-    )
-    if state.table.remembers_key(key):
+    if not manual and state.table.remembers_key(f"{schedule.name}@{fire_time_ms}"):
         return None  # this time already fired (by the clock, a backfill or an earlier incarnation)
     if schedule.active and not force:
         policy = schedule.spec.overlap
@@ -185,10 +180,19 @@ def fire(
             schedule.buffered = (fire_time_ms, 1 if manual else 0)
             return BUFFERED
         if policy == "replace":
+            # A fire buffered under an earlier buffer_one policy is superseded too: were it kept,
+            # cancelling the active run below would release it and start two runs at once.
+            schedule.buffered = None
             for job_id in sorted(schedule.active):
                 job = state.table.get(job_id)
                 if job is not None and not job.final:
                     state.cancel_job(job, REPLACED)
+    # A manual key is taken only now, after any cancellation, so it names the job it creates.
+    key = (
+        f"{schedule.name}@manual-{state.next_job_id}"
+        if manual
+        else f"{schedule.name}@{fire_time_ms}"
+    )
     return _create_work(state, schedule, fire_time_ms, key)
 
 
@@ -263,11 +267,12 @@ def _trigger(state: SchedulerState, command: TriggerSchedule) -> Result:
 def _backfill(state: SchedulerState, command: BackfillSchedule) -> Result:
     schedule = _get(state, command.name)
     oldest_ms = state.now_ms - limits.RETENTION_MS_DEFAULT
-    if command.from_ms < oldest_ms:
-        # Whether an older time fired is no longer known (fire records live as long as jobs).
+    if command.from_ms <= oldest_ms:
+        # Whether an older time fired is no longer known: a fire key is forgotten once it was
+        # created at or before now - retention, and a time fires at or before its key's creation.
         return Rejected(
             "invalid",
-            f"from_ms: a backfill reaches back at most {RETENTION_DAYS} days (from_ms >= "
+            f"from_ms: a backfill reaches back less than {RETENTION_DAYS} days (from_ms > "
             f"{oldest_ms}), as long as the cluster remembers which times fired",
             "from_ms",
         )

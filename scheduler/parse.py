@@ -19,6 +19,9 @@ from scheduler.errors import Invalid
 
 INT64_MAX = 2**63 - 1
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
+# The shape of a schedule's fire keys, `<schedule>@<fire_time_ms>` and `<schedule>@manual-<job
+# id>`: a client key of that shape would share the key table with a fire and swallow it.
+_FIRE_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*@(?:manual-)?-?[0-9]+")
 
 
 def as_mapping(data: object, field: str) -> Mapping[str, Any]:
@@ -98,6 +101,18 @@ def text(value: object, field: str, *, chars_max: int, allow_empty: bool = False
 
 def optional_text(value: object, field: str, *, chars_max: int) -> str | None:
     return None if value is None else text(value, field, chars_max=chars_max)
+
+
+def client_key(value: object, field: str, *, chars_max: int) -> str | None:
+    """An idempotency key from a client: any text but the reserved shape of a fire key."""
+    result = optional_text(value, field, chars_max=chars_max)
+    if result is not None and _FIRE_KEY_RE.fullmatch(result):
+        raise Invalid(
+            field,
+            f"{result!r} has the shape '<schedule>@<time>' that schedules' fire keys have; "
+            "such keys are reserved",
+        )
+    return result
 
 
 def name(value: object, field: str, *, chars_max: int) -> str:

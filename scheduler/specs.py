@@ -150,7 +150,7 @@ _JOB_PARSERS: dict[str, _FieldParser] = {
     "payload": lambda v, n: parse.json_value(v, n, bytes_max=limits.PAYLOAD_BYTES_MAX),
     "queue": lambda v, n: parse.name(v, n, chars_max=limits.NAME_CHARS_MAX),
     "priority": lambda v, n: parse.integer(v, n, low=limits.PRIORITY_MIN, high=limits.PRIORITY_MAX),
-    "key": lambda v, n: parse.optional_text(v, n, chars_max=limits.KEY_CHARS_MAX),
+    "key": lambda v, n: parse.client_key(v, n, chars_max=limits.KEY_CHARS_MAX),
     "run_at_ms": lambda v, n: parse.optional_integer(v, n, low=0, high=limits.TIME_MS_MAX),
     "delay_ms": lambda v, n: parse.optional_integer(v, n, low=0, high=limits.DELAY_MS_MAX),
     "max_attempts": lambda v, n: parse.integer(v, n, low=1, high=limits.ATTEMPTS_MAX),
@@ -201,7 +201,7 @@ class WorkflowSpec:
         key = (
             None
             if template
-            else parse.optional_text(data.get("key"), at("key"), chars_max=limits.KEY_CHARS_MAX)
+            else parse.client_key(data.get("key"), at("key"), chars_max=limits.KEY_CHARS_MAX)
         )
         return cls(nodes=nodes, key=key)
 

@@ -303,3 +303,18 @@ def test_a_recreated_schedules_trigger_gets_a_key_of_its_own():
     second = d.job(value["job_id"])
     assert value["buffered"] is False and second.key != first.key
     assert {first.key, second.key} == {f"s@manual-{first.id}", f"s@manual-{second.id}"}
+
+
+def test_switching_buffer_one_to_replace_drops_the_buffered_fire_and_starts_one_run():
+    # Found by the core model: the replaced run's end released the buffered trigger, and the
+    # replacing trigger then created a second job under the same manual key.
+    d = start(every="1h", overlap="buffer_one")
+    first = d.ok(TriggerSchedule(d.request_id(), "s"))["job_id"]
+    assert d.ok(TriggerSchedule(d.request_id(), "s"))["buffered"] is True
+    d.put_schedule("s", every="1h", overlap="replace")
+    value = d.ok(TriggerSchedule(d.request_id(), "s"))
+    assert d.job(first).cancel_reason == "replaced"
+    keys = [key for _, key in fired(d, "s")]
+    assert keys == [f"s@manual-{first}", f"s@manual-{value['job_id']}"]
+    assert d.state.schedules["s"].buffered is None
+    assert violations(d.state) == []

@@ -610,3 +610,22 @@ def test_a_node_without_a_leader_answers_503_as_documented(leaderless_node: Live
         assert (reply.status, answer["error"]["code"]) == (503, "unavailable"), reply
         assert reply.headers["retry-after"] == "1"
     assert call(leaderless_node, "GET", "/v1/cluster")[1]["leader"] is None
+
+
+@pytest.mark.parametrize(
+    ("key", "reserved"),
+    [("s@1800000000000", True), ("s@manual-3", True), ("s@manual", False),
+     ("user@example.com", False), ("a@b@5", False)],
+)
+def test_a_key_shaped_like_a_fire_key_is_refused_by_schema_and_server_alike(
+    key: str, reserved: bool
+) -> None:
+    body = {"task": "t", "key": key}
+    assert bool(schema_errors(apidoc.component("JobSubmit"), body)) is reserved
+    try:
+        JobSpec.parse(body)
+    except Invalid as invalid:
+        assert reserved and invalid.field == "key", invalid
+    else:
+        assert not reserved
+    assert schema_errors(apidoc.component("JobSubmit"), {"task": "t", "key": None}) == []
