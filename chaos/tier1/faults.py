@@ -1,0 +1,184 @@
+"""The shape of one seed's run, and the faults it injects.
+
+Owns ``Profile`` (cluster size, per-node clock offsets, link faults, Raft timings, lease,
+workers, phase lengths, drawn from the seed) and ``Nemesis``: crash a node or the leader (it
+restarts from its journal and dump 0.2-2 s later), rarely the whole cluster (down 1-8 s, longer
+than a short misfire grace), pause the leader (SIGSTOP: it wakes up believing it still leads),
+isolate a node or the leader, cut a link one way, slow a link, duplicate and delay messages,
+crash a worker, heal. It always keeps a majority running outside a whole-cluster crash, so the
+run keeps committing. It never sends requests.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pysyncobj import SyncObj
+
+from chaos.sim.network import LinkFaults
+from cluster.config import RaftTuning
+
+if TYPE_CHECKING:
+    from chaos.tier1.run import Run
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The shape of one seed's run (cluster size, clocks, link faults, timings), drawn from it."""
+
+    nodes: int
+    offsets_ms: tuple[int, ...]  # per node, in node order
+    faults: LinkFaults
+    tuning: RaftTuning
+    lease_ms: int
+    workers: int
+    safety_s: float
+    grace_ms: int  # the schedules' misfire grace
+    ticker_wake_s: float = 0.0  # from a role change to the ticker's wake (the loop's delay)
+
+    @staticmethod
+    def draw(rng: random.Random) -> Profile:
+        nodes = rng.choice([3, 3, 3, 5])
+        clocks = rng.choice(["synced", "skewed", "split30", "split30"])
+        if clocks == "synced":
+            offsets = [0] * nodes
+        elif clocks == "skewed":
+            offsets = [rng.randint(-2_000, 2_000) for _ in range(nodes)]
+        else:  # a node 30 s ahead, one 30 s behind: leadership moves between them
+            offsets = [30_000, -30_000] + [rng.randint(-500, 500) for _ in range(nodes - 2)]
+            rng.shuffle(offsets)
+        minimum_s, maximum_s, heartbeat_s = rng.choice(
+            [(0.4, 1.0, 0.05), (0.2, 0.6, 0.05), (0.4, 1.4, 0.1)]
+        )
+        tuning = RaftTuning(
+            tick_ms=rng.choice([100, 250]),
+            election_timeout_min_s=minimum_s,
+            election_timeout_max_s=maximum_s,
+            heartbeat_s=heartbeat_s,
+            leader_fallback_s=rng.choice([1.2, 1.5]),
+            # A quarter of the seeds compact often: snapshots of the core are installed on
+            # lagging followers and restarts load the full dump.
+            compaction_min_entries=rng.choice([100_000, 100_000, 100_000, 40]),
+        )
+        faults = LinkFaults(
+            delay_max_s=rng.choice([0.004, 0.02]),
+            drop_p=rng.choice([0.0, 0.0, 0.01]),
+            duplicate_p=rng.choice([0.0, 0.02, 0.05]),
+            spike_p=rng.choice([0.0, 0.02]),
+        )
+        return Profile(
+            nodes=nodes,
+            offsets_ms=tuple(offsets),
+            faults=faults,
+            tuning=tuning,
+            lease_ms=rng.choice([1_500, 3_000]),
+            workers=rng.choice([2, 3]),
+            safety_s=rng.choice([8.0, 12.0, 16.0]),
+            grace_ms=rng.choice([60_000, 5_000]),
+            ticker_wake_s=rng.choice([0.0, 0.01, 0.03]),
+        )
+
+    @property
+    def clock_spread_ms(self) -> int:
+        return max(self.offsets_ms) - min(self.offsets_ms)
+
+
+class Nemesis:
+    """Injects one random fault at a time into a run; `heal` undoes what is still undone."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.paused: dict[str, SyncObj] = {}  # SIGSTOPped nodes, out of the cluster's nodes
+
+    def strike(self) -> None:
+        run = self.run
+        cluster, network, rng = run.cluster, run.cluster.network, run.rng
+        ids = cluster.node_ids
+        node = rng.choice(ids)
+        other = rng.choice([peer for peer in ids if peer != node])
+        leader = cluster.leader()
+        action = rng.choice(["crash-leader", "crash", "pause-leader", "isolate",
+                             "isolate-leader", "one-way", "slow-link", "duplicates",
+                             "worker-crash", "heal"])
+        if rng.random() < 0.05:
+            action = "crash-all"
+        run.note("nemesis", action, node, other)
+        if action == "crash-all":
+            self.crash_all(rng.uniform(1.0, 8.0))
+        elif action in ("crash-leader", "crash"):
+            self.crash(leader if action == "crash-leader" else node)
+        elif action == "pause-leader" and leader is not None:
+            self.pause(leader, rng.uniform(0.5, 2.5))
+        elif action in ("isolate", "isolate-leader"):
+            network.isolate(leader if action == "isolate-leader" and leader else node, ids)
+            run.after(rng.uniform(0.3, 2.0), network.heal)
+        elif action == "one-way":
+            network.cut(node, other)
+            run.after(rng.uniform(0.3, 1.5), network.heal)
+        elif action == "slow-link":
+            network.pause(node, other)
+            run.after(rng.uniform(0.02, 0.3), lambda: network.resume(node, other))
+        elif action == "duplicates":
+            link = (leader or node, other if other != leader else node)
+            network.link_faults[link] = LinkFaults(duplicate_p=0.3, spike_p=0.1)
+
+            def calm_down() -> None:
+                network.link_faults.pop(link, None)
+
+            run.after(rng.uniform(0.3, 1.0), calm_down)
+        elif action == "worker-crash":
+            rng.choice(run.workers).crash()
+        else:
+            network.heal()
+
+    def crash(self, node_id: str | None) -> None:
+        cluster = self.run.cluster
+        alive = len(cluster.nodes)
+        if node_id not in cluster.nodes or alive - 1 <= self.run.profile.nodes // 2:
+            return  # keep a majority running, so the run keeps committing
+        assert node_id is not None
+        cluster.crash(node_id)
+        self.run.after(self.run.rng.uniform(0.2, 2.0), lambda: self.restart(node_id))
+
+    def crash_all(self, down_s: float) -> None:
+        """Whole-cluster downtime (longer than a short misfire grace), then all restart."""
+        cluster = self.run.cluster
+        for node_id in sorted(self.paused):
+            self.resume(node_id)
+        for node_id in sorted(cluster.nodes):
+            cluster.crash(node_id)
+        for node_id in cluster.node_ids:
+            self.run.after(down_s, functools.partial(self.restart, node_id))
+
+    def restart(self, node_id: str) -> None:
+        if node_id not in self.run.cluster.nodes and node_id not in self.paused:
+            self.run.cluster.restart(node_id)
+
+    def pause(self, node_id: str, seconds: float) -> None:
+        """SIGSTOP: the node neither ticks nor reads; it wakes up believing what it believed."""
+        cluster = self.run.cluster
+        if node_id in self.paused or node_id not in cluster.nodes:
+            return
+        self.paused[node_id] = cluster.nodes.pop(node_id)
+        for peer in cluster.node_ids:
+            if peer != node_id:
+                cluster.network.pause(peer, node_id)
+        self.run.after(seconds, lambda: self.resume(node_id))
+
+    def resume(self, node_id: str) -> None:
+        node = self.paused.pop(node_id, None)
+        if node is None:
+            return
+        cluster = self.run.cluster
+        cluster.nodes[node_id] = node
+        for peer in cluster.node_ids:
+            if peer != node_id:
+                cluster.network.resume(peer, node_id)
+
+    def heal(self) -> None:
+        for node_id in sorted(self.paused):
+            self.resume(node_id)
+        self.run.later = []

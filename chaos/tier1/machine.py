@@ -1,0 +1,176 @@
+"""The product's replica inside the simulator, and the history it writes.
+
+Owns how tier 1 plugs ``cluster.replica.StateMachine`` (in a plain ``SyncObj``, with the conf
+``cluster.replica.sync_conf`` builds) into ``chaos.sim`` as a ``SimMachine``; how a bug in the
+replica's ``apply`` fails the seed instead of ending the test process; and ``LogRecorder``,
+which reads after every step the entries each node applied since (one entry per index: an
+index applied with two different entries is a fork). The recorded log is the history the
+checks replay. It never decides what to propose: that is chaos.tier1.workload's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pysyncobj.pickle as pysyncobj_pickle
+from pysyncobj import SyncObj, SyncObjConf
+
+from chaos.sim.cluster import NodeSpec, SimCluster
+from cluster import raftpatch
+from cluster import replica as product_replica
+from cluster.config import NodeConfig, RaftTuning
+from cluster.replica import StateMachine, encode_batch, sync_conf
+from scheduler import codec
+from scheduler.commands import Barrier
+from scheduler.snapshot import digest
+from scheduler.state import SchedulerState
+
+
+class ReplicaMachine:
+    """`chaos.sim.SimMachine` for `cluster.replica.StateMachine` in a plain `SyncObj`."""
+
+    def __init__(self, tuning: RaftTuning) -> None:
+        self.tuning = tuning
+        self.consumers: dict[int, tuple[SyncObj, StateMachine]] = {}  # id(node) -> both
+
+    def conf(self, node_id: str, journal: str, dump: str) -> SyncObjConf:
+        """The product's conf (sync_conf), with what a simulation changes: ticks, files, fork."""
+        config = NodeConfig(
+            node_id, "127.0.0.1:1", "127.0.0.1:2", Path(journal).parent, None, raft=self.tuning
+        )
+        conf = sync_conf(config)
+        conf.autoTick, conf.useFork, conf.bindAddress = False, False, None
+        conf.journalFile, conf.fullDumpFile = journal, dump
+        return conf
+
+    def build(self, spec: NodeSpec) -> SyncObj:
+        raftpatch.install()
+        consumer = StateMachine()
+        node = SyncObj(
+            spec.self_node, spec.other_nodes, conf=spec.conf, consumers=[consumer],
+            transport=spec.transport,
+        )
+        self.consumers[id(node)] = (node, consumer)
+        return node
+
+    def consumer(self, node: SyncObj) -> StateMachine:
+        return self.consumers[id(node)][1]
+
+    def state(self, node: SyncObj) -> SchedulerState:
+        return self.consumer(node).state
+
+    def propose(self, node: SyncObj, key: str, payload: bytes, callback: Any) -> None:
+        if key.startswith("barrier"):  # settle()'s barrier: a real no-op command
+            payload = encode_batch([codec.encode(Barrier(key))])
+        self.consumer(node).apply(payload, callback=callback)
+
+    def applied_keys(self, node: SyncObj) -> list[str]:
+        """Request ids the replica answered Ok, in log order (its dedupe table)."""
+        return list(self.state(node).requests.results)
+
+    def state_digest(self, node: SyncObj) -> str:
+        return digest(self.state(node))
+
+
+class ReplicaBug(Exception):
+    """`StateMachine.apply` hit an unexpected exception: the product would exit the node."""
+
+
+@contextmanager
+def replica_bugs_raise() -> Iterator[list[str]]:
+    """While a simulation runs, a bug in apply raises `ReplicaBug` (with the logged traceback)
+    instead of `logging.shutdown(); os._exit(70)`, which would end the whole test process.
+
+    It swaps two names in cluster.replica's module globals (`os`, `logging`: all that its bug
+    path calls) for the duration, and puts them back even on error. One simulation runs at a
+    time in a process (chaos.sim.clock patches pysyncobj the same way), so nothing else sees
+    the swap. The swap goes once StateMachine takes an injectable callback (the signature
+    proposed for it: ``on_bug: Callable[[BaseException], NoReturn] | None = None``):
+    ``StateMachine(on_bug=raise_replica_bug)``.
+    """
+    logged: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append(logging.Formatter().format(record))
+
+    def exit_node(code: int) -> None:
+        raise ReplicaBug(f"exit {code}: " + (logged[-1] if logged else "no log"))
+
+    handler = Keep(level=logging.CRITICAL)
+    product_log = logging.getLogger("raftcron.replica")
+    stand_ins = {"os": SimpleNamespace(_exit=exit_node),
+                 "logging": SimpleNamespace(shutdown=lambda: None)}
+    saved = {name: getattr(product_replica, name) for name in stand_ins}
+    product_log.addHandler(handler)
+    for name, stand_in in stand_ins.items():
+        setattr(product_replica, name, stand_in)
+    try:
+        yield logged
+    finally:
+        for name, module in saved.items():
+            setattr(product_replica, name, module)
+        product_log.removeHandler(handler)
+
+
+class LogRecorder:
+    """After every step, reads the entries each node applied since; one entry per index."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[int, bytes]] = {}  # index -> (term, entry bytes)
+        self.problems: list[str] = []
+        self._read: dict[str, tuple[SyncObj, int]] = {}  # node id -> (object, last index read)
+
+    def observe(self, nodes: dict[str, SyncObj]) -> None:
+        for node_id, node in nodes.items():
+            seen_node, read = self._read.get(node_id, (None, 0))
+            if seen_node is not node:
+                read = 0  # restarted: read again whatever its journal holds
+            journal = node._SyncObj__raftLog
+            applied = int(node.raftLastApplied)
+            if len(journal) and applied > read:
+                first = journal[0][1]
+                for index in range(max(read + 1, first), applied + 1):
+                    command, entry_index, term = journal[index - first]
+                    assert entry_index == index
+                    self._record(node_id, index, term, command)
+            self._read[node_id] = (node, max(read, applied))
+
+    def _record(self, node_id: str, index: int, term: int, command: bytes) -> None:
+        known = self.entries.get(index)
+        if known is None:
+            self.entries[index] = (term, command)
+        elif known != (term, command):
+            self.problems.append(
+                f"fork: {node_id} applied index {index} of term {term}, another node applied "
+                f"term {known[0]} there"
+            )
+
+    def payloads(self) -> Iterator[tuple[int, bytes]]:
+        """(index, payload) of each replicated apply() call, in log order."""
+        for index in sorted(self.entries):
+            command = self.entries[index][1]
+            if command[:1] == b"\x00":  # REGULAR; no-ops and membership carry no payload
+                call = pysyncobj_pickle.loads(command[1:])
+                yield index, call[1][0]
+
+    def gaps(self) -> list[int]:
+        return [i for i in range(1, max(self.entries, default=0) + 1) if i not in self.entries]
+
+
+class RecordingCluster(SimCluster):
+    """A SimCluster whose every step (settle()'s too) feeds the log recorder, then runs the
+    nodes' own background work (the tickers: in a node they never stop)."""
+
+    recorder: LogRecorder
+    background: Callable[[], None] = staticmethod(lambda: None)
+
+    def step(self) -> None:
+        super().step()
+        self.recorder.observe(self.nodes)
+        self.background()

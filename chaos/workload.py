@@ -1,0 +1,548 @@
+"""The workload: schedules, a submitting client, diamond workflows, workers, a stale actor.
+
+What it owns:
+- `SCHEDULES`: every 2 s `fire_once`, every 3 s `fire_all`, every 5 s `skip` (second-level
+  cron, misfire grace `GRACE_MS`), each firing one `chaos.effect` job;
+- `Sink`: the effect target owned by the test (an SQLite file outside the cluster). Every
+  execution is logged (start, failed, applied, duplicate, stale) with job id, key, token,
+  worker, attempt and time; an effect is applied at most once per key, and never under a token
+  older than one the sink has seen for that job (the fencing a real effect target does);
+- `worker_main`: a worker process (`python -m chaos worker`) whose handler writes to the sink;
+- `WorkerPool`: starts those processes (each in its own namespace when there are namespaces)
+  and delivers signals to them;
+- `ClientLoad`: on one asyncio thread, the submitter (idempotency keys, some retried with the
+  same key), the diamond workflows A -> {B, C} -> D (some with A failing for good), the stale
+  actor (completes and heartbeats with tokens it knows are old) and the monitor (each node's
+  role and term), all recorded in the history.
+
+It must not judge the results (checkers do) and never sleeps without a bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from chaos.history import History, now_ms
+from chaos.netns import Namespaces
+from cluster.client import ApiError, AsyncClient, RaftcronError, Unavailable
+from cluster.localcluster import REPO_ROOT
+
+QUEUE = "chaos"
+TASK = "chaos.effect"
+LEASE_MS = 5_000
+GRACE_MS = 8_000
+MAX_ATTEMPTS = 10
+BACKOFF = {"initial_ms": 100, "factor": 1.5, "max_ms": 500, "jitter": 0}
+JOB_DEFAULTS: dict[str, Any] = {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff": BACKOFF}
+
+# name -> (period in seconds, misfire policy); cron with a seconds field, in UTC, so the
+# nominal fire times are the multiples of the period since the epoch.
+SCHEDULES: dict[str, tuple[int, str]] = {
+    "every2-once": (2, "fire_once"),
+    "every3-all": (3, "fire_all"),
+    "every5-skip": (5, "skip"),
+}
+
+
+def schedule_body(period_s: int, policy: str) -> dict[str, Any]:
+    return {
+        "cron": f"*/{period_s} * * * * *",
+        "tz": "UTC",
+        "misfire": policy,
+        "misfire_grace_ms": GRACE_MS,
+        "max_catchup": 100,
+        "overlap": "allow",
+        "job": {"task": TASK, "payload": {"ms": 150}, **JOB_DEFAULTS},
+    }
+
+
+# -- the sink ------------------------------------------------------------------------------
+
+SINK_SCHEMA = """
+CREATE TABLE IF NOT EXISTS executions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id INTEGER, key TEXT, token INTEGER,
+    attempt INTEGER, worker TEXT, phase TEXT, t_ms INTEGER);
+CREATE TABLE IF NOT EXISTS effects (
+    key TEXT PRIMARY KEY, job_id INTEGER, token INTEGER, worker TEXT, t_ms INTEGER);
+CREATE TABLE IF NOT EXISTS tokens (job_id INTEGER PRIMARY KEY, max_token INTEGER);
+"""
+
+
+class Sink:
+    """One connection to the sink file (one per thread)."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA busy_timeout=60000")
+        self.db.executescript(SINK_SCHEMA)
+
+    def log(self, job: dict[str, Any], phase: str) -> None:
+        self.db.execute(
+            "INSERT INTO executions (job_id, key, token, attempt, worker, phase, t_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (job["job_id"], job["key"], job["token"], job["attempt"], job["worker"], phase,
+             now_ms()),
+        )
+
+    def apply(self, job: dict[str, Any]) -> str:
+        """Apply the job's effect, fenced and idempotent: applied | duplicate | stale."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute(
+                "SELECT max_token FROM tokens WHERE job_id = ?", (job["job_id"],)
+            ).fetchone()
+            if row is not None and job["token"] < row[0]:
+                outcome = "stale"
+            else:
+                db.execute(
+                    "INSERT INTO tokens (job_id, max_token) VALUES (?, ?) ON CONFLICT(job_id) "
+                    "DO UPDATE SET max_token = excluded.max_token",
+                    (job["job_id"], job["token"]),
+                )
+                seen = db.execute("SELECT 1 FROM effects WHERE key = ?", (job["key"],)).fetchone()
+                if seen is not None:
+                    outcome = "duplicate"
+                else:
+                    db.execute(
+                        "INSERT INTO effects (key, job_id, token, worker, t_ms) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (job["key"], job["job_id"], job["token"], job["worker"], now_ms()),
+                    )
+                    outcome = "applied"
+            self.log(job, outcome)
+            db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        return outcome
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def read_sink(path: Path) -> list[dict[str, Any]]:
+    """Every execution row, in the order written."""
+    if not path.exists():
+        return []
+    db = sqlite3.connect(str(path), timeout=60)
+    try:
+        rows = db.execute(
+            "SELECT seq, job_id, key, token, attempt, worker, phase, t_ms FROM executions "
+            "ORDER BY seq"
+        ).fetchall()
+    finally:
+        db.close()
+    names = ("seq", "job_id", "key", "token", "attempt", "worker", "phase", "t_ms")
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+# -- the worker process --------------------------------------------------------------------
+
+
+def worker_main(argv: list[str]) -> int:
+    from cluster.worker import JobError, PermanentError, Worker
+
+    parser = argparse.ArgumentParser(prog="python -m chaos worker")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--urls", required=True)
+    parser.add_argument("--sink", required=True, type=Path)
+    parser.add_argument("--token", required=True)
+    parser.add_argument("--concurrency", type=int, default=2)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    Sink(args.sink).close()  # the schema exists before the first job
+    local = threading.local()
+    worker = Worker(
+        args.urls.split(","),
+        queues=[QUEUE],
+        concurrency=args.concurrency,
+        name=args.name,
+        lease_ms=LEASE_MS,
+        wait_ms=1_000,
+        drain_timeout_ms=2_000,
+        token=args.token,
+    )
+
+    @worker.task(TASK)
+    def effect(ctx: Any) -> dict[str, Any]:
+        sink = getattr(local, "sink", None)
+        if sink is None:
+            sink = local.sink = Sink(args.sink)
+        job = {
+            "job_id": ctx.job_id,
+            "key": ctx.key or f"job-{ctx.job_id}",
+            "token": ctx.token,
+            "attempt": ctx.attempt,
+            "worker": args.name,
+        }
+        payload = ctx.payload if isinstance(ctx.payload, dict) else {}
+        sink.log(job, "start")
+        if payload.get("fail") == "permanent":
+            sink.log(job, "failed")
+            raise PermanentError("fails on purpose (chaos workload)")
+        if ctx.attempt <= int(payload.get("fail_attempts", 0)):
+            sink.log(job, "failed")
+            raise JobError("fails on purpose, retryable (chaos workload)")
+        # Like a real zombie, apply the effect even when the lease was lost meanwhile: the
+        # sink's fencing must refuse what must be refused.
+        ctx.wait_cancelled(int(payload.get("ms", 100)) / 1000)
+        return {"effect": sink.apply(job)}
+
+    return worker.run()
+
+
+class WorkerPool:
+    """Worker processes (`python -m chaos worker`), each in its own process group."""
+
+    def __init__(
+        self, names: list[str], urls: list[str], folder: Path, sink: Path,
+        net: Any, history: History,
+    ) -> None:
+        self.names = names
+        self.urls = urls
+        self.folder = folder
+        self.sink = sink
+        self.net = net
+        self.history = history
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.paused: set[str] = set()
+        self._logs: dict[str, Any] = {}
+
+    def start(self, name: str) -> None:
+        if self.running(name):
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        log = self._logs.get(name)
+        if log is None:
+            log = self._logs[name] = (self.folder / f"{name}.log").open("ab")
+        prefix = self.net.exec_prefix(name) if isinstance(self.net, Namespaces) else []
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONUNBUFFERED"] = "1"
+        from chaos.nemesis import WORKER
+
+        self.processes[name] = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "chaos", "worker", "--name", name,
+             "--urls", ",".join(self.urls), "--sink", str(self.sink), "--token", WORKER],
+            cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.paused.discard(name)
+        self.history.record("worker", op="start", name=name, pid=self.processes[name].pid)
+
+    def running(self, name: str) -> bool:
+        process = self.processes.get(name)
+        return process is not None and process.poll() is None
+
+    def _signal(self, name: str, sig: int) -> None:
+        process = self.processes.get(name)
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+
+    def kill(self, name: str) -> None:
+        self._signal(name, signal.SIGCONT)
+        self._signal(name, signal.SIGKILL)
+        process = self.processes.get(name)
+        if process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+        self.paused.discard(name)
+
+    def pause(self, name: str) -> None:
+        self._signal(name, signal.SIGSTOP)
+        self.paused.add(name)
+
+    def resume(self, name: str) -> None:
+        if name in self.paused:
+            self._signal(name, signal.SIGCONT)
+            self.paused.discard(name)
+
+    def busy_worker(self, rng: random.Random) -> str | None:
+        """A running worker that has a job in hand now (per the sink), if any."""
+        rows = read_sink(self.sink)[-400:]
+        open_jobs: dict[tuple[int, int], str] = {}
+        for row in rows:
+            ident = (row["job_id"], row["token"])
+            if row["phase"] == "start":
+                open_jobs[ident] = row["worker"]
+            else:
+                open_jobs.pop(ident, None)
+        busy = sorted({w for w in open_jobs.values() if self.running(w) and w not in self.paused})
+        return rng.choice(busy) if busy else None
+
+    def close(self) -> None:
+        for name in list(self.processes):
+            self.kill(name)
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+
+# -- the client side: submitter, workflows, stale actor, monitor ---------------------------
+
+
+class ClientLoad:
+    """The harness's own traffic, on one asyncio loop in a thread."""
+
+    def __init__(
+        self, nodes: dict[str, str], history: History, sink: Path, seed: int,
+        *, submit_every_s: float = 0.3, workflow_every_s: float = 4.0,
+    ) -> None:
+        self.nodes = nodes  # url -> node id
+        self.urls = list(nodes)
+        self.history = history
+        self.sink = sink
+        self.rng = random.Random(seed)
+        self.submit_every_s = submit_every_s
+        self.workflow_every_s = workflow_every_s
+        self.loop = asyncio.new_event_loop()
+        self.thread: threading.Thread | None = None
+        self.submitting = threading.Event()
+        self.stopping: asyncio.Event | None = None
+        self.acked: dict[str, int] = {}  # key -> job id
+        self.tasks: list[asyncio.Task[None]] = []
+        self.counter = 0
+
+    def start(self) -> None:
+        self.submitting.set()
+        self.thread = threading.Thread(target=self._run, name="chaos-client", daemon=True)
+        self.thread.start()
+
+    def stop_submitting(self) -> None:
+        self.submitting.clear()
+
+    def stop(self) -> None:
+        if self.thread is None:
+            return
+        if self.stopping is not None:
+            self.loop.call_soon_threadsafe(self.stopping.set)
+        self.thread.join(timeout=30)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._main())
+        self.loop.close()
+
+    async def _main(self) -> None:
+        from chaos.nemesis import ADMIN, SUBMIT, WORKER
+
+        self.stopping = asyncio.Event()
+        self.submitter = AsyncClient(self.urls, token=SUBMIT, request_timeout_s=3,
+                                     retry_deadline_s=10)
+        self.worker_client = AsyncClient(self.urls, token=WORKER, request_timeout_s=3,
+                                         retry_deadline_s=5)
+        self.reader = AsyncClient(self.urls, token=ADMIN, request_timeout_s=2,
+                                  retry_deadline_s=4)
+        self.session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {ADMIN}"})
+        loops = [self._submit_loop(), self._workflow_loop(), self._stale_loop(),
+                 self._monitor_loop()]
+        self.tasks = [asyncio.create_task(self._guard(c)) for c in loops]
+        await self.stopping.wait()
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for client in (self.submitter, self.worker_client, self.reader):
+            await client.close()
+        await self.session.close()
+
+    async def _guard(self, coroutine: Any) -> None:
+        try:
+            await coroutine
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a harness bug must show, not silently stop the load
+            self.history.record("note", text=f"client loop crashed: {error!r}")
+            raise
+
+    def _stopped(self) -> bool:
+        # Loops end on this flag, not only on cancellation: aiohttp can turn a cancellation
+        # into a timeout that the client's retry loop then swallows.
+        return self.stopping is not None and self.stopping.is_set()
+
+    async def _pause(self, seconds: float) -> None:
+        assert self.stopping is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+
+    # -- submits --------------------------------------------------------------------------
+
+    async def _submit_loop(self) -> None:
+        while not self._stopped():
+            await self._pause(self.submit_every_s * self.rng.uniform(0.5, 1.5))
+            if not self.submitting.is_set():
+                continue
+            if self.acked and self.rng.random() < 0.1:
+                key = self.rng.choice(sorted(self.acked))
+                retry = True
+            else:
+                self.counter += 1
+                key, retry = f"k-{self.counter}", False
+            payload: dict[str, Any] = {"ms": self.rng.randint(50, 900)}
+            if self.rng.random() < 0.15:
+                payload["fail_attempts"] = 1  # one retryable failure: a second token
+            await self.submit_one(key, payload, retry)
+
+    async def submit_one(self, key: str, payload: dict[str, Any], retry: bool) -> None:
+        self.history.record("submit", op="invoke", key=key, retry=retry)
+        try:
+            job = await self.submitter.submit(TASK, payload, key=key, **JOB_DEFAULTS)
+        except Unavailable as error:
+            self.history.record("submit", op="info", key=key, retry=retry, error=str(error)[:200])
+            return
+        except ApiError as error:
+            self.history.record(
+                "submit", op="fail", key=key, retry=retry, status=error.status, error=error.code
+            )
+            return
+        except (RaftcronError, aiohttp.ClientError, OSError) as error:
+            self.history.record("submit", op="info", key=key, retry=retry, error=repr(error)[:200])
+            return
+        self.acked.setdefault(key, int(job["id"]))
+        self.history.record(
+            "submit", op="ok", key=key, retry=retry, job_id=int(job["id"]),
+            created=bool(job.get("created", True)),
+        )
+
+    # -- workflows ------------------------------------------------------------------------
+
+    async def _workflow_loop(self) -> None:
+        number = 0
+        while not self._stopped():
+            await self._pause(self.workflow_every_s * self.rng.uniform(0.7, 1.3))
+            if not self.submitting.is_set():
+                continue
+            number += 1
+            fails = self.rng.random() < 0.2
+            key = f"wf-{number}"
+
+            def node(name: str, after: list[str], payload: dict[str, Any]) -> dict[str, Any]:
+                body = {"name": name, "task": TASK, "payload": payload, **JOB_DEFAULTS}
+                if after:
+                    body["after"] = after
+                return body
+
+            body = {
+                "key": key,
+                "jobs": [
+                    node("A", [], {"ms": 200, **({"fail": "permanent"} if fails else {})}),
+                    node("B", ["A"], {"ms": 300}),
+                    node("C", ["A"], {"ms": 100, "fail_attempts": 1}),
+                    node("D", ["B", "C"], {"ms": 100}),
+                ],
+            }
+            self.history.record("workflow", op="invoke", key=key, fails=fails)
+            try:
+                answer = await self.submitter.request(
+                    "POST", "/v1/workflows", body, write=True
+                )
+            except (Unavailable, aiohttp.ClientError, OSError, RaftcronError) as error:
+                op = "fail" if isinstance(error, ApiError) else "info"
+                self.history.record("workflow", op=op, key=key, fails=fails,
+                                    error=repr(error)[:200])
+                continue
+            jobs = {item["name"]: int(item["id"]) for item in answer["jobs"]}
+            self.history.record(
+                "workflow", op="ok", key=key, fails=fails, jobs=jobs,
+                workflow_id=answer.get("workflow_id"),
+                edges={"B": ["A"], "C": ["A"], "D": ["B", "C"]},
+            )
+
+    # -- the stale actor ------------------------------------------------------------------
+
+    async def _stale_loop(self) -> None:
+        tried: set[tuple[int, int, str]] = set()
+        while not self._stopped():
+            await self._pause(self.rng.uniform(0.5, 1.5))
+            rows = await asyncio.to_thread(read_sink, self.sink)
+            tokens: dict[int, set[int]] = {}
+            for row in rows:
+                tokens.setdefault(row["job_id"], set()).add(row["token"])
+            candidates = sorted(
+                (job_id, min(found)) for job_id, found in tokens.items() if len(found) > 1
+            )
+            if not candidates:
+                continue
+            job_id, token = self.rng.choice(candidates[-50:])
+            action = self.rng.choice(["complete", "heartbeat"])
+            if (job_id, token, action) in tried:
+                continue
+            tried.add((job_id, token, action))
+            await self.stale_write(job_id, token, action, max(tokens[job_id]))
+
+    async def stale_write(self, job_id: int, token: int, action: str, newest: int) -> None:
+        """Send `action` for job_id with `token`, known older than `newest` (seen by the sink)."""
+        fields = {"job_id": job_id, "token": token, "newest_token": newest, "action": action}
+        self.history.record("stale", op="invoke", **fields)
+        path = f"/v1/jobs/{job_id}/{action}"
+        body: dict[str, Any] = {"token": token}
+        if action == "complete":
+            body["result"] = {"stale": True}
+        try:
+            await self.worker_client.request("POST", path, body, write=True)
+        except ApiError as error:
+            self.history.record("stale", op="fail", status=error.status, code=error.code,
+                                **fields)
+            return
+        except (Unavailable, RaftcronError, aiohttp.ClientError, OSError) as error:
+            self.history.record("stale", op="info", error=repr(error)[:200], **fields)
+            return
+        self.history.record("stale", op="ok", **fields)
+
+    # -- the monitor ----------------------------------------------------------------------
+
+    async def _monitor_loop(self) -> None:
+        seen: dict[str, tuple[Any, ...]] = {}
+        while not self._stopped():
+            started = time.monotonic()
+            views = await asyncio.gather(*(self._view(url) for url in self.urls))
+            for url, view in zip(self.urls, views, strict=True):
+                if view is None:
+                    shape: tuple[Any, ...] = ("unreachable",)
+                    fields: dict[str, Any] = {"role": "unreachable"}
+                else:
+                    shape = (view.get("role"), view.get("term"), view.get("has_quorum"),
+                             view.get("leader"))
+                    fields = {
+                        "role": view.get("role"), "term": view.get("term"),
+                        "has_quorum": view.get("has_quorum"), "leader": view.get("leader"),
+                        "commit_index": view.get("commit_index"),
+                        "now_ms": (view.get("state") or {}).get("now_ms"),
+                    }
+                node = self.nodes[url]
+                if seen.get(url) != shape:
+                    seen[url] = shape
+                    self.history.record("sample", url=url, node=node, **fields)
+            await self._pause(max(0.05, 0.25 - (time.monotonic() - started)))
+
+    async def _view(self, url: str) -> dict[str, Any] | None:
+        try:
+            async with self.session.get(
+                url + "/v1/cluster", timeout=aiohttp.ClientTimeout(total=0.7)
+            ) as response:
+                if response.status != 200:
+                    return None
+                answer = await response.json()
+                return answer if isinstance(answer, dict) else None
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            return None

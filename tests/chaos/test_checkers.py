@@ -1,0 +1,529 @@
+"""Every checker of the chaos suite can fail: a good history passes it, a bad one does not.
+
+Each test starts from `good_run()` (a small, consistent run: two schedules firing on time,
+one outage longer than the grace handled exactly by each policy, submits, a diamond workflow,
+a stale actor refused, a worker killed and its job re-run, equal digests) and breaks one thing.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from chaos import checkers
+from chaos.checkers import RunData
+
+BASE = 1_800_000_000_000  # a multiple of every period
+GRACE = 8_000
+SCHEDULES = {"every2-once": [2, "fire_once"], "every3-all": [3, "fire_all"],
+             "every5-skip": [5, "skip"]}
+DOWN, UP = BASE + 30_500, BASE + 50_200  # the outage, in the harness's clock
+FIRST_TICK_AFTER = BASE + 51_000
+
+
+class Builder:
+    def __init__(self) -> None:
+        self.history: list[dict[str, Any]] = []
+        self.jobs: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.sink: list[dict[str, Any]] = []
+        self.next_id = 1
+        self.seq = 0
+        self.token = 0
+
+    def event(self, kind: str, t: int, **fields: Any) -> None:
+        self.history.append({"t": t, "kind": kind, **fields})
+
+    def cluster_event(self, kind: str, time_ms: int, **fields: Any) -> None:
+        self.seq += 1
+        self.events.append({"seq": self.seq, "time_ms": time_ms, "kind": kind, **fields})
+
+    def job(self, *, key: str, at: int, status: str = "succeeded", tokens: int = 1,
+            worker: str = "w1", **fields: Any) -> dict[str, Any]:
+        job_id = self.next_id
+        self.next_id += 1
+        effect_key = key or f"job-{job_id}"  # what the chaos worker uses for a job without key
+        history = []
+        for number in range(tokens):
+            self.token += 1
+            start = at + 100 + 1000 * number
+            last = number == tokens - 1
+            outcome = status if last and status in ("succeeded", "failed") else "lease_expired"
+            history.append({"attempt": number + 1, "token": self.token, "worker": worker,
+                            "start_ms": start, "end_ms": start + 200, "outcome": outcome})
+            self.sink.append(self.row(job_id, effect_key, self.token, worker, "start", start))
+            if outcome == "succeeded":
+                self.sink.append(
+                    self.row(job_id, effect_key, self.token, worker, "applied", start + 150)
+                )
+        job = {"id": job_id, "key": key, "task": "chaos.effect", "status": status,
+               "created_ms": at, "finished_ms": at + 100 + 1000 * tokens if history else None,
+               "schedule": None, "fire_time_ms": None, "workflow_id": None,
+               "history": history if status != "cancelled" else [], **fields}
+        self.jobs.append(job)
+        return job
+
+    def row(
+        self, job_id: int, key: str, token: int, worker: str, phase: str, t: int
+    ) -> dict[str, Any]:
+        return {"seq": len(self.sink) + 1, "job_id": job_id, "key": key, "token": token,
+                "attempt": 1, "worker": worker, "phase": phase, "t_ms": t}
+
+    def fire(self, name: str, fire_ms: int, tick_ms: int) -> None:
+        job = self.job(key=f"{name}@{fire_ms}", at=tick_ms, schedule=name, fire_time_ms=fire_ms)
+        self.cluster_event("fired", tick_ms, schedule=name, fire_time_ms=fire_ms, job=job["id"])
+
+
+def good_run() -> RunData:
+    b = Builder()
+    b.event("run", BASE, seed=1)
+    counters = {}
+    for name, (period_s, policy) in SCHEDULES.items():
+        period = period_s * 1000
+        times = checkers.nominal_times(period, BASE, BASE + 30_000)
+        for fire_ms in times:
+            b.fire(name, fire_ms, fire_ms + 40)
+        # the outage: nothing ticks in (DOWN, UP); the first tick after it decides by policy
+        due = checkers.nominal_times(period, times[-1] + 40, FIRST_TICK_AFTER)
+        fire, late, skipped = checkers.expected_plan(due, FIRST_TICK_AFTER, GRACE, policy, 100)
+        b.cluster_event("misfired", FIRST_TICK_AFTER, schedule=name, missed=late,
+                        fired=len(fire), policy=policy)
+        for fire_ms in fire:
+            b.fire(name, fire_ms, FIRST_TICK_AFTER)
+        for fire_ms in checkers.nominal_times(period, FIRST_TICK_AFTER, BASE + 70_000):
+            b.fire(name, fire_ms, fire_ms + 40)
+        counters[name] = (late, skipped)
+    b.event("fault", DOWN - 10, phase="start", id="f1", fault="downtime",
+            targets=["n1", "n2", "n3"], leader="n1")
+    b.event("downtime", DOWN, phase="down", id="f1")
+    b.event("downtime", UP, phase="up", id="f1")
+    b.event("fault", UP, phase="end", id="f1", fault="downtime", targets=["n1", "n2", "n3"])
+    # submits: k-1 acknowledged, retried with the same key
+    submitted = b.job(key="k-1", at=BASE + 1_000)
+    b.event("submit", BASE + 990, op="invoke", key="k-1", retry=False)
+    b.event("submit", BASE + 1_000, op="ok", key="k-1", retry=False, job_id=submitted["id"],
+            created=True)
+    b.event("submit", BASE + 2_000, op="ok", key="k-1", retry=True, job_id=submitted["id"],
+            created=False)
+    # a diamond A -> {B, C} -> D, in order; and one whose A failed for good
+    ids = {}
+    for offset, name in enumerate("ABCD"):
+        at = BASE + 3_000 + {"A": 0, "B": 2_000, "C": 2_000, "D": 4_000}[name]
+        ids[name] = b.job(key=None, at=at, workflow_id="wf1")["id"]  # type: ignore[arg-type]
+        del offset
+    b.event("workflow", BASE + 3_000, op="ok", key="wf-1", fails=False, jobs=ids,
+            edges={"B": ["A"], "C": ["A"], "D": ["B", "C"]})
+    failed = {"A": b.job(key=None, at=BASE + 4_000, status="failed", workflow_id="wf2")["id"]}  # type: ignore[arg-type]
+    for name in "BCD":
+        failed[name] = b.job(key=None, at=BASE + 4_000, status="cancelled", tokens=0,  # type: ignore[arg-type]
+                             workflow_id="wf2")["id"]
+    b.event("workflow", BASE + 4_000, op="ok", key="wf-2", fails=True, jobs=failed,
+            edges={"B": ["A"], "C": ["A"], "D": ["B", "C"]})
+    # a worker killed while holding a job: re-run 6 s later under a newer token
+    rerun = b.job(key="k-2", at=BASE + 60_000, tokens=2, worker="w2")
+    b.event("submit", BASE + 60_000, op="ok", key="k-2", retry=False, job_id=rerun["id"],
+            created=True)
+    kill_at = rerun["history"][0]["start_ms"] + 50
+    for row in b.sink:
+        if row["job_id"] == rerun["id"] and row["token"] == rerun["history"][1]["token"]:
+            row["t_ms"] = kill_at + 6_000
+            row["worker"] = "w1"
+    b.sink.sort(key=lambda r: r["t_ms"])
+    b.event("fault", kill_at, phase="start", id="f2", fault="worker_kill", targets=["w2"])
+    b.event("fault", kill_at + 2_000, phase="end", id="f2", fault="worker_kill", targets=["w2"])
+    # the stale actor: an old token refused
+    b.event("stale", BASE + 62_000, op="fail", job_id=rerun["id"],
+            token=rerun["history"][0]["token"], newest_token=rerun["history"][1]["token"],
+            action="complete", status=409)
+    b.event("phase", BASE + 75_000, name="healed")
+    b.event("sample", BASE + 75_500, node="n1", role="leader", term=3, has_quorum=True)
+    b.event("phase", BASE + 80_000, name="drained", remaining=0, elapsed_ms=5_000)
+    schedules = [{"name": n, "misfires": counters[n][0], "misfire_skipped": counters[n][1],
+                  "created_ms": BASE} for n in SCHEDULES]
+    return RunData(
+        history=sorted(b.history, key=lambda e: e["t"]),
+        jobs={"n1": b.jobs, "n2": copy.deepcopy(b.jobs), "n3": copy.deepcopy(b.jobs)},
+        schedules=schedules,
+        cluster_events=b.events,
+        digests={"n1": [900, "abc"], "n2": [900, "abc"], "n3": [900, "abc"]},
+        sink=b.sink,
+        settings={"schedules": SCHEDULES, "grace_ms": GRACE, "horizon_ms": BASE + 68_000,
+                  "nodes": 3, "rerun_bound_s": 10, "leader_bound_s": 5, "drain_bound_s": 60},
+    )
+
+
+def violations(run: RunData, checker: Any) -> list[str]:
+    return checker(run).violations
+
+
+def fresh(run: RunData) -> RunData:
+    run._by_id = None
+    return run
+
+
+def test_a_good_history_passes_every_checker() -> None:
+    for result in checkers.check_all(good_run()):
+        assert result.ok, (result.name, result.violations)
+
+
+def test_the_good_history_exercises_each_policy_after_the_outage() -> None:
+    run = good_run()
+    misfires = [e for e in run.cluster_events if e["kind"] == "misfired"]
+    assert {e["schedule"]: (e["missed"] > 0, e["fired"]) for e in misfires} == {
+        "every2-once": (True, 1),
+        "every3-all": (True, 7),
+        "every5-skip": (True, 2),  # the times still within the grace
+    }
+
+
+# -- 1. exactly-once firing ----------------------------------------------------------------
+
+
+def _fired_job(run: RunData, name: str) -> dict[str, Any]:
+    return next(j for j in run.jobs["n1"] if j["schedule"] == name)
+
+
+def test_a_duplicate_fire_fails_exactly_once() -> None:
+    run = good_run()
+    original = _fired_job(run, "every2-once")
+    twin = {**copy.deepcopy(original), "id": 999, "key": original["key"] + "x"}
+    run.jobs["n2"].append(twin)
+    found = violations(fresh(run), checkers.check_fires)
+    assert any("duplicate fire" in v for v in found)
+    assert checkers.check_fires(run).counts["duplicated"] == 1
+
+
+def test_a_duplicate_seen_only_by_the_sink_fails_exactly_once() -> None:
+    run = good_run()
+    original = _fired_job(run, "every5-skip")
+    run.sink.append({"seq": 10_000, "job_id": 4242, "key": original["key"], "token": 77,
+                     "attempt": 1, "worker": "w3", "phase": "start", "t_ms": BASE + 90_000})
+    assert any("duplicate fire" in v for v in violations(run, checkers.check_fires))
+
+
+def test_a_fire_at_a_time_that_is_not_nominal_fails() -> None:
+    run = good_run()
+    _fired_job(run, "every3-all")["fire_time_ms"] += 1
+    assert any("not a nominal time" in v for v in violations(fresh(run), checkers.check_fires))
+
+
+def test_a_missed_fire_fails() -> None:
+    run = good_run()
+    victim = next(e for e in run.cluster_events if e["kind"] == "fired"
+                  and e["schedule"] == "every2-once" and e["fire_time_ms"] == BASE + 10_000)
+    run.cluster_events.remove(victim)
+    for node in run.jobs:
+        run.jobs[node] = [j for j in run.jobs[node] if j["id"] != victim["job"]]
+    run.sink = [r for r in run.sink if r["job_id"] != victim["job"]]
+    found = violations(fresh(run), checkers.check_fires)
+    assert any("fired [] " in v or "missed fire" in v for v in found)
+
+
+def test_fire_once_that_fires_every_missed_time_after_an_outage_fails() -> None:
+    run = good_run()
+    misfire = next(e for e in run.cluster_events if e["kind"] == "misfired"
+                   and e["schedule"] == "every2-once")
+    extra_time = BASE + 40_000  # missed during the outage: fire_once must not fire it
+    run.cluster_events.append({"seq": misfire["seq"], "time_ms": FIRST_TICK_AFTER,
+                               "kind": "fired", "schedule": "every2-once",
+                               "fire_time_ms": extra_time, "job": 5000})
+    found = violations(run, checkers.check_fires)
+    assert any("expected" in v for v in found)
+
+
+def test_skip_that_fires_a_late_time_fails() -> None:
+    run = good_run()
+    misfire = next(e for e in run.cluster_events if e["kind"] == "misfired"
+                   and e["schedule"] == "every5-skip")
+    run.cluster_events.append({"seq": misfire["seq"], "time_ms": FIRST_TICK_AFTER,
+                               "kind": "fired", "schedule": "every5-skip",
+                               "fire_time_ms": BASE + 35_000, "job": 5001})
+    assert violations(run, checkers.check_fires)
+
+
+def test_a_misfire_event_with_the_wrong_count_fails() -> None:
+    run = good_run()
+    misfire = next(e for e in run.cluster_events if e["kind"] == "misfired"
+                   and e["schedule"] == "every3-all")
+    misfire["missed"] += 1
+    assert any("misfire at" in v for v in violations(run, checkers.check_fires))
+
+
+def test_a_wrong_misfire_counter_fails() -> None:
+    run = good_run()
+    run.schedules[0]["misfire_skipped"] += 1
+    assert any("misfire_skipped counter" in v for v in violations(run, checkers.check_fires))
+
+
+def test_a_misfire_with_no_fault_to_explain_it_fails() -> None:
+    run = good_run()
+    run.history = [e for e in run.history if e["kind"] != "fault"]
+    assert any("no fault to explain" in v for v in violations(run, checkers.check_fires))
+
+
+def test_a_tick_while_every_node_was_down_fails() -> None:
+    run = good_run()
+    for event in run.cluster_events:
+        if event["time_ms"] == FIRST_TICK_AFTER:
+            event["time_ms"] = UP - 5_000
+    assert any("while every node was down" in v for v in violations(run, checkers.check_fires))
+
+
+def test_a_late_fire_outside_a_fault_window_fails() -> None:
+    run = good_run()
+    job = next(j for j in run.jobs["n1"] if j["schedule"] == "every2-once"
+               and j["fire_time_ms"] == BASE + 4_000)
+    job["created_ms"] = job["fire_time_ms"] + 5_000
+    assert any("late fire" in v for v in violations(fresh(run), checkers.check_fires))
+
+
+# -- 2. no lost job, 3. idempotent submit --------------------------------------------------
+
+
+def test_an_acknowledged_job_missing_on_one_node_fails() -> None:
+    run = good_run()
+    acked = next(e["job_id"] for e in run.history if e["kind"] == "submit" and e["op"] == "ok")
+    run.jobs["n3"] = [j for j in run.jobs["n3"] if j["id"] != acked]
+    assert any("lost" in v for v in violations(fresh(run), checkers.check_lost))
+
+
+def test_an_acknowledged_job_never_final_fails() -> None:
+    run = good_run()
+    run.jobs["n2"][-1]["status"] = "queued"
+    assert any("still queued" in v for v in violations(fresh(run), checkers.check_lost))
+
+
+def test_a_lost_workflow_job_fails() -> None:
+    run = good_run()
+    workflow = next(e for e in run.history if e["kind"] == "workflow")
+    run.jobs["n1"] = [j for j in run.jobs["n1"] if j["id"] != workflow["jobs"]["D"]]
+    assert any("wf-1/D" in v for v in violations(fresh(run), checkers.check_lost))
+
+
+def test_one_key_acknowledged_as_two_jobs_fails() -> None:
+    run = good_run()
+    run.history.append({"t": BASE + 3_000, "kind": "submit", "op": "ok", "key": "k-1",
+                        "retry": True, "job_id": 777, "created": True})
+    found = violations(run, checkers.check_idempotent)
+    assert any("different jobs" in v for v in found)
+    assert any("answered as a new job" in v for v in found)
+
+
+def test_a_node_holding_two_jobs_with_one_key_fails() -> None:
+    run = good_run()
+    twin = {**copy.deepcopy(next(j for j in run.jobs["n1"] if j["key"] == "k-1")), "id": 888}
+    run.jobs["n1"].append(twin)
+    assert any("jobs with key" in v for v in violations(fresh(run), checkers.check_idempotent))
+
+
+# -- 4. fenced completion and effects ------------------------------------------------------
+
+
+def test_a_stale_completion_accepted_fails() -> None:
+    run = good_run()
+    stale = next(e for e in run.history if e["kind"] == "stale")
+    stale["op"] = "ok"
+    result = checkers.check_fencing(run)
+    assert any("stale complete accepted" in v for v in result.violations)
+    assert result.counts["stale_accepted"] == 1
+
+
+def test_two_accepted_completions_of_one_job_fail() -> None:
+    run = good_run()
+    job = next(j for j in run.jobs["n1"] if j["key"] == "k-2")
+    job["history"][0]["outcome"] = "succeeded"
+    assert any("completed 2 times" in v for v in violations(fresh(run), checkers.check_fencing))
+
+
+def test_a_completion_with_an_old_token_fails() -> None:
+    run = good_run()
+    job = next(j for j in run.jobs["n1"] if j["key"] == "k-2")
+    job["history"][0]["outcome"], job["history"][1]["outcome"] = "succeeded", "lease_expired"
+    assert any("newest is" in v for v in violations(fresh(run), checkers.check_fencing))
+
+
+def test_an_effect_applied_twice_fails() -> None:
+    run = good_run()
+    applied = next(r for r in run.sink if r["phase"] == "applied")
+    run.sink.append({**applied, "seq": 99_999, "token": applied["token"] + 1000})
+    assert any("applied 2 times" in v for v in violations(run, checkers.check_fencing))
+
+
+def test_a_sink_that_accepts_an_older_token_fails() -> None:
+    run = good_run()
+    job = next(j for j in run.jobs["n1"] if j["key"] == "k-2")
+    old = job["history"][0]["token"]
+    run.sink.append({"seq": 99_999, "job_id": job["id"], "key": "k-2", "token": old,
+                     "attempt": 1, "worker": "w2", "phase": "duplicate", "t_ms": BASE + 99_000})
+    assert any("after seeing" in v for v in violations(run, checkers.check_fencing))
+
+
+def test_an_execution_under_a_token_no_committed_claim_gave_fails() -> None:
+    run = good_run()
+    job = next(j for j in run.jobs["n1"] if j["key"] == "k-1")
+    run.sink.append({"seq": 99_999, "job_id": job["id"], "key": "k-1", "token": 4_000,
+                     "attempt": 2, "worker": "w3", "phase": "start", "t_ms": BASE + 99_000})
+    assert any("no committed claim" in v for v in violations(run, checkers.check_fencing))
+
+
+def test_a_completed_job_without_its_effect_fails() -> None:
+    run = good_run()
+    run.sink = [r for r in run.sink if not (r["key"] == "k-1" and r["phase"] == "applied")]
+    assert any("without an applied effect" in v for v in violations(run, checkers.check_fencing))
+
+
+# -- 5. lease re-run bound -----------------------------------------------------------------
+
+
+def test_a_job_re_run_too_late_after_its_worker_died_fails() -> None:
+    run = good_run()
+    job = next(j for j in run.jobs["n1"] if j["key"] == "k-2")
+    for row in run.sink:
+        if row["job_id"] == job["id"] and row["token"] == job["history"][1]["token"]:
+            row["t_ms"] += 9_000
+    result = checkers.check_rerun(run)
+    assert any("re-run" in v for v in result.violations)
+    assert result.counts["worst_rerun_ms"] == 15_000
+
+
+def _rerun_job(run: RunData) -> dict[str, Any]:
+    return next(j for j in run.jobs["n1"] if j["key"] == "k-2")
+
+
+def test_a_leader_change_restarts_the_re_run_clock() -> None:
+    run = good_run()
+    job = _rerun_job(run)
+    kill_at = job["history"][0]["start_ms"] + 50
+    for row in run.sink:
+        if row["job_id"] == job["id"] and row["token"] == job["history"][1]["token"]:
+            row["t_ms"] = kill_at + 14_000  # late from the kill...
+    run.cluster_events.append({"seq": 10_000, "time_ms": kill_at + 8_000,
+                               "kind": "leader_changed", "node": "n2", "term": 9})
+    result = checkers.check_rerun(fresh(run))
+    assert result.ok  # ...but 6 s after the last leader change, which extended the lease
+    assert result.counts["worst_rerun_ms"] == 14_000
+    for row in run.sink:
+        if row["job_id"] == job["id"] and row["token"] == job["history"][1]["token"]:
+            row["t_ms"] = kill_at + 19_000  # 11 s after the last leader change: too late
+    assert not checkers.check_rerun(fresh(run)).ok
+
+
+def test_a_job_never_claimed_again_after_its_worker_died_fails() -> None:
+    run = good_run()
+    job = next(j for j in run.jobs["n1"] if j["key"] == "k-2")
+    run.sink = [r for r in run.sink
+                if not (r["job_id"] == job["id"] and r["token"] == job["history"][1]["token"])]
+    for node in run.jobs.values():
+        for j in node:
+            if j["id"] == job["id"]:
+                j["status"], j["history"] = "running", j["history"][:1]
+    assert any("never claimed again" in v for v in violations(fresh(run), checkers.check_rerun))
+
+
+# -- 6. DAG order --------------------------------------------------------------------------
+
+
+def _workflow_job(run: RunData, key: str, name: str) -> dict[str, Any]:
+    workflow = next(e for e in run.history if e["kind"] == "workflow" and e["key"] == key)
+    return next(j for j in run.jobs["n1"] if j["id"] == workflow["jobs"][name])
+
+
+def test_a_child_claimed_before_its_parent_completed_fails() -> None:
+    run = good_run()
+    child = _workflow_job(run, "wf-1", "D")
+    child["history"][0]["start_ms"] = _workflow_job(run, "wf-1", "B")["finished_ms"] - 500
+    assert any("before its parent completed" in v for v in violations(run, checkers.check_dag))
+
+
+def test_a_child_started_before_its_parent_ran_fails() -> None:
+    run = good_run()
+    child = _workflow_job(run, "wf-1", "B")
+    for row in run.sink:
+        if row["job_id"] == child["id"] and row["phase"] == "start":
+            row["t_ms"] = BASE
+    assert any("before the parent" in v for v in violations(run, checkers.check_dag))
+
+
+def test_a_child_of_a_failed_parent_that_ran_fails() -> None:
+    run = good_run()
+    child = _workflow_job(run, "wf-2", "C")
+    run.sink.append({"seq": 99_999, "job_id": child["id"], "key": None, "token": 500,
+                     "attempt": 1, "worker": "w1", "phase": "start", "t_ms": BASE + 9_000})
+    assert any("ended failed" in v for v in violations(run, checkers.check_dag))
+
+
+# -- 7. convergence, 8. liveness -----------------------------------------------------------
+
+
+def test_replicas_that_differ_fail_convergence() -> None:
+    run = good_run()
+    run.digests["n2"] = [900, "abd"]
+    assert violations(run, checkers.check_convergence)
+
+
+def test_a_node_missing_from_the_final_audit_fails_convergence() -> None:
+    run = good_run()
+    del run.digests["n3"]
+    assert violations(run, checkers.check_convergence)
+
+
+def test_no_leader_after_the_final_heal_fails_liveness() -> None:
+    run = good_run()
+    run.history = [e for e in run.history if e["kind"] != "sample"]
+    assert any("no leader" in v for v in violations(run, checkers.check_liveness))
+
+
+def test_jobs_not_drained_within_the_bound_fail_liveness() -> None:
+    run = good_run()
+    drained = next(e for e in run.history if e.get("name") == "drained")
+    drained["remaining"] = 3
+    assert any("not final" in v for v in violations(run, checkers.check_liveness))
+
+
+def test_a_node_that_exited_by_itself_fails_liveness() -> None:
+    run = good_run()
+    run.history.append({"t": BASE + 70_000, "kind": "note", "crash": True, "text": "n2 died"})
+    assert any("exited by itself" in v for v in violations(run, checkers.check_liveness))
+
+
+@pytest.mark.parametrize("checker", checkers.CHECKERS, ids=lambda c: c.__name__)
+def test_every_checker_reports_counts(checker: Any) -> None:
+    assert checker(good_run()).counts
+
+
+def test_an_outage_before_a_schedule_first_fired_is_judged_from_its_creation() -> None:
+    run = good_run()
+    for view in run.schedules:
+        view["created_ms"] = BASE + 19_500  # as if created 11 s before the outage
+    name = "every2-once"
+    keep = [e for e in run.cluster_events
+            if not (e.get("schedule") == name and e["time_ms"] < BASE + 20_000)]
+    for seq, event in enumerate(keep, start=1):
+        event["seq"] = seq
+    run.cluster_events = keep
+    for node in run.jobs:
+        run.jobs[node] = [j for j in run.jobs[node]
+                          if not (j["schedule"] == name and j["created_ms"] < BASE + 20_000)]
+    run.sink = [r for r in run.sink if not str(r["key"]).startswith(f"{name}@")
+                or int(str(r["key"]).split("@")[1]) > BASE + 20_000]
+    run.schedules = [v for v in run.schedules if v["name"] == name]
+    run.settings = {**run.settings, "schedules": {name: SCHEDULES[name]}}
+    assert checkers.check_fires(fresh(run)).ok
+    run.schedules[0]["created_ms"] = BASE + 29_000  # then the first tick owes fewer times
+    assert not checkers.check_fires(fresh(run)).ok
+
+
+def test_a_time_that_passed_before_a_new_schedule_first_ticked_is_not_owed() -> None:
+    run = good_run()
+    name = "every2-once"
+    for view in run.schedules:
+        view["created_ms"] = BASE + 1_990  # 2 000 may pass before the first tick (2 040)
+    assert checkers.check_fires(fresh(run)).ok
+    first = next(e for e in run.cluster_events if e.get("schedule") == name)
+    run.cluster_events.remove(first)  # its job stays: a fire no decision in the log made
+    for seq, event in enumerate(run.cluster_events, start=1):
+        event["seq"] = seq
+    found = violations(fresh(run), checkers.check_fires)
+    assert any("no decision in the log fired it" in v for v in found)
