@@ -1,7 +1,9 @@
 """The benchmark's measures, each an async function of a `Target` returning plain figures.
 
-Load is generated in this process with aiohttp (one connection pool, many coroutines); the
-drain uses real `raftcron worker` processes, because the workers are part of what is measured.
+Load is generated in this process with aiohttp (one connection pool, many coroutines), except
+one-job-per-request submits, which use a lean client (cluster/bench/lean.py) so the load
+generator takes as little as it can of the cores the cluster runs on; the drain uses real
+`raftcron worker` processes, because the workers are part of what is measured.
 Every loop is bounded by a count and a deadline.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from cluster.bench.lean import LeanConnection
 from cluster.bench.stats import Progress, percentile
 from cluster.localcluster import LocalCluster
 
@@ -96,26 +99,46 @@ def _unique(prefix: str) -> str:
 
 
 async def submit_single(target: Target, *, jobs: int, concurrency: int) -> dict[str, Any]:
+    """One job per request from `concurrency` clients, each on its own kept-alive connection
+    (the lean client: see cluster/bench/lean.py), spread over every node as users would be."""
     queue = _unique("bench-single")
     progress = Progress("submit single", jobs, quiet=target.quiet)
     done = 0
     counter = itertools.count()
+    body = {"task": "noop", "queue": queue}
 
-    async def client() -> None:
+    async def client(index: int) -> None:
         nonlocal done
-        while next(counter) < jobs:
-            status, body = await target.call("POST", "/v1/jobs", {"task": "noop", "queue": queue})
-            if status != 201:
-                raise RuntimeError(f"submit answered {status}: {body}")
-            done += 1
-            progress.update(done)
+        connections = [LeanConnection(url, target.token) for url in target.urls]
+        turn = index
+        try:
+            while next(counter) < jobs:
+                for attempt in range(20):  # a 503 or a refused connection: the next node
+                    try:
+                        status, answer = await connections[turn % len(connections)].post(
+                            "/v1/jobs", body
+                        )
+                    except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+                        status, answer = 0, str(error)
+                    if status not in (0, 503):
+                        break
+                    turn += 1
+                    await asyncio.sleep(min(0.02 * (attempt + 1), 0.3))
+                if status != 201:
+                    raise RuntimeError(f"submit answered {status}: {answer}")
+                done += 1
+                progress.update(done)
+        finally:
+            for connection in connections:
+                connection.close()
 
     started = time.monotonic()
-    await asyncio.gather(*(client() for _ in range(concurrency)))
+    await asyncio.gather(*(client(index) for index in range(concurrency)))
     elapsed = time.monotonic() - started
     rate = jobs / elapsed
     progress.done(f"{jobs:,} jobs, {concurrency} clients: {rate:,.0f} jobs/s")
-    await _cancel_queue(target, queue)
+    if (queued := await _cancel_queue(target, queue)) != jobs:  # every 201 is a real job
+        raise RuntimeError(f"{jobs} submits answered 201 but {queued} jobs were queued")
     return {"submit_single_jobs_per_s": round(rate)}
 
 
@@ -146,15 +169,19 @@ async def submit_batched(
     return {"submit_batched_jobs_per_s": round(rate), "queue": queue}
 
 
-async def _cancel_queue(target: Target, queue: str) -> None:
-    """Leave no queued bench jobs behind for the next measure (a drain would count them)."""
+async def _cancel_queue(target: Target, queue: str) -> int:
+    """Leave no queued bench jobs behind for the next measure (a drain would count them);
+    return how many were cancelled."""
+    cancelled = 0
     for _ in range(1_000):
         status, page = await target.call("GET", f"/v1/jobs?queue={queue}&status=queued&limit=1000")
         if status != 200 or not page["jobs"]:
-            return
-        await asyncio.gather(
+            break
+        answers = await asyncio.gather(
             *(target.call("POST", f"/v1/jobs/{job['id']}/cancel", {}) for job in page["jobs"])
         )
+        cancelled += sum(answer_status == 200 for answer_status, _ in answers)
+    return cancelled
 
 
 # -- drain --------------------------------------------------------------------------------
