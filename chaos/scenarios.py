@@ -1,13 +1,14 @@
-"""Scenarios: which faults, in what order, for how long; and the run of one scenario.
+"""Scenarios: which plan, on how many nodes; and the run of one scenario.
 
-What it owns: `SCENARIOS` (each a plan that injects faults through a `Context` until its
-deadline, drawn from a seeded RNG so a seed replays the same choices) and `run_scenario`,
-which builds everything one run needs (network, nodes, workers, client), runs warm-up ->
-faults -> final heal -> drain -> collection -> checkers, and always tears everything down.
+What it owns: `SCENARIOS` (each a plan of chaos/plans.py, which injects faults through a
+`Context` until its deadline, with the cluster's size, its clock skew and workflow rate) and
+`run_scenario`, which builds everything one run needs (network, nodes, workers, client), runs
+warm-up -> faults -> final heal -> drain -> collection -> checkers, and always tears
+everything down.
 
-Rules: one fault at a time (a fault is held for a planned time, then healed); every wait on
-the cluster is a bounded poll of a condition; a node that exits by itself is recorded (the
-liveness checker fails the run) and started again so the run can go on.
+Rules: every wait on the cluster is a bounded poll of a condition; a node that exits by itself
+is recorded (the liveness checker fails the run) and started again so the run can go on (the
+plans' rules are in chaos/plans.py).
 """
 
 from __future__ import annotations
@@ -30,10 +31,21 @@ from chaos import checkers, workload
 from chaos.history import History
 from chaos.nemesis import ADMIN, ChaosCluster, Nemesis
 from chaos.netns import Namespaces, Relay, namespaces_possible
+from chaos.plans import (
+    READY_TIMEOUT_S,
+    WORKERS,
+    Context,
+    plan_clock,
+    plan_crash,
+    plan_downtime,
+    plan_five,
+    plan_mixed,
+    plan_partitions,
+    plan_pause,
+    plan_smoke,
+)
 from cluster.localcluster import ClusterError
 
-WORKERS = ["w1", "w2", "w3"]
-READY_TIMEOUT_S = 60
 DRAIN_BOUND_S = 60
 
 
@@ -67,316 +79,6 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.error is None and all(r.ok for r in self.results)
-
-
-class Context:
-    """What a plan uses: the nemesis, a seeded RNG, the clock of the fault phase, progress."""
-
-    def __init__(
-        self, scenario: Scenario, nemesis: Nemesis, rng: random.Random, duration_s: float,
-        history: History, progress: Callable[[str], None],
-    ) -> None:
-        self.scenario = scenario
-        self.nemesis = nemesis
-        self.cluster = nemesis.cluster
-        self.workers = nemesis.workers
-        self.rng = rng
-        self.history = history
-        self.started = time.monotonic()
-        self.deadline = self.started + duration_s
-        self.duration_s = duration_s
-        self.progress = progress
-        self._last_progress = 0.0
-
-    @property
-    def namespaces(self) -> bool:
-        return isinstance(self.cluster.net, Namespaces)
-
-    def left_s(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def hold(self, seconds: float) -> None:
-        """Keep the current fault (or the quiet) for `seconds`, reporting progress."""
-        end = time.monotonic() + seconds
-        while True:
-            self.tick()
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                return
-            time.sleep(min(0.25, remaining))
-
-    def tick(self) -> None:
-        for node in self.cluster.crashed_nodes():
-            if not node.crash_reported:
-                node.crash_reported = True
-                tail = " | ".join(self.cluster.log_lines(node)[-5:])
-                self.history.record(
-                    "note", crash=True, node=node.node_id,
-                    text=f"{node.node_id} exited by itself: {tail[-600:]}",
-                )
-                self.cluster.start_node(node)
-        now = time.monotonic()
-        if now - self._last_progress >= 2.0:
-            self._last_progress = now
-            elapsed = now - self.started
-            self.progress(
-                f"{self.scenario.name}: {elapsed:5.0f}/{self.duration_s:.0f} s, "
-                f"{self.nemesis.faults} faults"
-            )
-
-    def leader(self) -> str | None:
-        try:
-            return self.nemesis.pick_leader()
-        except ClusterError:
-            return None
-
-    def wait_ready(self, timeout_s: float = 30) -> bool:
-        # never far past the plan's deadline: a cluster that does not recover must not stall
-        # the run (the final heal and the liveness checker then judge it)
-        timeout_s = min(timeout_s, max(5.0, self.left_s() + 20))
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.tick()
-            try:
-                self.cluster.wait_ready(min(5.0, max(0.5, deadline - time.monotonic())))
-                return True
-            except ClusterError:
-                continue
-        self.history.record("note", text=f"cluster not ready within {timeout_s} s")
-        return False
-
-    def node_ids(self) -> list[str]:
-        return [node.node_id for node in self.cluster.nodes]
-
-    def move_leadership_to(self, target: str, attempts: int = 6) -> bool:
-        """Pause whoever leads (a fault) until `target` leads; bounded attempts."""
-        for _ in range(attempts):
-            if self.left_s() <= 0:
-                break
-            leader = self.leader()
-            if leader == target:
-                return True
-            if leader is None:
-                self.wait_ready(15)
-                continue
-            fault = self.nemesis.pause([leader], fault="force_leader")
-            self.hold(2.5)
-            self.nemesis.resume(fault, [leader])
-            self.wait_ready(15)
-        return self.leader() == target
-
-
-# -- plans ---------------------------------------------------------------------------------
-
-
-def plan_smoke(ctx: Context) -> None:
-    """Kill the leader, pause the leader, isolate the leader, stop the whole cluster."""
-    nemesis = ctx.nemesis
-    leader = ctx.leader() or "n1"
-    fault = nemesis.kill([leader])
-    ctx.hold(2.0)
-    nemesis.restart(fault, [leader])
-    ctx.wait_ready()
-    ctx.hold(3.0)
-    leader = ctx.leader() or "n1"
-    fault = nemesis.pause([leader])
-    ctx.hold(3.0)
-    nemesis.resume(fault, [leader])
-    ctx.wait_ready()
-    ctx.hold(3.0)
-    leader = ctx.leader() or "n1"
-    fault = nemesis.isolate([leader])
-    ctx.hold(5.0)
-    nemesis.heal(fault)
-    ctx.wait_ready()
-    ctx.hold(3.0)
-    fault = nemesis.downtime_start()
-    ctx.hold(workload.GRACE_MS / 1000 + 4)
-    nemesis.downtime_end(fault)
-    ctx.wait_ready(READY_TIMEOUT_S)
-    ctx.hold(4.0)
-
-
-def _partition_once(ctx: Context, choice: str) -> None:
-    nemesis, rng = ctx.nemesis, ctx.rng
-    nodes = ctx.node_ids()
-    leader = ctx.leader() or rng.choice(nodes)
-    if choice == "isolate_leader":
-        fault = nemesis.isolate([leader])
-    elif choice == "isolate_one":
-        fault = nemesis.isolate([rng.choice(nodes)])
-    elif choice == "one_way":  # the leader's messages go out, nothing comes back to it
-        fault = nemesis.drop([(leader, other) for other in nodes if other != leader],
-                             how="one_way")
-    elif choice == "ring":  # every node hears a majority, no two the same one
-        size = len(nodes)
-        pairs = [(nodes[i], nodes[(i + 1) % size]) for i in range(size)]
-        if size >= 5:
-            pairs = [(nodes[i], nodes[(i + k) % size]) for i in range(size) for k in (2, 3)]
-        fault = nemesis.drop(pairs, how="ring")
-    elif choice == "cut_pair":
-        a, b = rng.sample(nodes, 2)
-        fault = nemesis.drop([(a, b), (b, a)], how="cut_pair")
-    elif choice == "bridge":  # {n1, n2} | n3 | {n4, n5}: the middle one hears both halves
-        shuffled = rng.sample(nodes, len(nodes))
-        half = len(nodes) // 2
-        left, right = shuffled[:half], shuffled[half + 1:]
-        pairs = [(a, b) for a in left for b in right] + [(b, a) for a in left for b in right]
-        fault = nemesis.drop(pairs, how="bridge")
-    elif choice == "worker_cut" and ctx.namespaces:
-        worker = ctx.workers.busy_worker(rng) or rng.choice(WORKERS)
-        fault = nemesis.isolate([worker], fault="worker_cut")
-        ctx.hold(rng.uniform(6.5, 9.0))  # longer than the lease
-        nemesis.heal(fault)
-        return
-    else:
-        fault = nemesis.isolate([leader])
-    ctx.hold(rng.uniform(2.0, 7.0))
-    nemesis.heal(fault)
-
-
-def plan_partitions(ctx: Context) -> None:
-    choices = ["isolate_leader", "isolate_one", "one_way", "ring", "cut_pair", "worker_cut"]
-    if len(ctx.node_ids()) >= 5:
-        choices += ["bridge", "ring"]
-    while ctx.left_s() > 8:
-        _partition_once(ctx, ctx.rng.choice(choices))
-        ctx.wait_ready()
-        ctx.hold(ctx.rng.uniform(1.0, 3.0))
-
-
-def _crash_once(ctx: Context) -> None:
-    nemesis, rng = ctx.nemesis, ctx.rng
-    nodes = ctx.node_ids()
-    roll = rng.random()
-    if roll < 0.2:
-        worker = ctx.workers.busy_worker(rng)
-        if worker is not None:
-            fault = nemesis.kill_worker(worker)
-            ctx.hold(rng.uniform(1.0, 3.0))
-            nemesis.restart_worker(fault, worker)
-            return
-    if roll < 0.5:
-        targets = [rng.choice(nodes)]
-    elif roll < 0.75:
-        targets = [ctx.leader() or rng.choice(nodes)]
-    elif roll < 0.92:
-        targets = rng.sample(nodes, (len(nodes) - 1) // 2 + (1 if len(nodes) == 3 else 0))
-    else:
-        targets = list(nodes)
-    fault = nemesis.kill(targets)
-    ctx.hold(rng.uniform(1.0, 5.0))
-    nemesis.restart(fault, targets)
-
-
-def plan_crash(ctx: Context) -> None:
-    while ctx.left_s() > 8:
-        _crash_once(ctx)
-        ctx.wait_ready(READY_TIMEOUT_S)
-        ctx.hold(ctx.rng.uniform(1.0, 3.0))
-
-
-def _pause_once(ctx: Context) -> None:
-    nemesis, rng = ctx.nemesis, ctx.rng
-    roll = rng.random()
-    if roll < 0.3:
-        worker = ctx.workers.busy_worker(rng)
-        if worker is not None:
-            fault = nemesis.pause_worker(worker)
-            ctx.hold(rng.uniform(6.0, 8.5))  # longer than the 5 s lease
-            nemesis.resume_worker(fault, worker)
-            return
-    leader = ctx.leader() or "n1"
-    target = leader if roll < 0.75 else rng.choice([n for n in ctx.node_ids() if n != leader])
-    fault = nemesis.pause([target])
-    ctx.hold(rng.uniform(2.0, 5.0))
-    nemesis.resume(fault, [target])
-
-
-def plan_pause(ctx: Context) -> None:
-    while ctx.left_s() > 10:
-        _pause_once(ctx)
-        ctx.wait_ready()
-        ctx.hold(ctx.rng.uniform(1.0, 3.0))
-
-
-def plan_clock(ctx: Context) -> None:
-    """A leader 30 s ahead, then leadership moved to a node 30 s behind; clocks reset;
-    again until the deadline. Duplicate fires must stay zero whatever the clocks do."""
-    nemesis, rng = ctx.nemesis, ctx.rng
-    while ctx.left_s() > 30:
-        nodes = ctx.node_ids()
-        ahead, behind = rng.sample(nodes, 2)
-        nemesis.set_clock(ahead, +30)
-        ctx.wait_ready()
-        ctx.move_leadership_to(ahead)
-        ctx.hold(rng.uniform(6.0, 10.0))
-        nemesis.set_clock(behind, -30)
-        ctx.wait_ready()
-        ctx.move_leadership_to(behind)
-        ctx.hold(rng.uniform(6.0, 10.0))
-        for node_id in (ahead, behind):
-            nemesis.set_clock(node_id, 0)
-            ctx.wait_ready()
-        ctx.hold(rng.uniform(2.0, 4.0))
-
-
-def plan_downtime(ctx: Context) -> None:
-    """Whole-cluster outages longer and shorter than the misfire grace, restarted all at once;
-    between them a rolling restart (one node at a time)."""
-    nemesis, rng = ctx.nemesis, ctx.rng
-    grace_s = workload.GRACE_MS / 1000
-    lengths = [grace_s + 4, 3.0, grace_s + 12]
-    round_number = 0
-    ctx.hold(8.0)  # every schedule fires before the first outage: none may fire again
-    while ctx.left_s() > 25:
-        down_s = lengths[round_number % len(lengths)]
-        round_number += 1
-        fault = nemesis.downtime_start()
-        ctx.hold(down_s)
-        nemesis.downtime_end(fault)
-        ctx.wait_ready(READY_TIMEOUT_S)
-        ctx.hold(rng.uniform(4.0, 6.0))
-        if round_number % 2 == 0 and ctx.left_s() > 25:
-            for node_id in ctx.node_ids():
-                fault = nemesis.kill([node_id], fault="kill")
-                ctx.hold(rng.uniform(1.0, 2.0))
-                nemesis.restart(fault, [node_id])
-                ctx.wait_ready()
-            ctx.hold(3.0)
-
-
-def plan_mixed(ctx: Context) -> None:
-    choices = ["isolate_leader", "isolate_one", "one_way", "ring", "cut_pair", "worker_cut"]
-    while ctx.left_s() > 10:
-        roll = ctx.rng.random()
-        if roll < 0.4:
-            _partition_once(ctx, ctx.rng.choice(choices))
-        elif roll < 0.7:
-            _crash_once(ctx)
-        else:
-            _pause_once(ctx)
-        ctx.wait_ready(READY_TIMEOUT_S)
-        ctx.hold(ctx.rng.uniform(1.0, 2.5))
-
-
-def plan_five(ctx: Context) -> None:
-    while ctx.left_s() > 10:
-        roll = ctx.rng.random()
-        if roll < 0.25:
-            _partition_once(ctx, "ring")
-        elif roll < 0.45:
-            _partition_once(ctx, "bridge")
-        elif roll < 0.7:
-            _partition_once(ctx, "isolate_leader")
-        else:
-            nodes = ctx.node_ids()
-            targets = ctx.rng.sample(nodes, 2)
-            fault = ctx.nemesis.kill(targets)
-            ctx.hold(ctx.rng.uniform(1.0, 5.0))
-            ctx.nemesis.restart(fault, targets)
-        ctx.wait_ready(READY_TIMEOUT_S)
-        ctx.hold(ctx.rng.uniform(1.0, 3.0))
 
 
 SCENARIOS: dict[str, Scenario] = {

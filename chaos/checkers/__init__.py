@@ -1,0 +1,65 @@
+"""The checkers of CHAOS.md: one function per promise, over a recorded run.
+
+Each takes a `RunData` (the harness's history, the final state of every node, the cluster's
+event log, the sink's execution log, the run's settings) and returns a `CheckResult` with
+counts and violations. Safety checkers gate with zero tolerance; liveness ones have bounds.
+None of them may be unable to fail: tests/chaos/test_checkers.py feeds each a bad history.
+
+The modules, each owning one part:
+
+- `data`: `RunData`, `CheckResult` and `FINAL`, which every checker shares.
+- `firing`: `check_fires` (exactly-once firing, misfire decisions and their counters,
+  coverage) and its oracles `nominal_times` and `expected_plan`.
+- `jobs`: `check_lost`, `check_idempotent`, `check_fencing` (fenced completion and effects)
+  and `check_rerun` (lease expiry re-runs jobs).
+- `dag_liveness`: `check_dag` (DAG order), `check_convergence` and `check_liveness`.
+
+This package owns `CHECKERS` (every checker, in the order they run and are reported) and
+`check_all`, and re-exports the modules' public names, so `chaos.checkers.X` keeps working.
+
+It must not talk to the cluster: everything it judges was collected before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chaos.checkers.dag_liveness import check_convergence, check_dag, check_liveness
+from chaos.checkers.data import FINAL, VIOLATIONS_LISTED_MAX, CheckResult, RunData
+from chaos.checkers.firing import (
+    NODE_FAULTS,
+    START_SLACK_MS,
+    check_fires,
+    expected_plan,
+    nominal_times,
+)
+from chaos.checkers.jobs import (
+    HISTORY_KEPT,
+    check_fencing,
+    check_idempotent,
+    check_lost,
+    check_rerun,
+)
+
+__all__ = [
+    "CHECKERS", "FINAL", "HISTORY_KEPT", "NODE_FAULTS", "START_SLACK_MS",
+    "VIOLATIONS_LISTED_MAX", "CheckResult", "RunData", "check_all", "check_convergence",
+    "check_dag", "check_fencing", "check_fires", "check_idempotent", "check_liveness",
+    "check_lost", "check_rerun", "expected_plan", "nominal_times",
+]
+
+
+CHECKERS: list[Callable[[RunData], CheckResult]] = [
+    check_fires,
+    check_lost,
+    check_idempotent,
+    check_fencing,
+    check_rerun,
+    check_dag,
+    check_convergence,
+    check_liveness,
+]
+
+
+def check_all(run: RunData) -> list[CheckResult]:
+    return [checker(run) for checker in CHECKERS]

@@ -1,0 +1,266 @@
+"""Promises 2-5 of CHAOS.md: what happens to a job once it exists.
+
+- `check_lost`: every acknowledged submit and workflow present on every node and final.
+- `check_idempotent`: one job per key across every acknowledgement and every node.
+- `check_fencing`: one accepted completion per job, with its newest token; no stale write
+  accepted (stale actor, sink); one applied effect per key; a completed job has its effect;
+  every execution ran under a token some committed claim gave (no phantom lease).
+- `check_rerun`: a job held by a worker that died or froze is claimed again within the bound.
+
+With the helpers that read acknowledged submits and workflows, and the jobs a worker held,
+out of the recorded run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from chaos.checkers.data import FINAL, CheckResult, RunData
+from chaos.history import Event
+
+HISTORY_KEPT = 20  # attempts a job's history keeps (scheduler.limits.HISTORY_ATTEMPTS_MAX)
+
+
+# -- 2. no lost job, 3. idempotent submit --------------------------------------------------
+
+
+def _acked_submits(history: list[Event]) -> dict[str, set[int]]:
+    acked: dict[str, set[int]] = defaultdict(set)
+    for event in history:
+        if event["kind"] == "submit" and event.get("op") == "ok":
+            acked[event["key"]].add(int(event["job_id"]))
+    return acked
+
+
+def _acked_workflows(history: list[Event]) -> list[Event]:
+    return [e for e in history if e["kind"] == "workflow" and e.get("op") == "ok"]
+
+
+def check_lost(run: RunData) -> CheckResult:
+    result = CheckResult("no lost job", safety=True)
+    acked = _acked_submits(run.history)
+    expected: dict[int, str] = {}
+    for key, job_ids in acked.items():
+        for job_id in job_ids:
+            expected[job_id] = f"submit {key}"
+    for event in _acked_workflows(run.history):
+        for name, job_id in event["jobs"].items():
+            expected[int(job_id)] = f"workflow {event['key']}/{name}"
+    invoked = {e["key"] for e in run.history if e["kind"] == "submit"}
+    info_keys = {e["key"] for e in run.history if e["kind"] == "submit" and e.get("op") == "info"}
+    lost = not_final = 0
+    for node, jobs in sorted(run.jobs.items()):
+        held = {int(job["id"]): job for job in jobs}
+        for job_id, what in sorted(expected.items()):
+            job = held.get(job_id)
+            if job is None:
+                lost += 1
+                result.violate(f"lost: {what} (job {job_id}) acknowledged, absent on {node}")
+            elif job.get("status") not in FINAL:
+                not_final += 1
+                result.violate(f"{what} (job {job_id}) still {job.get('status')} on {node}")
+        for job in jobs:
+            job_key = job.get("key")
+            if (
+                job.get("schedule") is None
+                and job.get("workflow_id") is None
+                and job_key is not None
+                and job_key not in invoked
+            ):
+                result.violate(f"unexpected job {job['id']} with key {job_key!r} on {node}")
+    final_keys = {job.get("key") for jobs in run.jobs.values() for job in jobs}
+    result.counts = {
+        "acknowledged": len(expected),
+        "lost": lost,
+        "not_final": not_final,
+        "indeterminate": len(info_keys),
+        "recovered": len(info_keys & final_keys),
+    }
+    return result
+
+
+def check_idempotent(run: RunData) -> CheckResult:
+    result = CheckResult("idempotent submit", safety=True)
+    acked = _acked_submits(run.history)
+    retries = 0
+    for key, job_ids in sorted(acked.items()):
+        if len(job_ids) > 1:
+            result.violate(f"key {key!r} acknowledged with different jobs {sorted(job_ids)}")
+    first_ok: dict[str, int] = {}
+    for event in run.history:
+        if event["kind"] != "submit" or event.get("op") != "ok":
+            continue
+        if event.get("retry"):
+            retries += 1
+            if event["key"] in first_ok and event.get("created"):
+                result.violate(f"key {event['key']!r} retried and answered as a new job")
+        first_ok.setdefault(event["key"], int(event["job_id"]))
+    for node, jobs in sorted(run.jobs.items()):
+        by_key: dict[str, list[int]] = defaultdict(list)
+        for job in jobs:
+            if job.get("key") is not None:
+                by_key[job["key"]].append(int(job["id"]))
+        for key, held in sorted(by_key.items()):
+            if len(held) > 1:
+                result.violate(f"{node} holds {len(held)} jobs with key {key!r}: {held}")
+            if key in acked and set(held) != acked[key]:
+                result.violate(f"{node}: key {key!r} is job {held}, acknowledged as "
+                               f"{sorted(acked[key])}")
+    result.counts = {"keys": len(acked), "retried": retries}
+    return result
+
+
+# -- 4. fenced completion and effects ------------------------------------------------------
+
+
+def check_fencing(run: RunData) -> CheckResult:
+    result = CheckResult("fenced completion and effects", safety=True)
+    jobs = run.jobs_by_id()
+    for job_id, job in sorted(jobs.items()):
+        attempts = job.get("history") or []
+        won = [a for a in attempts if a.get("outcome") == "succeeded"]
+        if len(won) > 1:
+            result.violate(f"job {job_id} completed {len(won)} times: {[a['token'] for a in won]}")
+        if job.get("status") == "succeeded" and won:
+            newest = max(int(a["token"]) for a in attempts)
+            if int(won[0]["token"]) != newest:
+                result.violate(
+                    f"job {job_id} completed with token {won[0]['token']}, its newest is {newest}"
+                )
+    rejected = accepted = indeterminate = 0
+    for event in run.history:
+        if event["kind"] != "stale" or event.get("op") == "invoke":
+            continue
+        stale = int(event["token"]) < int(event["newest_token"])
+        if event["op"] == "ok" and stale:
+            accepted += 1
+            result.violate(
+                f"stale {event['action']} accepted: job {event['job_id']} token {event['token']} "
+                f"(newest {event['newest_token']})"
+            )
+        elif event["op"] == "fail":
+            rejected += 1
+        elif event["op"] == "info":
+            indeterminate += 1
+        target = jobs.get(int(event["job_id"]))
+        if target is not None and stale and event.get("action") == "complete":
+            won = [a for a in target.get("history") or [] if a.get("outcome") == "succeeded"]
+            if any(int(a["token"]) == int(event["token"]) for a in won) and event["op"] != "fail":
+                result.violate(f"job {event['job_id']} completed by the stale token "
+                               f"{event['token']}")
+    applied: dict[str, list[int]] = defaultdict(list)
+    newest_seen: dict[int, int] = {}
+    sink_rejected = 0
+    executions: dict[int, int] = defaultdict(int)
+    for row in run.sink:
+        job_id, token, phase = int(row["job_id"]), int(row["token"]), row["phase"]
+        if phase == "start":
+            executions[job_id] += 1
+        if phase == "stale":
+            sink_rejected += 1
+        if phase in ("applied", "duplicate"):
+            if token < newest_seen.get(job_id, 0):
+                result.violate(f"the sink accepted token {token} for job {job_id} after "
+                               f"seeing {newest_seen[job_id]}")
+            newest_seen[job_id] = max(token, newest_seen.get(job_id, 0))
+        if phase == "applied":
+            applied[str(row["key"])].append(job_id)
+    phantom = 0
+    for row in run.sink:  # every execution must come from a claim the log kept (no phantom)
+        claimed = jobs.get(int(row["job_id"]))
+        if row["phase"] != "start" or claimed is None or "history" not in claimed:
+            continue
+        tokens = {int(a["token"]) for a in claimed["history"]}
+        if int(row["token"]) not in tokens and len(claimed["history"]) < HISTORY_KEPT:
+            phantom += 1
+            result.violate(f"job {row['job_id']} ran under token {row['token']}, which no "
+                           f"committed claim gave (attempts: {sorted(tokens)})")
+    for key, job_ids in sorted(applied.items()):
+        if len(job_ids) > 1:
+            result.violate(f"effect applied {len(job_ids)} times for key {key!r}")
+    task = run.setting("task", "chaos.effect")
+    for job_id, job in sorted(jobs.items()):
+        if job.get("status") == "succeeded" and job.get("task") == task:
+            key = job.get("key") or f"job-{job_id}"
+            if not applied.get(str(key)):
+                result.violate(f"job {job_id} ({key}) succeeded without an applied effect")
+    result.counts = {
+        "stale_rejected": rejected + sink_rejected,
+        "stale_accepted": accepted,
+        "stale_indeterminate": indeterminate,
+        "effects": sum(len(v) for v in applied.values()),
+        "executions": sum(executions.values()),
+        "re_executions": sum(max(0, n - 1) for n in executions.values()),
+        "phantom_claims": phantom,
+    }
+    return result
+
+
+# -- 5. lease expiry re-runs jobs ----------------------------------------------------------
+
+
+def check_rerun(run: RunData) -> CheckResult:
+    """A job whose worker died, froze or was cut off is claimed again within the bound of the
+    later of the fault and the last leader change before the re-run: a new leader gives every
+    existing lease one more lease period (DESIGN.md section 3), so the clock restarts there.
+    The raw delay from the fault is reported too."""
+    result = CheckResult("lease re-run bound", safety=False)
+    bound_ms = int(run.setting("rerun_bound_s", 10) * 1000)
+    jobs = run.jobs_by_id()
+    leader_changes = sorted(
+        int(e["time_ms"]) for e in run.cluster_events if e.get("kind") == "leader_changed"
+    )
+    worst_ms = worst_anchored_ms = cases = 0
+    for start, _end, event in run.faults():
+        if event.get("fault") not in ("worker_kill", "worker_pause", "worker_cut"):
+            continue
+        worker = event["targets"][0]
+        for job_id, token in _held(run, worker, start):
+            job = jobs.get(job_id)
+            attempts = [] if job is None else job.get("history") or []
+            mine = [a for a in attempts if int(a["token"]) == token]
+            if mine and mine[0].get("outcome") in ("succeeded", "failed"):
+                continue  # its ack made it before the fault: nothing to re-run
+            later = [
+                r["t_ms"] for r in run.sink
+                if int(r["job_id"]) == job_id and int(r["token"]) > token and r["phase"] == "start"
+            ]
+            cases += 1
+            if not later:
+                if job is None or job.get("status") not in FINAL:
+                    result.violate(f"job {job_id} held by {worker} (token {token}) at "
+                                   f"{event['fault']} was never claimed again")
+                continue
+            rerun_ms = min(later)
+            anchor_ms = max([start, *(t for t in leader_changes if t < rerun_ms)])
+            worst_ms = max(worst_ms, rerun_ms - start)
+            worst_anchored_ms = max(worst_anchored_ms, rerun_ms - anchor_ms)
+            if rerun_ms - anchor_ms > bound_ms:
+                result.violate(
+                    f"job {job_id} held by {worker} re-run {rerun_ms - start} ms after "
+                    f"{event['fault']}, {rerun_ms - anchor_ms} ms after the fault or the last "
+                    f"leader change (bound {bound_ms} ms)"
+                )
+    result.counts = {"cases": cases, "worst_rerun_ms": worst_ms,
+                     "worst_after_last_leader_change_ms": worst_anchored_ms}
+    return result
+
+
+def _held(run: RunData, worker: str, at_ms: int) -> list[tuple[int, int]]:
+    """(job, token) pairs the worker's current process had started and not finished at at_ms
+    (per the sink); executions of an earlier, killed process of the same name do not count."""
+    started = [e["t"] for e in run.history if e["kind"] == "worker" and e.get("op") == "start"
+               and e.get("name") == worker and e["t"] <= at_ms]
+    since_ms = max(started, default=0)
+    held: dict[tuple[int, int], int] = {}
+    for row in run.sink:
+        if row["t_ms"] > at_ms:
+            break
+        if row["worker"] != worker or row["t_ms"] < since_ms:
+            continue
+        ident = (int(row["job_id"]), int(row["token"]))
+        if row["phase"] == "start":
+            held[ident] = row["t_ms"]
+        else:
+            held.pop(ident, None)
+    return sorted(held)
