@@ -6,6 +6,8 @@ snapshot mid-run and fed the rest of the commands ends byte-identical to one tha
 
 import random
 
+import pytest
+
 from scheduler import codec
 from scheduler.commands import (
     Ack,
@@ -129,3 +131,24 @@ def test_a_snapshot_survives_a_round_trip_unchanged():
     state = replay(workload(seed=3, steps=800))
     blob = snapshot(state)
     assert snapshot(restore(blob)) == blob
+
+
+def test_a_snapshot_larger_than_the_restore_chunks_survives_a_round_trip():
+    # restore() streams the blob in 1 MiB chunks: jobs straddle the chunks' edges.
+    state = replay(workload(seed=5, steps=200))
+    state.apply(SubmitJobs("big", (JobSpec.parse({"task": "t", "payload": "x" * 60_000}),) * 40))
+    blob = snapshot(state)
+    assert len(blob) > 2 * (1 << 20)
+    assert snapshot(restore(blob)) == blob
+
+
+@pytest.mark.parametrize("damage", ["trailing", "truncated", "version"])
+def test_a_damaged_snapshot_is_refused(damage):
+    blob = snapshot(replay(workload(seed=3, steps=200)))
+    bad = {
+        "trailing": blob + b"\x00",
+        "truncated": blob[:-1],
+        "version": blob[:1] + b"\x02" + blob[2:],  # the first field after the array header
+    }[damage]
+    with pytest.raises(ValueError):
+        restore(bad)

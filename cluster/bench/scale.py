@@ -3,7 +3,8 @@
 Builds the state through the API (schedules one PUT each; jobs in batches of 1,000, then
 claimed and acknowledged 1,000 at a time, so they are retained as succeeded), then reads:
 RSS of every node, the full dump's size and how long its (forked) writer took after a forced
-compaction, restart-to-ready of a follower killed with SIGKILL, and the core's Tick cost with
+compaction, restart-to-ready of a follower killed with SIGKILL (before any compaction, and
+after one on every node), and the core's Tick cost with
 that many schedules (measured in-process, as the leader applies it).
 """
 
@@ -35,8 +36,18 @@ async def measure(target: Target, *, quick: bool) -> dict[str, Any]:
     await _retain_jobs(target, jobs)
     figures: dict[str, Any] = {"scale_schedules": schedules, "scale_jobs": jobs}
     figures["rss_mb_per_node"] = [round(rss_mb(node.pid), 1) for node in cluster.nodes if node.pid]
+    # First with the whole build still in the journal (no compaction has run yet: PySyncObj
+    # compacts at most every raft.compaction_min_time_s), the worst a restart can meet ...
+    figures |= {f"{k}_journal": v for k, v in (await _restart_to_ready(target)).items()}
+    # ... then as a node usually restarts: from its last dump and a short journal.
     figures |= await _snapshot(target)
+    for node in cluster.nodes:
+        if node is not cluster.leader():
+            await _snapshot(target, node)
     figures |= await _restart_to_ready(target)
+    figures["rss_mb_per_node_after_compaction"] = [
+        round(rss_mb(node.pid), 1) for node in cluster.nodes if node.pid
+    ]
     from cluster.corebench import tick_cost_ms
 
     figures |= {
@@ -104,11 +115,12 @@ async def _retain_jobs(target: Target, count: int) -> None:
     progress.done(f"{count:,} jobs retained (succeeded)")
 
 
-async def _snapshot(target: Target) -> dict[str, Any]:
-    """Force a compaction on every node; the dump's size and the time until it was written."""
+async def _snapshot(target: Target, node: Any = None) -> dict[str, Any]:
+    """Force a compaction on a node (the leader by default); the dump's size and the time
+    until it was written."""
     cluster = target.cluster
     assert cluster is not None
-    node = cluster.leader()
+    node = node or cluster.leader()
     dump = node.data_dir / "raft.dump"
     before = dump.stat().st_mtime if dump.exists() else 0.0
     started = time.monotonic()
