@@ -219,7 +219,7 @@ def _create_work(state: SchedulerState, schedule: Schedule, fire_time_ms: int, k
             run_at_ms=run_at_ms,
         ).id
     schedule.fires += 1
-    schedule.recent_fires.append((fire_time_ms, job_id))
+    schedule.note_fire(fire_time_ms, job_id)
     state.count("fires", schedule.name)
     state.emit(events.FIRED, schedule=schedule.name, fire_time_ms=fire_time_ms, job=job_id)
     return job_id
@@ -232,9 +232,9 @@ def job_finished(state: SchedulerState, job: Job) -> None:
     if schedule is None or job.id not in schedule.active:
         return  # created by an earlier schedule of the same name, or already accounted
     del schedule.active[job.id]
-    schedule.finished.append(job.id)
-    while len(schedule.finished) > schedule.spec.retain:
-        old = state.table.get(schedule.finished.popleft())
+    finished = schedule.note_finished(job.id)
+    while len(finished) > schedule.spec.retain:
+        old = state.table.get(finished.popleft())
         if old is not None and old.final and old.id != job.id:
             state.remove_job(old)
     if not schedule.active and schedule.buffered is not None:

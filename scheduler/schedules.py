@@ -57,11 +57,25 @@ class Schedule:
         self.misfire_skipped = 0  # due times not fired because of the misfire policy
         self.misfires_truncated = False  # an outage too long to count every missed time
         self.overlap_skipped = 0  # fires skipped because an earlier run was still active
-        self.recent_fires: deque[tuple[int, int]] = deque(maxlen=limits.RECENT_FIRES_KEPT)
+        # (fire_time_ms, job id), newest last. A list, and `finished` is made on first use: an
+        # empty deque costs 624 bytes, two of them were most of a schedule's memory.
+        self.recent_fires: list[tuple[int, int]] = []
         self.active: dict[int, None] = {}  # unfinished jobs this schedule created
         self.buffered: tuple[int, int] | None = None  # (fire_time_ms, 1 if manual): buffer_one
         self.trigger_seq = 0  # manual triggers so far
-        self.finished: deque[int] = deque()  # finished job ids, oldest first, for `retain`
+        self.finished: deque[int] | None = None  # finished job ids, oldest first, for `retain`
+
+    def note_fire(self, fire_time_ms: int, job_id: int) -> None:
+        self.recent_fires.append((fire_time_ms, job_id))
+        if len(self.recent_fires) > limits.RECENT_FIRES_KEPT:
+            del self.recent_fires[0]
+
+    def note_finished(self, job_id: int) -> deque[int]:
+        """Record a finished run; the finished ids, oldest first."""
+        if self.finished is None:
+            self.finished = deque()
+        self.finished.append(job_id)
+        return self.finished
 
     def due_after(self, after_ms: int) -> int | None:
         return next_fire_ms(self.spec, after_ms)
@@ -160,7 +174,7 @@ def schedule_snapshot(schedule: Schedule) -> list[Any]:
         [list(f) for f in schedule.recent_fires],
         None if schedule.buffered is None else list(schedule.buffered),
         schedule.trigger_seq,
-        list(schedule.finished),
+        list(schedule.finished or ()),
     ]
 
 
@@ -193,8 +207,8 @@ def schedule_restore(data: list[Any]) -> Schedule:
     schedule.misfire_skipped = misfire_skipped
     schedule.misfires_truncated = truncated
     schedule.overlap_skipped = overlap_skipped
-    schedule.recent_fires.extend((f[0], f[1]) for f in recent)
+    schedule.recent_fires.extend((f[0], f[1]) for f in recent[-limits.RECENT_FIRES_KEPT :])
     schedule.buffered = None if buffered is None else (buffered[0], buffered[1])
     schedule.trigger_seq = trigger_seq
-    schedule.finished.extend(finished)
+    schedule.finished = deque(finished) if finished else None
     return schedule
