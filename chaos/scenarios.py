@@ -271,6 +271,7 @@ def _collect(
         "drain_bound_s": DRAIN_BOUND_S,
         "clock_skew_s": scenario.clock_skew_s,
         "task": workload.TASK,
+        "raft_alarms": _raft_alarms(folder / "nodes"),
     }
     final = {"jobs": jobs, "schedules": schedule_list, "events": events, "digests": digests,
              "settings": settings}
@@ -280,6 +281,21 @@ def _collect(
         cluster_events=events, digests=digests, sink=workload.read_sink(sink),
         settings=settings,
     )
+
+
+# PySyncObj's own alarm when a follower drops entries it already applied (the defect
+# cluster/raftpatch.py fixes): a replica that logs it may have lost acknowledged writes.
+RAFT_ALARMS = ("truncating already-applied",)
+
+
+def _raft_alarms(nodes: Path) -> list[str]:
+    """Every node-log line that raises a Raft alarm, prefixed with its node."""
+    found = []
+    for log_path in sorted(nodes.glob("*/*.log")):
+        with log_path.open(errors="replace") as lines:
+            found += [f"{log_path.stem}: {line.strip()}" for line in lines
+                      if any(alarm in line for alarm in RAFT_ALARMS)]
+    return found
 
 
 def _details(cluster: ChaosCluster, node: Any, ids: list[int]) -> list[dict[str, Any]]:

@@ -80,7 +80,11 @@ def check_convergence(run: RunData) -> CheckResult:
     pairs = {(int(index), str(digest)) for index, digest in run.digests.values()}
     if len(pairs) > 1:
         result.violate(f"replicas differ at the final audit: {run.digests}")
-    result.counts = {"nodes": len(run.digests), "distinct_states": len(pairs)}
+    alarms = run.setting("raft_alarms", [])
+    for line in alarms:
+        result.violate(f"a node logged a Raft alarm: {line}")
+    result.counts = {"nodes": len(run.digests), "distinct_states": len(pairs),
+                     "raft_alarms": len(alarms)}
     return result
 
 

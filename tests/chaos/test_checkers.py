@@ -469,6 +469,22 @@ def test_a_node_missing_from_the_final_audit_fails_convergence() -> None:
     assert violations(run, checkers.check_convergence)
 
 
+def test_a_raft_alarm_in_a_node_log_fails_convergence() -> None:
+    run = good_run()
+    assert violations(run, checkers.check_convergence) == []
+    run.settings["raft_alarms"] = ["n2: CRITICAL truncating already-applied entries 41..44"]
+    assert any("Raft alarm" in v for v in violations(run, checkers.check_convergence))
+
+
+def test_raft_alarms_are_read_from_every_node_log(tmp_path) -> None:
+    from chaos.scenarios import _raft_alarms
+
+    for node, text in [("n1", "ok\n"), ("n2", "x\n[pysyncobj] truncating already-applied 7\n")]:
+        (tmp_path / node).mkdir()
+        (tmp_path / node / f"{node}.log").write_text(text)
+    assert _raft_alarms(tmp_path) == ["n2: [pysyncobj] truncating already-applied 7"]
+
+
 def test_no_leader_after_the_final_heal_fails_liveness() -> None:
     run = good_run()
     run.history = [e for e in run.history if e["kind"] != "sample"]
