@@ -25,6 +25,8 @@ FULL = {
     "fire_schedules": 1_000,
     "fire_seconds": 60,
     "failover_kills": 10,
+    "scale_schedules": 100_000,
+    "scale_jobs": 1_000_000,
 }
 QUICK = {
     "single_jobs": 300,
@@ -36,6 +38,8 @@ QUICK = {
     "fire_schedules": 20,
     "fire_seconds": 5,
     "failover_kills": 1,
+    "scale_schedules": 1_000,
+    "scale_jobs": 20_000,
 }
 
 
@@ -146,7 +150,9 @@ async def _measure(target: Target, chosen: list[str], sizes: dict[str, Any]) -> 
             elif name == "failover":
                 figures |= await measures.failover(target, kills=sizes["failover_kills"])
             elif name == "scale":
-                figures |= await scale.measure(target, quick=sizes is QUICK)
+                figures |= await scale.measure(
+                    target, schedules=sizes["scale_schedules"], jobs=sizes["scale_jobs"]
+                )
     finally:
         await target.close()
     return figures

@@ -26,12 +26,10 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def measure(target: Target, *, quick: bool) -> dict[str, Any]:
+async def measure(target: Target, *, schedules: int, jobs: int) -> dict[str, Any]:
     cluster = target.cluster
     if cluster is None:
         return {"scale_note": "the scale measure needs a cluster started by the bench"}
-    schedules = 1_000 if quick else 100_000
-    jobs = 20_000 if quick else 1_000_000
     await _put_schedules(target, schedules)
     await _retain_jobs(target, jobs)
     figures: dict[str, Any] = {"scale_schedules": schedules, "scale_jobs": jobs}
