@@ -144,7 +144,9 @@ class Job:
         self.lease_until_ms: int | None = None
         self.lease_ms: int | None = None
         self.worker: str | None = None
-        self.history: list[Attempt] = []
+        # A tuple, not a list: most jobs have one attempt, and a one-tuple is 40 bytes smaller
+        # than a one-item list (an empty tuple costs nothing): 40 MB per million jobs.
+        self.history: tuple[Attempt, ...] = ()
         self.cancel_reason: str | None = None
 
     def add_child(self, child_id: int) -> None:
@@ -169,9 +171,7 @@ class Job:
             attempt.error = error
 
     def add_attempt(self, attempt: Attempt) -> None:
-        self.history.append(attempt)
-        if len(self.history) > limits.HISTORY_ATTEMPTS_MAX:
-            del self.history[0]
+        self.history = (*self.history, attempt)[-limits.HISTORY_ATTEMPTS_MAX :]
 
 
 def pack(value: Any) -> bytes | None:

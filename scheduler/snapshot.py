@@ -225,7 +225,7 @@ def _job_from_list(item: list[Any]) -> Job:
     job.lease_until_ms = lease_until_ms
     job.lease_ms = lease_ms
     job.worker = None if worker is None else intern(worker)
-    job.history = [_attempt(a) for a in history]
+    job.history = tuple(_attempt(a) for a in history)
     job.cancel_reason = cancel_reason
     return job
 
