@@ -101,22 +101,7 @@ class ChaosCluster(LocalCluster):
                     self.net.add(a, b, ("127.0.0.1", raft_ports[b_index]), port)
                     self.relay_peers[(a, b)] = f"127.0.0.1:{port}"
             self.net.start()
-        for node_id in ids:
-            folder = self.base_dir / node_id
-            self.nodes.append(
-                LocalNode(
-                    node_id=node_id,
-                    raft_address=raft[node_id],
-                    http_address=http[node_id],
-                    config_path=folder / f"{node_id}.toml",
-                    data_dir=folder / "data",
-                    log_path=folder / f"{node_id}.log",
-                )
-            )
-        for node in self.nodes:
-            node.config_path.parent.mkdir(parents=True, exist_ok=True)
-            node.config_path.write_text(self.config_text(node))
-        return self.nodes
+        return self.add_nodes({i: (raft[i], http[i]) for i in ids})
 
     def config_text(self, node: LocalNode) -> str:
         text = super().config_text(node)

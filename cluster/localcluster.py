@@ -158,14 +158,25 @@ class LocalCluster:
             return self.nodes
         self.base_dir.mkdir(parents=True, exist_ok=True)
         ports = free_ports(2 * self.size, self.host)
-        for index in range(self.size):
-            node_id = f"n{index + 1}"
+        return self.add_nodes(
+            {
+                f"n{index + 1}": (
+                    f"{self.host}:{ports[2 * index]}",
+                    f"{self.host}:{ports[2 * index + 1]}",
+                )
+                for index in range(self.size)
+            }
+        )
+
+    def add_nodes(self, addresses: dict[str, tuple[str, str]]) -> list[LocalNode]:
+        """One node per id with its (raft, http) addresses, each config written to its folder."""
+        for node_id, (raft_address, http_address) in addresses.items():
             folder = self.base_dir / node_id
             self.nodes.append(
                 LocalNode(
                     node_id=node_id,
-                    raft_address=f"{self.host}:{ports[2 * index]}",
-                    http_address=f"{self.host}:{ports[2 * index + 1]}",
+                    raft_address=raft_address,
+                    http_address=http_address,
                     config_path=folder / f"{node_id}.toml",
                     data_dir=folder / "data",
                     log_path=folder / f"{node_id}.log",
