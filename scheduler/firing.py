@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
-from scheduler import events, limits
+from scheduler import events, limits, parse
 from scheduler.calendar import At
 from scheduler.commands import (
     BackfillSchedule,
@@ -163,7 +163,7 @@ def fire(
     meet its earlier incarnation's triggers). Fire keys are remembered for the job retention
     period, whether or not the job still exists, so a time fires at most once.
     """
-    if not manual and state.table.remembers_key(f"{schedule.name}@{fire_time_ms}"):
+    if not manual and state.table.remembers_key(parse.fire_key(schedule.name, fire_time_ms)):
         return None  # this time already fired (by the clock, a backfill or an earlier incarnation)
     if schedule.active and not force:
         policy = schedule.spec.overlap
@@ -189,9 +189,9 @@ def fire(
                     state.cancel_job(job, REPLACED)
     # A manual key is taken only now, after any cancellation, so it names the job it creates.
     key = (
-        f"{schedule.name}@manual-{state.next_job_id}"
+        parse.manual_fire_key(schedule.name, state.next_job_id)
         if manual
-        else f"{schedule.name}@{fire_time_ms}"
+        else parse.fire_key(schedule.name, fire_time_ms)
     )
     return _create_work(state, schedule, fire_time_ms, key)
 
@@ -258,7 +258,6 @@ def _trigger(state: SchedulerState, command: TriggerSchedule) -> Result:
             "trigger with force to run anyway",
             "name",
         )
-    schedule.trigger_seq += 1  # triggers so far
     outcome = fire(state, schedule, state.now_ms, manual=True, force=command.force)
     buffered = outcome == BUFFERED
     return Ok({"job_id": None if buffered else outcome, "buffered": buffered})
@@ -288,7 +287,7 @@ def _backfill(state: SchedulerState, command: BackfillSchedule) -> Result:
         )
     out: list[list[int | bool | None]] = []
     for fire_time_ms in times:
-        key = f"{schedule.name}@{fire_time_ms}"
+        key = parse.fire_key(schedule.name, fire_time_ms)
         if state.table.remembers_key(key):
             existing = state.table.job_for_key(key)
             out.append([fire_time_ms, None if existing is None else existing.id, False])

@@ -19,9 +19,19 @@ from scheduler.errors import Invalid
 
 INT64_MAX = 2**63 - 1
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
-# The shape of a schedule's fire keys, `<schedule>@<fire_time_ms>` and `<schedule>@manual-<job
-# id>`: a client key of that shape would share the key table with a fire and swallow it.
-_FIRE_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*@(?:manual-)?-?[0-9]+")
+# The shape of a schedule's fire keys (below): a client key of that shape would share the key
+# table with a fire and swallow it.
+_FIRE_KEY_RE = re.compile(_NAME_RE.pattern + r"@(?:manual-)?-?[0-9]+")
+
+
+def fire_key(schedule: str, fire_time_ms: int) -> str:
+    """The key of a schedule's job for one nominal fire time."""
+    return f"{schedule}@{fire_time_ms}"
+
+
+def manual_fire_key(schedule: str, job_id: int) -> str:
+    """The key of a manual trigger's job: named by that job's id, so unique forever."""
+    return f"{schedule}@manual-{job_id}"
 
 
 def as_mapping(data: object, field: str) -> Mapping[str, Any]:

@@ -40,7 +40,6 @@ class Schedule:
         "paused",
         "recent_fires",
         "spec",
-        "trigger_seq",
         "updated_ms",
     )
 
@@ -62,7 +61,6 @@ class Schedule:
         self.recent_fires: list[tuple[int, int]] = []
         self.active: dict[int, None] = {}  # unfinished jobs this schedule created
         self.buffered: tuple[int, int] | None = None  # (fire_time_ms, 1 if manual): buffer_one
-        self.trigger_seq = 0  # manual triggers so far
         self.finished: deque[int] | None = None  # finished job ids, oldest first, for `retain`
 
     def note_fire(self, fire_time_ms: int, job_id: int) -> None:
@@ -173,7 +171,6 @@ def schedule_snapshot(schedule: Schedule) -> list[Any]:
         schedule.overlap_skipped,
         [list(f) for f in schedule.recent_fires],
         None if schedule.buffered is None else list(schedule.buffered),
-        schedule.trigger_seq,
         list(schedule.finished or ()),
     ]
 
@@ -194,7 +191,6 @@ def schedule_restore(data: list[Any]) -> Schedule:
         overlap_skipped,
         recent,
         buffered,
-        trigger_seq,
         finished,
     ) = data
     schedule = Schedule(name, ScheduleSpec.parse(spec_wire), created_ms)
@@ -209,6 +205,5 @@ def schedule_restore(data: list[Any]) -> Schedule:
     schedule.overlap_skipped = overlap_skipped
     schedule.recent_fires.extend((f[0], f[1]) for f in recent[-limits.RECENT_FIRES_KEPT :])
     schedule.buffered = None if buffered is None else (buffered[0], buffered[1])
-    schedule.trigger_seq = trigger_seq
     schedule.finished = deque(finished) if finished else None
     return schedule

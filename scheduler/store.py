@@ -196,7 +196,8 @@ class JobTable:
         (self.fire_key_order if long else self.key_order).append((now_ms, key))
 
     def expire_keys(self, cutoff_ms: int, long_cutoff_ms: int) -> int:
-        """Forget client keys created at or before cutoff_ms, fire keys before long_cutoff_ms."""
+        """Forget client keys created at or before cutoff_ms, fire keys at or before
+        long_cutoff_ms."""
         expired = 0
         for order, cutoff in ((self.key_order, cutoff_ms), (self.fire_key_order, long_cutoff_ms)):
             while order and order[0][0] <= cutoff:
