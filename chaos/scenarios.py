@@ -44,6 +44,7 @@ from chaos.plans import (
     plan_pause,
     plan_smoke,
 )
+from cluster import raftpatch
 from cluster.localcluster import ClusterError
 
 DRAIN_BOUND_S = 60
@@ -283,18 +284,14 @@ def _collect(
     )
 
 
-# PySyncObj's own alarm when a follower drops entries it already applied (the defect
-# cluster/raftpatch.py fixes): a replica that logs it may have lost acknowledged writes.
-RAFT_ALARMS = ("truncating already-applied",)
-
-
 def _raft_alarms(nodes: Path) -> list[str]:
-    """Every node-log line that raises a Raft alarm, prefixed with its node."""
+    """Every node-log line with PySyncObj's truncation alarm (the defect cluster/raftpatch.py
+    fixes: a replica that logs it may have lost acknowledged writes), prefixed with its node."""
     found = []
     for log_path in sorted(nodes.glob("*/*.log")):
         with log_path.open(errors="replace") as lines:
             found += [f"{log_path.stem}: {line.strip()}" for line in lines
-                      if any(alarm in line for alarm in RAFT_ALARMS)]
+                      if raftpatch.TRUNCATION_ALARM in line]
     return found
 
 

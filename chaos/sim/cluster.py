@@ -113,7 +113,7 @@ class TruncationLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.critical += 1
-        if "truncating already-applied" in record.getMessage():
+        if raftpatch.TRUNCATION_ALARM in record.getMessage():
             self.truncated_applied += 1
 
 

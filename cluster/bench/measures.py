@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,19 +64,16 @@ class Target:
         attempts: int = 20,
     ) -> tuple[int, Any]:
         """One request; 503s and refused connections move on to the next node (bounded)."""
-        last: tuple[int, Any] = (0, None)
-        for attempt in range(attempts):
+
+        async def once(attempt: int) -> tuple[int, Any]:
             base = url if url is not None and attempt == 0 else self.next_url()
             try:
                 async with self.session.request(method, base + path, json=body) as answer:
-                    payload = await answer.json(content_type=None)
-                    if answer.status != 503:
-                        return answer.status, payload
-                    last = (503, payload)
+                    return answer.status, await answer.json(content_type=None)
             except (aiohttp.ClientError, TimeoutError) as error:
-                last = (0, str(error))
-            await asyncio.sleep(min(0.02 * (attempt + 1), 0.3))
-        return last
+                return 0, str(error)
+
+        return await retrying(once, attempts)
 
     async def leader_url(self) -> str:
         for _ in range(200):
@@ -89,6 +87,20 @@ class Target:
                     return url
             await asyncio.sleep(0.05)
         raise RuntimeError("no leader found")
+
+
+async def retrying(
+    once: Callable[[int], Awaitable[tuple[int, Any]]], attempts: int = 20
+) -> tuple[int, Any]:
+    """`once(attempt)` until it answers other than 503 or 0 (no connection), with a short
+    growing pause between attempts; the last answer if none did."""
+    last: tuple[int, Any] = (0, None)
+    for attempt in range(attempts):
+        last = await once(attempt)
+        if last[0] not in (0, 503):
+            return last
+        await asyncio.sleep(min(0.02 * (attempt + 1), 0.3))
+    return last
 
 
 def _unique(prefix: str) -> str:
@@ -111,19 +123,19 @@ async def submit_single(target: Target, *, jobs: int, concurrency: int) -> dict[
         nonlocal done
         connections = [LeanConnection(url, target.token) for url in target.urls]
         turn = index
+
+        async def post(attempt: int) -> tuple[int, Any]:
+            nonlocal turn
+            if attempt:
+                turn += 1  # that node answered 503 or refused: the next one, from now on
+            try:
+                return await connections[turn % len(connections)].post("/v1/jobs", body)
+            except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+                return 0, str(error)
+
         try:
             while next(counter) < jobs:
-                for attempt in range(20):  # a 503 or a refused connection: the next node
-                    try:
-                        status, answer = await connections[turn % len(connections)].post(
-                            "/v1/jobs", body
-                        )
-                    except (OSError, asyncio.IncompleteReadError, ValueError) as error:
-                        status, answer = 0, str(error)
-                    if status not in (0, 503):
-                        break
-                    turn += 1
-                    await asyncio.sleep(min(0.02 * (attempt + 1), 0.3))
+                status, answer = await retrying(post)
                 if status != 201:
                     raise RuntimeError(f"submit answered {status}: {answer}")
                 done += 1

@@ -17,6 +17,7 @@ from typing import Any
 
 from cluster.bench.measures import Target
 from cluster.bench.stats import Progress
+from cluster.localcluster import LocalCluster, LocalNode
 
 
 def rss_mb(pid: int) -> float:
@@ -33,19 +34,18 @@ async def measure(target: Target, *, schedules: int, jobs: int) -> dict[str, Any
     await _put_schedules(target, schedules)
     await _retain_jobs(target, jobs)
     figures: dict[str, Any] = {"scale_schedules": schedules, "scale_jobs": jobs}
-    figures["rss_mb_per_node"] = [round(rss_mb(node.pid), 1) for node in cluster.nodes if node.pid]
+    figures["rss_mb_per_node"] = _rss_per_node(cluster)
     # First with the whole build still in the journal (no compaction has run yet: PySyncObj
     # compacts at most every raft.compaction_min_time_s), the worst a restart can meet ...
     figures |= {f"{k}_journal": v for k, v in (await _restart_to_ready(target)).items()}
     # ... then as a node usually restarts: from its last dump and a short journal.
-    figures |= await _snapshot(target)
+    leader = cluster.leader()
+    figures |= await _snapshot(target, leader)  # the leader's dump is the one reported
     for node in cluster.nodes:
-        if node is not cluster.leader():
+        if node is not leader:
             await _snapshot(target, node)
     figures |= await _restart_to_ready(target)
-    figures["rss_mb_per_node_after_compaction"] = [
-        round(rss_mb(node.pid), 1) for node in cluster.nodes if node.pid
-    ]
+    figures["rss_mb_per_node_after_compaction"] = _rss_per_node(cluster)
     from cluster.corebench import tick_cost_ms
 
     figures |= {
@@ -113,12 +113,12 @@ async def _retain_jobs(target: Target, count: int) -> None:
     progress.done(f"{count:,} jobs retained (succeeded)")
 
 
-async def _snapshot(target: Target, node: Any = None) -> dict[str, Any]:
-    """Force a compaction on a node (the leader by default); the dump's size and the time
-    until it was written."""
-    cluster = target.cluster
-    assert cluster is not None
-    node = node or cluster.leader()
+def _rss_per_node(cluster: LocalCluster) -> list[float]:
+    return [round(rss_mb(node.pid), 1) for node in cluster.nodes if node.pid]
+
+
+async def _snapshot(target: Target, node: LocalNode) -> dict[str, Any]:
+    """Force a compaction on a node; the dump's size and the time until it was written."""
     dump = node.data_dir / "raft.dump"
     before = dump.stat().st_mtime if dump.exists() else 0.0
     started = time.monotonic()

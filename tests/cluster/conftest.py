@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
+from cluster import raftpatch
 from cluster.localcluster import FAST_RAFT, LocalCluster
 
-TRUNCATION_WARNING = "truncating already-applied"
+TRUNCATION_WARNING = raftpatch.TRUNCATION_ALARM
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
