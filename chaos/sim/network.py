@@ -245,3 +245,42 @@ class SimTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
     def destroy(self) -> None:
         if self.network.transports.get(self.self_id) is self:
             self.network.detach(self.self_id)
+
+
+NETWORK_FAULTS = ("isolate", "isolate-leader", "one-way", "slow-link", "duplicates")
+
+
+def strike_network(
+    network: SimNetwork,
+    action: str,
+    *,
+    node: str,
+    other: str,
+    leader: str | None,
+    ids: list[str],
+    rng: random.Random,
+    later: Callable[[float, Callable[[], None]], None],
+    isolate_s: tuple[float, float] = (0.3, 1.5),
+) -> bool:
+    """One of the network faults both simulations draw (NETWORK_FAULTS), undone `later`;
+    False if `action` is not one. A seed's meaning rests on the order of `rng` draws here."""
+    if action in ("isolate", "isolate-leader"):
+        network.isolate(leader if action == "isolate-leader" and leader else node, ids)
+        later(rng.uniform(*isolate_s), network.heal)
+    elif action == "one-way":
+        network.cut(node, other)
+        later(rng.uniform(0.3, 1.5), network.heal)
+    elif action == "slow-link":  # late acks: what makes the leader roll back and re-send
+        network.pause(node, other)
+        later(rng.uniform(0.02, 0.3), lambda: network.resume(node, other))
+    elif action == "duplicates":
+        link = (leader or node, other if other != leader else node)
+        network.link_faults[link] = LinkFaults(duplicate_p=0.3, spike_p=0.1)
+
+        def calm_down() -> None:
+            network.link_faults.pop(link, None)
+
+        later(rng.uniform(0.3, 1.0), calm_down)
+    else:
+        return False
+    return True

@@ -24,7 +24,7 @@ from pysyncobj import SyncObjConf
 from chaos.sim.checks import check_replicas, settle
 from chaos.sim.cluster import SimCluster, default_conf
 from chaos.sim.machines import KeyLog, SimMachine, payload_of
-from chaos.sim.network import LinkFaults
+from chaos.sim.network import LinkFaults, strike_network
 
 COMMAND_BYTES = 30_000
 
@@ -169,25 +169,8 @@ class _Run:
             self.crash(leader)
         elif action == "crash":
             self.crash(node)
-        elif action in ("isolate", "isolate-leader"):
-            target = leader if action == "isolate-leader" and leader else node
-            network.isolate(target, ids)
-            self.later(rng.uniform(0.3, 1.5), network.heal)
-        elif action == "one-way":
-            network.cut(node, other)
-            self.later(rng.uniform(0.3, 1.5), network.heal)
-        elif action == "slow-link":  # late acks: what makes the leader roll back and re-send
-            network.pause(node, other)
-            self.later(rng.uniform(0.02, 0.3), lambda: network.resume(node, other))
-        elif action == "duplicates":
-            link = (leader or node, other if other != leader else node)
-            network.link_faults[link] = LinkFaults(duplicate_p=0.3, spike_p=0.1)
-
-            def calm_down() -> None:
-                network.link_faults.pop(link, None)
-
-            self.later(rng.uniform(0.3, 1.0), calm_down)
-        else:
+        elif not strike_network(network, action, node=node, other=other, leader=leader,
+                                ids=ids, rng=rng, later=self.later):
             network.heal()
 
     def chaos(self) -> None:

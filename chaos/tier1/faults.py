@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pysyncobj import SyncObj
 
-from chaos.sim.network import LinkFaults
+from chaos.sim.network import LinkFaults, strike_network
 from cluster.config import RaftTuning
 
 if TYPE_CHECKING:
@@ -112,26 +112,10 @@ class Nemesis:
             self.crash(leader if action == "crash-leader" else node)
         elif action == "pause-leader" and leader is not None:
             self.pause(leader, rng.uniform(0.5, 2.5))
-        elif action in ("isolate", "isolate-leader"):
-            network.isolate(leader if action == "isolate-leader" and leader else node, ids)
-            run.after(rng.uniform(0.3, 2.0), network.heal)
-        elif action == "one-way":
-            network.cut(node, other)
-            run.after(rng.uniform(0.3, 1.5), network.heal)
-        elif action == "slow-link":
-            network.pause(node, other)
-            run.after(rng.uniform(0.02, 0.3), lambda: network.resume(node, other))
-        elif action == "duplicates":
-            link = (leader or node, other if other != leader else node)
-            network.link_faults[link] = LinkFaults(duplicate_p=0.3, spike_p=0.1)
-
-            def calm_down() -> None:
-                network.link_faults.pop(link, None)
-
-            run.after(rng.uniform(0.3, 1.0), calm_down)
         elif action == "worker-crash":
             rng.choice(run.workers).crash()
-        else:
+        elif not strike_network(network, action, node=node, other=other, leader=leader, ids=ids,
+                                rng=rng, later=run.after, isolate_s=(0.3, 2.0)):
             network.heal()
 
     def crash(self, node_id: str | None) -> None:
