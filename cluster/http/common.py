@@ -20,6 +20,7 @@ from aiohttp import web
 from cluster.bridge import Proposer, TooLarge, Unavailable
 from cluster.config import NodeConfig
 from cluster.replica import RaftNode
+from scheduler import parse
 from scheduler.commands import Barrier, Command
 from scheduler.errors import Invalid, Ok, Rejected, Result
 
@@ -115,15 +116,10 @@ def take_request_id(body: dict[str, Any], request: web.Request) -> str:
         value = request.headers.get("X-Request-Id")
     if value is None:
         return uuid.uuid4().hex
-    if not isinstance(value, str) or not 1 <= len(value) <= 200 or not value.isprintable():
-        raise ApiError(
-            400, "invalid", "must be a string of 1-200 printable characters", "request_id"
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ApiError(400, "invalid", "is not valid Unicode", "request_id") from None
-    return value
+    text: str = parse_or_400(lambda: parse.text(value, "request_id", chars_max=200))
+    if not text.isprintable():
+        raise ApiError(400, "invalid", "must hold printable characters only", "request_id")
+    return text
 
 
 def only(body: dict[str, Any], known: set[str]) -> dict[str, Any]:
