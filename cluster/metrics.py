@@ -11,11 +11,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scheduler import jobs as j
 from scheduler.state import SchedulerState
 from scheduler.views import queue_stats
+
+if TYPE_CHECKING:  # bridge imports this module (Histogram)
+    from cluster.bridge import Proposer
 
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
@@ -130,7 +133,7 @@ def render(
     commit_index: int,
     applied_index: int,
     stats: NodeStats,
-    proposer: Any,
+    proposer: Proposer,
 ) -> str:
     proposals, proposal_failures = proposer.proposals, proposer.failures
     out = Writer()
