@@ -53,6 +53,18 @@ class RaftTuning:
     append_entries_batching: bool = False
 
 
+DURABILITY_MODES = ("fsync", "os")
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """How the node keeps its log (DESIGN.md §8.1). ``fsync``: every write is on disk before
+    the node acts on it (acks, votes, counting itself); ``os``: the page cache only, faster,
+    and a power loss can cost the writes of the last seconds (a process crash costs nothing)."""
+
+    durability: str = "fsync"
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     node_id: str
@@ -64,6 +76,7 @@ class NodeConfig:
     tokens: dict[str, str] = field(default_factory=dict)  # token -> role
     allow_unauthenticated: bool = False
     raft: RaftTuning = RaftTuning()
+    storage: StorageSettings = StorageSettings()
     log_level: str = "info"
     source: Path | None = None
 
@@ -94,6 +107,7 @@ _TOP_KEYS = {
     "peers",
     "api",
     "raft",
+    "storage",
     "log_level",
 }
 
@@ -146,6 +160,7 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
         tokens=tokens,
         allow_unauthenticated=allow_unauthenticated,
         raft=_tuning(raw.get("raft", {})),
+        storage=_storage(raw.get("storage", {})),
         log_level=log_level,
         source=source,
     )
@@ -228,6 +243,17 @@ def _api(value: object) -> tuple[dict[str, str], bool]:
     if not isinstance(allow, bool):
         raise ConfigError("api.allow_unauthenticated", "must be true or false")
     return dict(tokens), allow
+
+
+def _storage(value: object) -> StorageSettings:
+    if not isinstance(value, dict):
+        raise ConfigError("storage", "must be a table")
+    _no_unknown(value, {"durability"}, "storage.")
+    durability = value.get("durability", StorageSettings.durability)
+    if durability not in DURABILITY_MODES:
+        raise ConfigError("storage.durability",
+                          f"must be one of {', '.join(DURABILITY_MODES)}, not {durability!r}")
+    return StorageSettings(durability=durability)
 
 
 def _tuning(value: object) -> RaftTuning:

@@ -24,7 +24,8 @@ from cluster.http.app import build_app
 from cluster.http.claims import ClaimWaiters
 from cluster.http.common import Services
 from cluster.metrics import ROLES, NodeStats
-from cluster.replica import RaftNode, sync_conf
+from cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
+from cluster.storage.raftlog import StorageError
 from cluster.ticker import Ticker
 
 log = logging.getLogger("raftcron.node")
@@ -108,6 +109,11 @@ def run(config_path: str, overrides: dict[str, Any] | None = None) -> int:
     logs.setup(config.log_level, config.node_id)
     try:
         asyncio.run(_serve(config))
+    except StorageError as error:
+        log.critical("cannot start: data dir %s: %s", config.data_dir, error,
+                     extra={"action": "storage_refused"})
+        print(f"raftcron node: cannot start: {error}", file=sys.stderr, flush=True)
+        return EXIT_STORAGE
     except OSError as error:
         log.critical("cannot start: %s", error, extra={"action": "node_start_failed"})
         return 1

@@ -52,6 +52,8 @@ import pysyncobj.pickle as pysyncobj_pickle
 import pysyncobj.version
 from pysyncobj import SyncObj
 
+from cluster.storage import hooks as storage_hooks
+
 logger = logging.getLogger(__name__)
 
 PYSYNCOBJ_VERSION = "0.3.17"
@@ -77,6 +79,10 @@ REVIEWED_SOURCE_SHA256: dict[str, str] = {
     "_SyncObj__tryLogCompaction":
         "c2f8a0ec14cc7312e3ff41a16cde9be71ff0f908bd66aec9e2673d97a775be2c",
     "_SyncObj__loadDumpFile": "ec66e83905de703bcead2735be875e71870a6bbe271c854867611e555a90bbba",
+    # Wrapped by cluster/storage/hooks.py (sync before acting, stand down when disk fails).
+    "_onTick": "cc9eb08232d005ba4e21a33ec453e5d02fe3537dadebda8571406c57f65a3c37",
+    "_SyncObj__onBecomeLeader":
+        "5a3fd97bc17dc1cf3070b007538b6a8d46adb71f0b6523f3922dc953420645e8",
 }
 REVIEWED_SYNCOBJ_FILE_SHA256 = "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4"
 
@@ -95,10 +101,11 @@ def source_sha256(function: Callable[..., Any]) -> str:
 
 
 def original(name: str = _HANDLER) -> Callable[..., Any]:
-    """The library's own function, whether or not the patch is installed."""
+    """The library's own function, whether or not this patch or the storage's is installed."""
     current: Callable[..., Any] = getattr(SyncObj, name)
-    library: Callable[..., Any] = getattr(current, _MARKER, current)
-    return library
+    for marker in (_MARKER, storage_hooks.MARKER):
+        current = getattr(current, marker, current)
+    return current
 
 
 def library_mismatches() -> list[str]:
@@ -142,6 +149,8 @@ def install() -> None:
     """Patch SyncObj before any node is constructed. Idempotent; refuses unknown code."""
     with _lock:
         if _suppress_depth or is_installed():
+            if not _suppress_depth:
+                storage_hooks.install()
             return
         for name in _PATCHES:
             current = getattr(SyncObj, name)
@@ -156,6 +165,7 @@ def install() -> None:
                 wrapper = make_wrapper(getattr(SyncObj, name))
                 setattr(wrapper, _MARKER, getattr(SyncObj, name))
                 setattr(SyncObj, name, wrapper)
+        storage_hooks.install()
         logger.info("action=raftpatch_installed pysyncobj=%s", PYSYNCOBJ_VERSION)
 
 

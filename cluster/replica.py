@@ -6,10 +6,11 @@ It never raises: a command that does not decode is answered with a rejection lik
 and an unexpected exception is a bug, so the node logs it and exits rather than let PySyncObj
 retry the entry forever (which wedges the cluster) or let replicas diverge.
 
-Snapshots carry the core's msgpack snapshot, never a pickle of our objects: `_serialize`
-hands PySyncObj a placeholder whose pickling computes `scheduler.snapshot.snapshot(state)`.
-PySyncObj pickles the dump in a forked child (`fullDumpFile` + `useFork`), so that work runs
-off the Raft thread, on a copy-on-write image of the state.
+Snapshots carry the core's msgpack snapshot, never a pickle of our objects. A node keeps its
+log and snapshots in raftcron's own storage (`cluster.storage`: checksummed, fsynced, written
+by a forked child that never outlives the node), which asks `snapshot_bytes` and
+`load_snapshot`. PySyncObj's own files (`_serialize` hands it a placeholder whose pickling
+computes the same bytes) remain only for simulations that compare against the library.
 
 Reads from other threads take `lock` (the Raft thread holds it while applying): PySyncObj
 mutates state on its own thread, and an unlocked reader can see a dict change size mid-walk.
@@ -23,7 +24,6 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -31,6 +31,7 @@ from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from cluster import raftpatch
 from cluster.config import NodeConfig
+from cluster.storage.node import RaftStorage
 from scheduler import codec
 from scheduler.commands import Barrier
 from scheduler.errors import Invalid, Rejected, Result
@@ -132,6 +133,14 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         while len(self.audits) > AUDITS_KEPT:
             del self.audits[next(iter(self.audits))]
 
+    def snapshot_bytes(self) -> bytes:
+        """The core's snapshot (called in the snapshot writer: a fork, or inline)."""
+        with gc_paused():
+            return snapshot(self.state)
+
+    def load_snapshot(self, blob: bytes) -> None:
+        self._deserialize({"snapshot": blob})
+
     def _serialize(self) -> dict[str, Any]:
         return {"snapshot": _SnapshotOnPickle(self.state)}
 
@@ -154,15 +163,11 @@ def sync_conf(
     on_state_changed: Callable[[int, int], None] | None = None,
     on_ready: Callable[[], None] | None = None,
 ) -> SyncObjConf:
+    """PySyncObj's settings; `RaftNode` puts its storage in (journalFile, fullDumpFile)."""
     tuning = config.raft
-    data_dir = Path(config.data_dir)
-    _raft_host, _raft_port = config.raft_address.rsplit(":", 1)
     return SyncObjConf(
         password=config.cluster_password,
         bindAddress=config.raft_address,
-        journalFile=str(data_dir / "raft.journal"),
-        fullDumpFile=str(data_dir / "raft.dump"),
-        useFork=True,
         # PySyncObj's batching waits for the next append period (~100 ms per sync command);
         # we coalesce client commands ourselves and want each entry sent at once.
         appendEntriesUseBatch=tuning.append_entries_batching,
@@ -182,6 +187,15 @@ def sync_conf(
     )
 
 
+EXIT_STORAGE = 65  # EX_DATAERR: the data dir cannot be used as it is; the log says why
+
+
+def _exit_on_storage_failure(message: str) -> None:
+    """A snapshot that does not load, found on the Raft thread: stop before acting on it."""
+    logging.shutdown()
+    os._exit(EXIT_STORAGE)
+
+
 class RaftNode:
     """A PySyncObj node carrying a `StateMachine`, with the read accessors the shell needs."""
 
@@ -192,12 +206,23 @@ class RaftNode:
         on_applied: Callable[[SchedulerState], None] | None = None,
     ) -> None:
         raftpatch.install()  # must precede SyncObj(): the message handler is bound in __init__
-        Path(config.data_dir).mkdir(parents=True, exist_ok=True)
         self.config = config
         self.machine = StateMachine(on_applied)
+        self.storage = RaftStorage(
+            config.data_dir,
+            node_id=config.node_id,
+            source=self.machine,
+            durability=config.storage.durability,
+            on_fatal=_exit_on_storage_failure,
+        )
+        conf.journalFile = conf.fullDumpFile = self.storage
         self.raft_ids = {peer.raft_address: peer.node_id for peer in config.members}
         others = [peer.raft_address for peer in config.peers]
-        self.sync = SyncObj(config.raft_address, others, conf=conf, consumers=[self.machine])
+        try:
+            self.sync = SyncObj(config.raft_address, others, conf=conf, consumers=[self.machine])
+        except BaseException:
+            self.storage.close()
+            raise
 
     # PySyncObj exposes these as underscore methods; they are its documented API.
     def is_leader(self) -> bool:

@@ -1,0 +1,202 @@
+"""Where raftcron's storage plugs into PySyncObj 0.3.17 (a reviewed patch, as `raftpatch`).
+
+A node opts in by passing a `RaftStorage` as both ``journalFile`` and ``fullDumpFile``; nodes
+built with plain file names keep the library's own storage. What the hooks do for such a node:
+
+1. ``createJournal`` and ``Serializer`` (looked up by ``SyncObj.__init__``) return the
+   storage's journal and snapshot store.
+2. Durability before acting (Raft, Figure 2: "respond to RPCs only after updating stable
+   storage"):
+   - a follower's success ack (``__sendNextNodeIdx``) waits until the entries it covers are
+     durable: acks are held and sent, in order, right after the next sync, which runs at the
+     start of the next tick; so one sync covers every append of a poll round (group commit);
+   - the leader counts itself toward a majority in ``_onTick``; the same sync at the start of
+     every tick makes its own entries durable first; ``__onBecomeLeader`` syncs its no-op
+     (a single node counts itself in the same tick);
+   - term and vote are synced by the journal before PySyncObj acts on them.
+3. ``__loadDumpFile`` is replaced: the snapshot store has already checked the file; any error
+   loading it is fatal for the node (0.3.17 logged and went on with an empty state, and then
+   acknowledged a failed install as a success); the log already agrees with the snapshot
+   (`journal.reconcile`), so it is never cleared at start.
+4. A storage that cannot write (disk full, I/O error) makes the node step down, send no acks
+   and no votes, and try again each tick; it logs why (rate-limited) and recovers by itself.
+
+Guard: `cluster.raftpatch` checks the library's source against reviewed hashes, which cover the
+functions relied on here; `install()` runs with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pysyncobj.syncobj as syncobj_module
+from pysyncobj import SyncObj
+
+from cluster.storage.journal import StorageJournal
+from cluster.storage.node import RaftStorage
+from cluster.storage.raftlog import StorageUnavailable
+
+log = logging.getLogger("raftcron.storage")
+
+MARKER = "__raftcron_storage_original__"
+_FOLLOWER = 0
+
+
+def storage_of(node: Any) -> RaftStorage | None:
+    journal = getattr(node, "_SyncObj__raftLog", None)
+    return journal.storage if isinstance(journal, StorageJournal) else None
+
+
+def _held_acks(node: Any) -> list[dict[str, Any]]:
+    held: list[dict[str, Any]] | None = getattr(node, "_raftcron_held_acks", None)
+    if held is None:
+        held = []
+        node._raftcron_held_acks = held
+    return held
+
+
+def _make_create_journal(library: Callable[..., Any]) -> Callable[..., Any]:
+    def create_journal(journal_file: Any = None) -> Any:
+        if isinstance(journal_file, RaftStorage):
+            return journal_file.journal
+        return library(journal_file)
+    return create_journal
+
+
+def _make_serializer(library: Any) -> Callable[..., Any]:
+    def serializer(file_name: Any, *args: Any) -> Any:
+        if isinstance(file_name, RaftStorage):
+            return file_name.snapshots
+        return library(file_name, *args)
+    return serializer
+
+
+def _make_send_next_node_idx(library: Callable[..., Any]) -> Callable[..., Any]:
+    def send_next_node_idx(self: Any, node: Any, reset: bool = False,
+                           nextNodeIdx: int | None = None, success: bool = False) -> None:
+        storage = storage_of(self)
+        if storage is None:
+            library(self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success)
+            return
+        if nextNodeIdx is None:
+            nextNodeIdx = self._SyncObj__raftLog[-1][1] + 1
+        ack = {"node": node, "reset": reset, "nextNodeIdx": nextNodeIdx, "success": success}
+        held = _held_acks(self)
+        if held or (success and storage.log.has_unsynced_entries):
+            held.append(ack)  # after the next sync, in order with earlier ones
+            return
+        library(self, **ack)
+    return send_next_node_idx
+
+
+def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
+    def on_tick(self: Any, timeToWait: float = 0.0) -> None:
+        storage = storage_of(self)
+        if storage is None:
+            library(self, timeToWait)
+            return
+        if not storage.sync():
+            _stand_down(self)
+            syncobj_module.time.sleep(timeToWait)  # PySyncObj's clock: a simulation fakes it
+            return
+        held = _held_acks(self)
+        while held:
+            library_send(self, **held.pop(0))
+        try:
+            library(self, timeToWait)
+        except StorageUnavailable as error:
+            storage.failed(str(error))
+            _stand_down(self)
+            syncobj_module.time.sleep(timeToWait)
+    return on_tick
+
+
+def library_send(self: Any, **ack: Any) -> None:
+    original(SyncObj, "_SyncObj__sendNextNodeIdx")(self, **ack)
+
+
+def _stand_down(self: Any) -> None:
+    """Storage cannot write: no acks held for it, and a leader stops being one."""
+    _held_acks(self).clear()
+    if self._isLeader():
+        self._SyncObj__setState(_FOLLOWER)
+        self._SyncObj__raftLeader = None
+    # Wait a whole election timeout before standing for election: a vote needs the disk too.
+    self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + self.conf.raftMaxTimeout
+
+
+def _make_on_become_leader(library: Callable[..., Any]) -> Callable[..., Any]:
+    def on_become_leader(self: Any) -> None:
+        library(self)
+        storage = storage_of(self)
+        if storage is not None and not storage.sync():
+            _stand_down(self)
+    return on_become_leader
+
+
+def _make_load_dump_file(library: Callable[..., Any]) -> Callable[..., Any]:
+    def load_dump_file(self: Any, clearJournal: bool) -> None:
+        storage = storage_of(self)
+        if storage is None:
+            library(self, clearJournal)
+            return
+        try:
+            _data, last, prev, _cluster = self._SyncObj__serializer.deserialize()
+            journal: StorageJournal = self._SyncObj__raftLog
+            if clearJournal or not journal.starts_with(prev, last):
+                journal.reset_to(prev, last)
+            self._SyncObj__raftLastApplied = last[1]
+            if self._SyncObj__raftCommitIndex < last[1]:
+                self._SyncObj__raftCommitIndex = last[1]
+                journal.setRaftCommitIndex(last[1])
+            self._SyncObj__onSetCodeVersion(0)
+        except Exception as error:
+            storage.fatal(f"cannot load the snapshot {storage.snapshots.path}: "
+                          f"{type(error).__name__}: {error}")
+            raise
+    return load_dump_file
+
+
+_PATCHES_OF_SYNCOBJ: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "_SyncObj__sendNextNodeIdx": _make_send_next_node_idx,
+    "_onTick": _make_on_tick,
+    "_SyncObj__onBecomeLeader": _make_on_become_leader,
+    "_SyncObj__loadDumpFile": _make_load_dump_file,
+}
+_PATCHES_OF_MODULE: dict[str, Callable[[Any], Callable[..., Any]]] = {
+    "createJournal": _make_create_journal,
+    "Serializer": _make_serializer,
+}
+
+
+def original(owner: Any, name: str) -> Any:
+    current = getattr(owner, name)
+    return getattr(current, MARKER, current)
+
+
+def is_installed() -> bool:
+    return all(hasattr(getattr(SyncObj, name), MARKER) for name in _PATCHES_OF_SYNCOBJ) and \
+        all(hasattr(getattr(syncobj_module, name), MARKER) for name in _PATCHES_OF_MODULE)
+
+
+def install() -> None:
+    """Idempotent. Called by `cluster.raftpatch.install`, after its source review."""
+    targets: list[tuple[Any, dict[str, Callable[..., Any]]]] = [
+        (SyncObj, _PATCHES_OF_SYNCOBJ), (syncobj_module, _PATCHES_OF_MODULE)]
+    for owner, patches in targets:
+        for name, make in patches.items():
+            current = getattr(owner, name)
+            if hasattr(current, MARKER):
+                continue
+            wrapper = make(current)
+            setattr(wrapper, MARKER, current)
+            setattr(owner, name, wrapper)
+
+
+def uninstall() -> None:
+    for name in _PATCHES_OF_SYNCOBJ:
+        setattr(SyncObj, name, original(SyncObj, name))
+    for name in _PATCHES_OF_MODULE:
+        setattr(syncobj_module, name, original(syncobj_module, name))

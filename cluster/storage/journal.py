@@ -1,0 +1,162 @@
+"""PySyncObj's journal interface over `RaftLog`, and the log's agreement with the snapshot.
+
+PySyncObj sees its log as a list of ``(command, index, term)`` tuples (``journal[0]``,
+``journal[-1]``, slices) and mutates it with ``add``, ``clear``, ``deleteEntriesFrom`` and
+``deleteEntriesTo`` (positions in that list). `StorageJournal` translates those to raft
+indexes on the log; slices are `LogView`s that read commands only when asked for (PySyncObj
+slices "from here to the end" to take a 64 KiB batch), and pickle as plain lists.
+
+`reconcile` runs once at start, before PySyncObj reads anything, and applies Raft's rule for a
+snapshot (InstallSnapshot, step 6): when the log holds the snapshot's last entry with the same
+term, the entries after it stay; otherwise the log is exactly the snapshot's two entries. Any
+other combination is damage: a log that starts past index 1 with no snapshot, a gap between the
+snapshot and the log, a commit index past the log's end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from cluster.storage.raftlog import LogDamaged, RaftLog
+from cluster.storage.snapshots import Entry, Snapshot
+
+if TYPE_CHECKING:  # only for annotations: the storage builds its journal
+    from cluster.storage.node import RaftStorage
+
+
+class LogView:
+    """Positions [start, stop) of the journal, read on demand."""
+
+    def __init__(self, log: RaftLog, start: int, stop: int) -> None:
+        self.log, self.start, self.stop = log, start, max(start, stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __bool__(self) -> bool:
+        return self.stop > self.start
+
+    def __getitem__(self, item: int | slice) -> Any:
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return LogView(self.log, self.start + start, self.start + stop)
+        position = item + len(self) if item < 0 else item
+        if not 0 <= position < len(self):
+            raise IndexError(item)
+        return _entry_at(self.log, self.start + position)
+
+    def __iter__(self) -> Iterator[Entry]:
+        for position in range(self.start, self.stop):
+            yield _entry_at(self.log, position)
+
+    def __reversed__(self) -> Iterator[Entry]:
+        for position in range(self.stop - 1, self.start - 1, -1):
+            yield _entry_at(self.log, position)
+
+    def __reduce__(self) -> tuple[type[list[Any]], tuple[list[Entry]]]:
+        return list, (list(self),)  # an append_entries message carries a plain list
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, LogView | list) else False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _entry_at(log: RaftLog, position: int) -> Entry:
+    index = log.first_index + position
+    return log.command_at(index), index, log.term_at(index)
+
+
+class StorageJournal:
+    """What PySyncObj calls its journal (``pysyncobj.journal.Journal``)."""
+
+    def __init__(self, storage: RaftStorage) -> None:
+        self.storage = storage
+        self.log = storage.log
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        self.log.append(idx, term, command)
+
+    def clear(self) -> None:
+        self.log.reset()
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        self.log.truncate_from(self.log.first_index + entryFrom)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        self.log.compact_to(self.log.first_index + entryTo)
+
+    def __getitem__(self, item: int | slice) -> Any:
+        return LogView(self.log, 0, len(self.log))[item]
+
+    def __len__(self) -> int:
+        return len(self.log)
+
+    def _destroy(self) -> None:
+        self.storage.close()
+
+    def flush(self) -> None:
+        self.log.sync()
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
+        self.log.set_commit(raftCommitIndex)
+
+    def getRaftCommitIndex(self) -> int:
+        return max(1, self.log.commit_index)
+
+    def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:
+        self.log.set_hard_state(term, votedForNodeId)
+
+    def getCurrentTerm(self) -> int:
+        return self.log.term
+
+    def getVotedForNodeId(self) -> str | None:
+        return self.log.voted_for
+
+    def onOneSecondTimer(self) -> None:
+        self.storage.sync_quietly()  # the commit index, when nothing else wrote it
+
+    def reset_to(self, prev: Entry, last: Entry) -> None:
+        """The log becomes exactly a snapshot's two entries (one batch: atomic)."""
+        self.log.reset()
+        self.log.append(prev[1], prev[2], prev[0])
+        self.log.append(last[1], last[2], last[0])
+
+    def starts_with(self, prev: Entry, last: Entry) -> bool:
+        return (len(self.log) >= 2 and self.log.first_index == prev[1]
+                and self.log.term_at(prev[1]) == prev[2] and self.log.term_at(last[1]) == last[2])
+
+
+def reconcile(log: RaftLog, snapshot: Snapshot | None, snapshot_path: str) -> None:
+    """Make the log agree with the snapshot, or raise LogDamaged (see the module docstring)."""
+    where = os.path.join(log.directory, "log")
+    if snapshot is None:
+        if len(log) and log.first_index > 1:
+            raise LogDamaged(snapshot_path, f"is missing, and the log starts at index "
+                                            f"{log.first_index}: the entries before it are lost")
+    else:
+        index, term = snapshot.index, snapshot.term
+        holds_last = len(log) and log.first_index <= index <= log.last_index and \
+            log.term_at(index) == term
+        if holds_last and log.first_index <= index - 1:
+            log.compact_to(index - 1)
+        elif len(log) and log.first_index > index + 1:
+            raise LogDamaged(where, f"starts at index {log.first_index}, after the snapshot's "
+                                    f"index {index}: the entries between are lost")
+        else:
+            kept = [(i, log.term_at(i), log.command_at(i))
+                    for i in range(index + 1, log.last_index + 1)] if holds_last else []
+            log.reset()
+            log.append(snapshot.prev[1], snapshot.prev[2], snapshot.prev[0])
+            log.append(index, term, snapshot.last[0])
+            for entry_index, entry_term, command in kept:
+                log.append(entry_index, entry_term, command)
+        log.set_commit(max(log.commit_index, index))
+    if len(log) and log.commit_index > log.last_index:
+        raise LogDamaged(where, f"says entries up to {log.commit_index} are committed, but it "
+                                f"ends at {log.last_index}")
+    log.sync()

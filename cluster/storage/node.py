@@ -1,0 +1,133 @@
+"""`RaftStorage`: one node's storage, as PySyncObj is handed it.
+
+It opens the data dir (lock, format mark), loads the log and the snapshot, makes them agree
+(`journal.reconcile`) and then serves PySyncObj: the same object is given as ``journalFile``
+and ``fullDumpFile`` of its ``SyncObjConf``, and `hooks` turns it into the journal and the
+serializer (its path is the current snapshot's, which PySyncObj checks with ``isfile``).
+
+It also keeps what the rest of the node asks about the storage: whether it can write (a full
+disk makes it unhealthy until a write succeeds again), free bytes, what loading found.
+Durability modes: ``"fsync"`` (every batch fdatasync'ed before anything acts on it) and
+``"os"`` (written to the page cache only: survives a process crash, not a power loss).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from cluster.storage.datadir import DataDir, open_data_dir
+from cluster.storage.disk import Disk, OsDisk
+from cluster.storage.journal import StorageJournal, reconcile
+from cluster.storage.raftlog import (
+    SEGMENT_BYTES_MAX,
+    LoadReport,
+    RaftLog,
+    StorageError,
+    StorageUnavailable,
+)
+from cluster.storage.snapshots import SnapshotSource, SnapshotStore
+
+log = logging.getLogger("raftcron.storage")
+
+DURABILITY_MODES = ("fsync", "os")
+UNHEALTHY_LOG_EVERY_S = 5.0
+
+
+class StorageFatal(StorageError):
+    """The storage cannot go on; the node must stop (the default `on_fatal` raises this)."""
+
+
+def _raise(message: str) -> None:
+    raise StorageFatal(message)
+
+
+class RaftStorage(os.PathLike[str]):
+    def __init__(self, directory: str | os.PathLike[str], *, node_id: str,
+                 source: SnapshotSource, durability: str = "fsync", fork: bool = True,
+                 disk: Disk | None = None, segment_bytes_max: int = SEGMENT_BYTES_MAX,
+                 on_fatal: Callable[[str], None] = _raise,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
+        self.directory = os.fspath(directory)
+        self.durability = durability
+        self.disk: Disk = disk or OsDisk()
+        self.on_fatal = on_fatal
+        self.monotonic = monotonic
+        durable = durability == "fsync"
+        self.datadir: DataDir = open_data_dir(self.directory, node_id, disk=self.disk)
+        try:
+            self.log = RaftLog(self.directory, durable=durable, disk=self.disk,
+                               segment_bytes_max=segment_bytes_max)
+            self.snapshots = SnapshotStore(self.directory, source, durable=durable, fork=fork,
+                                           disk=self.disk, inherited_fds=self._fds_to_close)
+            reconcile(self.log, self.snapshots.current, self.snapshots.path)
+            self.log.ensure_segment()
+            self.datadir.mark_initialised(self.disk)
+        except BaseException:
+            self.datadir.release()
+            raise
+        self.journal = StorageJournal(self)
+        self.write_error: str | None = None
+        self._unhealthy_logged_at = -UNHEALTHY_LOG_EVERY_S
+        self._closed = False
+
+    def __fspath__(self) -> str:
+        return self.snapshots.path
+
+    def _fds_to_close(self) -> list[int]:
+        return [self.datadir.lock_fd] if self.datadir.lock_fd >= 0 else []
+
+    @property
+    def load_report(self) -> LoadReport:
+        return self.log.report
+
+    @property
+    def healthy(self) -> bool:
+        return self.write_error is None
+
+    def free_bytes(self) -> int:
+        return self.disk.free_bytes(self.directory)
+
+    def sync(self) -> bool:
+        """Make every buffered change durable; False (and unhealthy) if it cannot."""
+        try:
+            self.log.sync()
+        except StorageUnavailable as error:
+            self.failed(str(error))
+            return False
+        if self.write_error is not None:
+            log.warning("storage writable again", extra={"action": "storage_recovered"})
+            self.write_error = None
+        return True
+
+    def sync_quietly(self) -> None:
+        self.sync()
+
+    def failed(self, problem: str) -> None:
+        self.write_error = problem
+        now = self.monotonic()
+        if now - self._unhealthy_logged_at >= UNHEALTHY_LOG_EVERY_S:
+            self._unhealthy_logged_at = now
+            log.error("storage cannot write: %s; not acknowledging, voting or leading until it "
+                      "can", problem, extra={"action": "storage_unavailable"})
+
+    def fatal(self, message: str) -> None:
+        log.critical("%s", message, extra={"action": "storage_fatal"})
+        self.on_fatal(message)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.snapshots.kill_writer()
+        try:
+            self.log.close(clean=True)
+        except (OSError, StorageError) as error:
+            log.error("storage did not close cleanly: %s", error,
+                      extra={"action": "storage_close_failed"})
+        finally:
+            self.datadir.release()

@@ -1,0 +1,475 @@
+"""The Raft log and its hard state (term, vote, commit index) in checksummed segment files.
+
+What it owns: ``log-NNNNNNNN.seg`` files in one folder. Every change is a frame appended to
+the newest segment (`records`): an entry, a truncation ("entries from i on are gone"), a
+compaction ("entries before i are gone"), the hard state, the commit index, the list of live
+segments. Changes are buffered in memory and reach the file as one batch at `sync()`: one
+write and, with ``durable=True``, one fdatasync, whatever the batch holds (group commit). The
+caller decides when a change must be durable (before an acknowledgement, a vote, counting
+itself toward a majority); `set_hard_state` syncs at once, because Raft acts on it at once.
+
+Replaying the segments in order rebuilds the log: a truncation or a compaction is atomic
+because it is one frame. A new segment starts with a copy of the hard state and the live
+segment list, so older segments can be deleted once the entries they hold are compacted away
+(after the list without them is durable). Loading checks everything: a torn last batch is cut
+(the caller logs it); any other damage, a missing segment, a gap in the indexes or a segment
+that changed since a clean stop raises `LogDamaged` naming the file and the damage.
+
+Memory: commands are read back from the files by offset (an index of four numbers per entry);
+only recent commands are cached, not the whole log between compactions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import zlib
+from array import array
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cluster.storage import records
+from cluster.storage.disk import Disk, File, OsDisk
+
+SEGMENT_BYTES_MAX = 64 << 20
+CACHE_BYTES_MAX = 32 << 20
+CLEAN_MARK = "log.clean"
+
+
+class StorageError(Exception):
+    """The node's data dir cannot be used as it is."""
+
+
+class LogDamaged(StorageError):
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class StorageUnavailable(StorageError):
+    """A write or sync failed (disk full, I/O error): nothing was acknowledged on it."""
+
+
+def segment_name(number: int) -> str:
+    return f"log-{number:08d}.seg"
+
+
+def segment_number(name: str) -> int | None:
+    if name.startswith("log-") and name.endswith(".seg") and name[4:-4].isdigit():
+        return int(name[4:-4])
+    return None
+
+
+@dataclass
+class LoadReport:
+    segments: int = 0
+    entries: int = 0
+    torn_bytes_cut: int = 0
+    torn_segment: str | None = None
+    torn_problem: str | None = None
+    clean_stop: bool = False
+
+
+class RaftLog:
+    def __init__(self, directory: str, *, durable: bool = True, disk: Disk | None = None,
+                 segment_bytes_max: int = SEGMENT_BYTES_MAX,
+                 cache_bytes_max: int = CACHE_BYTES_MAX) -> None:
+        self.directory = directory
+        self.durable = durable
+        self.disk: Disk = disk or OsDisk()
+        self.segment_bytes_max = segment_bytes_max
+        self.cache_bytes_max = cache_bytes_max
+        self.first_index = 0  # raft index of the oldest entry held (0: none ever)
+        self._terms = array("Q")
+        self._segments_of = array("I")
+        self._offsets = array("Q")
+        self._lengths = array("I")
+        self._cache: dict[int, bytes] = {}
+        self._cache_order: deque[int] = deque()
+        self._cache_bytes = 0
+        self.term = 0
+        self.voted_for: str | None = None
+        self.commit_index = 0
+        self._commit_written = 0
+        self._pending: list[bytes] = []
+        self._pending_entries: list[tuple[int, int]] = []  # (raft index, frame number)
+        self._files: dict[int, File] = {}
+        self._sizes: dict[int, int] = {}
+        self._current = 0
+        self._sequence = 0
+        self._compacted = False
+        self.report = LoadReport()
+        self.on_cut: Callable[[LoadReport], None] | None = None
+        self._load()
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + len(self._terms) - 1 if self._terms else 0
+
+    def term_at(self, index: int) -> int:
+        return int(self._terms[self._position(index)])
+
+    def command_at(self, index: int) -> bytes:
+        position = self._position(index)
+        cached = self._cache.get(index)
+        if cached is not None:
+            return cached
+        file = self._files[self._segments_of[position]]
+        return file.read_at(self._offsets[position], self._lengths[position])
+
+    def _position(self, index: int) -> int:
+        position = index - self.first_index
+        if not self._terms or not 0 <= position < len(self._terms):
+            raise IndexError(f"log index {index} not in [{self.first_index}, {self.last_index}]")
+        return position
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._pending) or self.commit_index != self._commit_written
+
+    @property
+    def has_unsynced_entries(self) -> bool:
+        return bool(self._pending)
+
+    # --- changing (buffered until sync) ----------------------------------------------------
+
+    def append(self, index: int, term: int, command: bytes) -> None:
+        if self._terms and index != self.last_index + 1:
+            raise ValueError(f"log append of index {index} after {self.last_index}")
+        if not self._terms:
+            self.first_index = index
+        self._pending_entries.append((index, len(self._pending)))
+        self._pending.append(records.entry(index, term, command))
+        self._terms.append(term)
+        self._segments_of.append(0)
+        self._offsets.append(0)
+        self._lengths.append(len(command))
+        self._cache_put(index, command)
+
+    def truncate_from(self, index: int) -> None:
+        """Entries at and after ``index`` are gone (index <= first: all of them)."""
+        keep = max(0, index - self.first_index) if self._terms else 0
+        if keep >= len(self._terms):
+            return
+        for dropped in range(self.first_index + keep, self.last_index + 1):
+            self._cache_drop(dropped)
+        for column in (self._terms, self._segments_of, self._offsets, self._lengths):
+            del column[keep:]
+        self._pending.append(records.index_frame(records.KIND_TRUNCATE, max(index, 0)))
+
+    def reset(self) -> None:
+        self.truncate_from(0)
+
+    def compact_to(self, index: int) -> None:
+        """Entries before ``index`` are gone: a durable snapshot covers them."""
+        drop = index - self.first_index
+        if not self._terms or drop <= 0:
+            return
+        if drop >= len(self._terms):
+            raise ValueError(f"compaction to {index} would empty the log (last {self.last_index})")
+        for dropped in range(self.first_index, index):
+            self._cache_drop(dropped)
+        for column in (self._terms, self._segments_of, self._offsets, self._lengths):
+            del column[:drop]
+        self.first_index = index
+        self._pending.append(records.index_frame(records.KIND_COMPACT, index))
+        self._compacted = True
+
+    def set_hard_state(self, term: int, voted_for: str | None) -> None:
+        """Term and vote, durable when this returns (Raft acts on them at once)."""
+        self.term, self.voted_for = term, voted_for
+        self._pending.append(records.hard_state(term, voted_for))
+        self.sync()
+
+    def set_commit(self, index: int) -> None:
+        self.commit_index = index  # written with the next batch; never needed for safety
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Write everything buffered as one batch; with durable=True, fdatasync it.
+        Raises StorageUnavailable (and keeps the changes buffered) when the write fails."""
+        if not self.dirty:
+            return
+        if self._current == 0 or self._sizes[self._current] >= self.segment_bytes_max:
+            self._new_segment()
+        frames = list(self._pending)
+        if self.commit_index != self._commit_written:
+            frames.append(records.index_frame(records.KIND_COMMIT, self.commit_index))
+        offset = self._write(self._current, frames)
+        self._place_entries(offset, frames)
+        self._pending.clear()
+        self._pending_entries.clear()
+        self._commit_written = self.commit_index
+        self._evict()
+        if self._compacted:
+            self._compacted = False
+            self._drop_dead_segments()
+
+    def ensure_segment(self) -> None:
+        """A new log's first segment, made (and durable) before anything is stored in it."""
+        if self._current == 0:
+            self._new_segment()
+
+    def _write(self, number: int, frames: list[bytes]) -> int:
+        """Append one batch to a segment; the batch's start offset."""
+        file = self._files[number]
+        data = records.batch(self._sequence + 1, frames)
+        offset = self._sizes[number]
+        try:
+            file.append(data)
+            if self.durable:
+                file.sync()
+        except OSError as error:
+            with contextlib.suppress(OSError):  # no half batch for the next one to follow
+                file.truncate(offset)
+            raise StorageUnavailable(f"{self._path(number)}: write failed: {error}") from error
+        self._sequence += 1
+        self._sizes[number] = offset + len(data)
+        return offset
+
+    def _place_entries(self, batch_offset: int, frames: list[bytes]) -> None:
+        """Point the index at where this batch put each entry that is still in the log."""
+        starts = []
+        position = batch_offset + len(records.batch(0, []))
+        for item in frames:
+            starts.append(position)
+            position += len(item)
+        for index, number in self._pending_entries:
+            if self._terms and self.first_index <= index <= self.last_index:
+                slot = index - self.first_index
+                self._segments_of[slot] = self._current
+                self._offsets[slot] = records.entry_command_offset(starts[number])
+
+    def _new_segment(self) -> None:
+        number = self._current + 1
+        path = self._path(number)
+        if self.disk.exists(path):  # a torn, empty leftover of a crash while creating it
+            self.disk.unlink(path)
+        self._files[number] = self.disk.create(path)
+        self._sizes[number] = 0
+        live = [*sorted(self._files)]
+        header = [records.segment_header(number), records.hard_state(self.term, self.voted_for),
+                  records.index_frame(records.KIND_COMMIT, self._commit_written),
+                  records.segments(live)]
+        try:
+            self._write(number, header)
+            if not self.durable:
+                self._files[number].sync()  # even then: a segment's header is its identity
+            self.disk.sync_dir(self.directory)
+        except (OSError, StorageUnavailable):
+            self._files.pop(number).close()
+            del self._sizes[number]
+            self.disk.unlink(path)
+            raise
+        self._current = number
+
+    def _drop_dead_segments(self) -> None:
+        """Delete segments before the one holding the oldest live entry (never the newest)."""
+        oldest_live = self._segments_of[0] if self._terms else self._current
+        dead = [number for number in self._files if number < oldest_live and
+                number != self._current]
+        if not dead:
+            return
+        self._write(self._current, [records.segments(
+            [number for number in sorted(self._files) if number not in dead])])
+        for number in dead:
+            self._files.pop(number).close()
+            del self._sizes[number]
+            self.disk.unlink(self._path(number))
+        self.disk.sync_dir(self.directory)
+
+    def close(self, *, clean: bool) -> None:
+        """Sync and close; a clean stop leaves a mark that the newest segment is whole."""
+        try:
+            if clean:
+                self.sync()
+                self._write_clean_mark()
+        finally:
+            for file in self._files.values():
+                file.close()
+            self._files.clear()
+
+    def _write_clean_mark(self) -> None:
+        if not self._current:
+            return
+        data = self.disk.read(self._path(self._current))
+        mark = json.dumps({"segment": segment_name(self._current), "size": len(data),
+                           "crc32": zlib.crc32(data)}).encode()
+        temporary = os.path.join(self.directory, CLEAN_MARK + ".tmp")
+        self.disk.write_file(temporary, [mark], sync=True)
+        self.disk.rename(temporary, os.path.join(self.directory, CLEAN_MARK))
+        self.disk.sync_dir(self.directory)
+
+    # --- cache -----------------------------------------------------------------------------
+
+    def _cache_put(self, index: int, command: bytes) -> None:
+        self._cache_drop(index)
+        self._cache[index] = command
+        self._cache_order.append(index)
+        self._cache_bytes += len(command)
+
+    def _cache_drop(self, index: int) -> None:
+        command = self._cache.pop(index, None)
+        if command is not None:
+            self._cache_bytes -= len(command)
+
+    def _evict(self) -> None:
+        while self._cache_bytes > self.cache_bytes_max and self._cache_order:
+            self._cache_drop(self._cache_order.popleft())
+        if len(self._cache_order) > 4 * max(1, len(self._cache)) + 1024:
+            self._cache_order = deque(i for i in self._cache_order if i in self._cache)
+
+    # --- loading ---------------------------------------------------------------------------
+
+    def _path(self, number: int) -> str:
+        return os.path.join(self.directory, segment_name(number))
+
+    def _load(self) -> None:
+        names = self.disk.listdir(self.directory)
+        numbers = sorted(n for n in map(segment_number, names) if n is not None)
+        clean = self._read_clean_mark(names)
+        listed: list[int] | None = None
+        sequence: int | None = None
+        for position, number in enumerate(numbers):
+            path = self._path(number)
+            data = self.disk.read(path)
+            newest = position == len(numbers) - 1
+            if newest and clean is not None:
+                self._check_clean_mark(clean, number, data)
+            scan = records.scan(data, 0, sequence)
+            if scan.problem is not None:
+                if not newest or scan.damaged or clean is not None:
+                    raise LogDamaged(path, scan.problem)
+                self._cut_torn_tail(number, path, scan, len(data))
+                if scan.good_end == 0:
+                    continue
+            self._files[number] = self.disk.open(path)
+            self._sizes[number] = scan.good_end
+            self._current = number
+            for index, frame in enumerate(records.frames_of(scan.batches)):
+                if index == 0:
+                    self._check_segment_header(path, number, frame)
+                found = self._replay(path, number, frame)
+                if found is not None:
+                    listed = found
+            if scan.batches:
+                sequence = scan.batches[-1].sequence
+        self._sequence = sequence or 0
+        self._commit_written = self.commit_index
+        self.report.segments = len(self._files)
+        self.report.entries = len(self._terms)
+        self.report.clean_stop = clean is not None
+        if listed is not None:
+            missing = [n for n in listed if n not in self._files]
+            if missing:
+                raise LogDamaged(self._path(missing[0]), "is missing (the newest segment "
+                                                         "lists it as part of the log)")
+        self._cache_tail()
+        if clean is not None:
+            self.disk.unlink(os.path.join(self.directory, CLEAN_MARK))
+            self.disk.sync_dir(self.directory)
+
+    def _cache_tail(self) -> None:
+        """The newest entries are read all the time (the last index, what followers lack)."""
+        budget = self.cache_bytes_max // 4
+        index = self.last_index
+        while self._terms and index >= self.first_index and budget > 0:
+            command = self.command_at(index)
+            self._cache[index] = command
+            self._cache_order.appendleft(index)
+            self._cache_bytes += len(command)
+            budget -= len(command)
+            index -= 1
+
+    def _read_clean_mark(self, names: list[str]) -> dict[str, object] | None:
+        if CLEAN_MARK not in names:
+            return None
+        path = os.path.join(self.directory, CLEAN_MARK)
+        try:
+            mark = json.loads(self.disk.read(path))
+            if not isinstance(mark, dict) or not {"segment", "size", "crc32"} <= set(mark):
+                raise ValueError("fields missing")
+        except ValueError as error:
+            raise LogDamaged(path, f"is not a valid clean-stop mark ({error})") from None
+        return mark
+
+    def _check_clean_mark(self, mark: dict[str, object], number: int, data: bytes) -> None:
+        path = self._path(number)
+        if mark["segment"] != segment_name(number):
+            raise LogDamaged(path, f"is the newest segment, but the node stopped with "
+                                   f"{mark['segment']} as its newest")
+        if mark["size"] != len(data) or mark["crc32"] != zlib.crc32(data):
+            raise LogDamaged(path, f"changed since the node stopped cleanly ({len(data)} bytes, "
+                                   f"{mark['size']} at the stop)")
+
+    def _cut_torn_tail(self, number: int, path: str, scan: records.Scan, size: int) -> None:
+        self.report.torn_bytes_cut = size - scan.good_end
+        self.report.torn_segment = path
+        self.report.torn_problem = scan.problem
+        if scan.good_end == 0:
+            self.disk.unlink(path)
+            self.disk.sync_dir(self.directory)
+        else:
+            file = self.disk.open(path)
+            try:
+                file.truncate(scan.good_end)
+                file.sync()
+            finally:
+                file.close()
+        if self.on_cut is not None:
+            self.on_cut(self.report)
+
+    def _check_segment_header(self, path: str, number: int, frame: records.Frame) -> None:
+        magic, version, found = (records.decode_segment_header(frame.body)
+                                 if frame.kind == records.KIND_SEGMENT else (b"", 0, 0))
+        if magic != records.SEGMENT_MAGIC:
+            raise LogDamaged(path, "does not start with a raftcron log segment header")
+        if version != records.SEGMENT_FORMAT_VERSION:
+            raise LogDamaged(path, f"is log format version {version}; this release reads "
+                                   f"version {records.SEGMENT_FORMAT_VERSION}")
+        if found != number:
+            raise LogDamaged(path, f"says it is segment {found}")
+
+    def _replay(self, path: str, number: int, frame: records.Frame) -> list[int] | None:
+        kind = frame.kind
+        if kind == records.KIND_ENTRY:
+            index, term, command = records.decode_entry(frame.body)
+            if self._terms and index != self.last_index + 1:
+                raise LogDamaged(path, f"entry {index} at offset {frame.offset} follows entry "
+                                       f"{self.last_index}")
+            if not self._terms:
+                self.first_index = index
+            self._terms.append(term)
+            self._segments_of.append(number)
+            self._offsets.append(records.entry_command_offset(frame.offset))
+            self._lengths.append(len(command))
+        elif kind == records.KIND_TRUNCATE:
+            index = records.decode_index(frame.body)
+            keep = max(0, index - self.first_index) if self._terms else 0
+            for column in (self._terms, self._segments_of, self._offsets, self._lengths):
+                del column[keep:]
+        elif kind == records.KIND_COMPACT:
+            index = records.decode_index(frame.body)
+            drop = min(max(0, index - self.first_index), len(self._terms))
+            for column in (self._terms, self._segments_of, self._offsets, self._lengths):
+                del column[:drop]
+            self.first_index = index
+        elif kind == records.KIND_HARD_STATE:
+            self.term, self.voted_for = records.decode_hard_state(frame.body)
+        elif kind == records.KIND_COMMIT:
+            self.commit_index = records.decode_index(frame.body)
+        elif kind == records.KIND_SEGMENTS:
+            return records.decode_segments(frame.body)
+        elif kind != records.KIND_SEGMENT:
+            raise LogDamaged(path, f"holds a frame of unknown kind {kind} at offset "
+                                   f"{frame.offset}")
+        return None

@@ -1,0 +1,346 @@
+"""Snapshots: checksummed files, written off the Raft thread, made current by the node itself.
+
+The file (``snapshot``): a fixed header (magic, format version, the index and term of the last
+entry it covers, the body's length and crc32, the header's own crc32) and a zlib body holding
+msgpack ``{"prev", "last", "cluster", "state"}``: the two log entries PySyncObj keeps at the
+start of a compacted log, the members, and the state machine's own snapshot bytes.
+
+Rules this module keeps (DESIGN.md §8.1; research/audit-wave2.md finding 1, S1, S2):
+- A snapshot is written to ``snapshot.<index>.tmp`` by a forked child (a copy-on-write image
+  of the state, so the Raft thread does not stall), fsynced, and the child exits. Only the
+  node process renames it over ``snapshot`` and syncs the folder, and only when it covers more
+  than the current one; PySyncObj compacts the log after that, never before.
+- The child never outlives the node: it asks the kernel for SIGKILL when its parent dies
+  (PR_SET_PDEATHSIG), checks the parent is still there, and takes default signal handlers
+  (asyncio's would make it ignore SIGTERM).
+- A snapshot received from the leader is checked whole (header, length, checksum) before it
+  replaces the current one; one that does not check out is not installed and not acknowledged.
+- Nothing is swallowed: a current snapshot that does not load is `LogDamaged`.
+
+Implements the interface PySyncObj expects of its ``Serializer`` (checkSerializing, serialize,
+deserialize, getTransmissionData, setTransmissionData, cancelTransmisstion).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgpack
+from pysyncobj.config import SERIALIZER_STATE
+
+from cluster.storage.disk import Disk, OsDisk
+from cluster.storage.raftlog import LogDamaged, StorageUnavailable
+
+log = logging.getLogger("raftcron.storage")
+
+SNAPSHOT_NAME = "snapshot"
+MAGIC = b"raftcron-snapshot\x00\x00\x00"
+FORMAT_VERSION = 1
+_HEAD = struct.Struct("<20sIQQQI")  # magic, version, index, term, body bytes, body crc32
+_HEAD_CRC = struct.Struct("<I")
+HEADER_BYTES = _HEAD.size + _HEAD_CRC.size
+CHUNK_BYTES = 1 << 20
+COMPRESSION_LEVEL = 1  # level 9 took 8.3 s for a 129 MB state, level 1 0.25 s, same size
+PR_SET_PDEATHSIG = 1
+
+Entry = tuple[bytes, int, int]  # PySyncObj's (command, index, term)
+
+
+class SnapshotSource(Protocol):
+    """The state machine: its snapshot bytes, and loading them back."""
+
+    def snapshot_bytes(self) -> bytes: ...
+    def load_snapshot(self, blob: bytes) -> None: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    index: int
+    term: int
+    prev: Entry
+    last: Entry
+    cluster: list[str]
+    state: bytes
+
+
+def encode(snapshot_index: int, term: int, body: dict[str, Any]) -> Iterator[bytes]:
+    """The file's bytes: the header, then the compressed body."""
+    raw = msgpack.packb(body, use_bin_type=True)
+    compressed = zlib.compress(raw, COMPRESSION_LEVEL)
+    head = _HEAD.pack(MAGIC, FORMAT_VERSION, snapshot_index, term, len(compressed),
+                      zlib.crc32(compressed))
+    yield head + _HEAD_CRC.pack(zlib.crc32(head))
+    for start in range(0, len(compressed), CHUNK_BYTES):
+        yield compressed[start:start + CHUNK_BYTES]
+
+
+def read_header(data: bytes, path: str) -> tuple[int, int, int, int]:
+    """(index, term, body bytes, body crc32) of a snapshot file's header."""
+    if len(data) < HEADER_BYTES:
+        raise LogDamaged(path, f"is {len(data)} bytes, shorter than a snapshot header")
+    head = data[:_HEAD.size]
+    (crc,) = _HEAD_CRC.unpack_from(data, _HEAD.size)
+    magic, version, index, term, size, body_crc = _HEAD.unpack(head)
+    if magic != MAGIC:
+        raise LogDamaged(path, "is not a raftcron snapshot (wrong magic)")
+    if zlib.crc32(head) != crc:
+        raise LogDamaged(path, "has a snapshot header whose checksum does not match")
+    if version != FORMAT_VERSION:
+        raise LogDamaged(path, f"is snapshot format version {version}; this release reads "
+                               f"version {FORMAT_VERSION}")
+    return index, term, size, body_crc
+
+
+def check(data: bytes, path: str) -> tuple[int, int]:
+    """(index, term) of a whole snapshot file whose header and body check out."""
+    index, term, size, body_crc = read_header(data, path)
+    body = memoryview(data)[HEADER_BYTES:]
+    if len(body) != size:
+        raise LogDamaged(path, f"holds {len(body)} bytes of snapshot body, its header says {size}")
+    if zlib.crc32(body) != body_crc:
+        raise LogDamaged(path, "has a snapshot body whose checksum does not match")
+    return index, term
+
+
+def decode(data: bytes, path: str) -> Snapshot:
+    index, term = check(data, path)
+    try:
+        fields = msgpack.unpackb(zlib.decompress(memoryview(data)[HEADER_BYTES:]), raw=False)
+        prev, last = _entry(fields["prev"]), _entry(fields["last"])
+        cluster, state = [str(member) for member in fields["cluster"]], bytes(fields["state"])
+    except (ValueError, KeyError, TypeError, zlib.error) as error:
+        raise LogDamaged(path, f"has a snapshot body that does not decode ({error})") from None
+    if last[1] != index or last[2] != term or prev[1] != index - 1:
+        raise LogDamaged(path, f"says index {index} term {term}, its entries say otherwise")
+    return Snapshot(index, term, prev, last, cluster, state)
+
+
+def _entry(value: Any) -> Entry:
+    command, index, term = value
+    return bytes(command), int(index), int(term)
+
+
+def _prepare_child(parent_pid: int, close_fds: list[int]) -> None:
+    """In a freshly forked child: die with the parent, default signals, no shared lock."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name:
+        libc = ctypes.CDLL(libc_name, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    for fd in close_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class SnapshotStore:
+    def __init__(self, directory: str, source: SnapshotSource, *, durable: bool = True,
+                 fork: bool = True, disk: Disk | None = None,
+                 inherited_fds: Callable[[], list[int]] | None = None) -> None:
+        self.directory = directory
+        self.source = source
+        self.durable = durable
+        self.fork = fork
+        self.disk: Disk = disk or OsDisk()
+        self.inherited_fds = inherited_fds or (lambda: [])
+        self.path = os.path.join(directory, SNAPSHOT_NAME)
+        self.current: Snapshot | None = None
+        self._pending_load: Snapshot | None = None
+        self._child_pid = 0
+        self._child_path = ""
+        self._child_meta: tuple[Entry, Entry, list[str]] = ((b"", 0, 0), (b"", 0, 0), [])
+        self._child_id: int | None = None
+        self._inline_done: tuple[int, int | None] | None = None  # (state, id) when fork=False
+        self._outgoing: dict[Any, tuple[bytes, int]] = {}
+        self._incoming: list[bytes] | None = None
+        self._load()
+
+    def _load(self) -> None:
+        for name in self.disk.listdir(self.directory):
+            if name.startswith(SNAPSHOT_NAME + ".") and name.endswith(".tmp"):
+                self.disk.unlink(os.path.join(self.directory, name))  # never made current
+        if self.disk.exists(self.path):
+            self.current = decode(self.disk.read(self.path), self.path)
+            self._pending_load = self.current
+
+    # --- PySyncObj's Serializer interface --------------------------------------------------
+
+    def checkSerializing(self) -> tuple[int, int | None]:
+        if self._inline_done is not None:
+            state, done_id = self._inline_done
+            self._inline_done = None
+            return state, done_id
+        if not self._child_pid:
+            return SERIALIZER_STATE.NOT_SERIALIZING, None
+        try:
+            pid, status = os.waitpid(self._child_pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self._child_pid, -1
+        if pid == 0:
+            return SERIALIZER_STATE.SERIALIZING, self._child_id
+        self._child_pid = 0
+        if status != 0:
+            log.error("snapshot writer failed", extra={"action": "snapshot_failed",
+                                                       "status": status})
+            self._discard(self._child_path)
+            return SERIALIZER_STATE.FAILED, self._child_id
+        return self._adopt(self._child_path, self._child_meta, self._child_id)
+
+    def serialize(self, data: Any, serialize_id: int) -> None:
+        if self._child_pid or self._inline_done is not None:
+            return
+        last, prev, cluster = _entry(data[1]), _entry(data[2]), sorted(
+            str(getattr(node, "id", node)) for node in data[3])
+        path = os.path.join(self.directory, f"{SNAPSHOT_NAME}.{last[1]}.tmp")
+        if not self.fork:
+            try:
+                self._write(path, last, prev, cluster)
+            except OSError as error:
+                log.error("snapshot write failed: %s", error, extra={"action": "snapshot_failed"})
+                self._discard(path)
+                self._inline_done = (SERIALIZER_STATE.FAILED, serialize_id)
+                return
+            self._inline_done = self._adopt(path, (last, prev, cluster), serialize_id)
+            return
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: write, sync, exit; never return into the node's code
+            code = 1
+            try:
+                _prepare_child(parent, self.inherited_fds())
+                self._write(path, last, prev, cluster)
+                code = 0
+            finally:
+                os._exit(code)
+        self._child_pid, self._child_path = pid, path
+        self._child_meta, self._child_id = (last, prev, cluster), serialize_id
+
+    def deserialize(self) -> tuple[Any, Entry, Entry, list[str]]:
+        """What PySyncObj loads: the state is given to the source here, once per snapshot."""
+        snapshot = self.current
+        if snapshot is None:
+            raise LogDamaged(self.path, "is missing")
+        if self._pending_load is snapshot:
+            self._pending_load = None
+            self.source.load_snapshot(snapshot.state)
+        return None, snapshot.last, snapshot.prev, snapshot.cluster
+
+    def getTransmissionData(self, node: Any) -> tuple[bytes, bool, bool] | None:
+        if self._child_pid or self.current is None:
+            return None
+        sending = self._outgoing.get(node)
+        if sending is None:
+            sending = (self.disk.read(self.path), 0)
+        data, sent = sending
+        chunk = data[sent:sent + CHUNK_BYTES]
+        first, last = sent == 0, not chunk
+        if last:
+            self._outgoing.pop(node, None)
+        else:
+            self._outgoing[node] = (data, sent + len(chunk))
+        return chunk, first, last
+
+    def setTransmissionData(self, data: Any) -> bool:
+        if data is None:
+            return False
+        chunk, first, last = data
+        if first:
+            self._incoming = []
+        if self._incoming is None:
+            return False
+        if not last:
+            self._incoming.append(bytes(chunk))
+            return False
+        received, self._incoming = b"".join(self._incoming) + bytes(chunk), None
+        return self._install(received)
+
+    def cancelTransmisstion(self, node: Any) -> None:
+        self._outgoing.pop(node, None)
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _write(self, path: str, last: Entry, prev: Entry, cluster: list[str]) -> None:
+        state = self.source.snapshot_bytes()
+        body = {"prev": list(prev), "last": list(last), "cluster": cluster, "state": state}
+        self.disk.write_file(path, encode(last[1], last[2], body), sync=self.durable)
+
+    def _adopt(self, path: str, meta: tuple[Entry, Entry, list[str]],
+               serialize_id: int | None) -> tuple[int, int | None]:
+        """Make a written snapshot current if it covers more than the current one."""
+        last, prev, cluster = meta
+        if self.current is not None and self.current.index >= last[1]:
+            log.info("snapshot at %d dropped: %d is current", last[1], self.current.index,
+                     extra={"action": "snapshot_superseded"})
+            self._discard(path)
+            return SERIALIZER_STATE.NOT_SERIALIZING, None
+        try:
+            check(self.disk.read(path), path)  # the checksum only: no decompression here
+            self._make_current(path)
+        except (OSError, LogDamaged) as error:
+            log.error("snapshot not made current: %s", error, extra={"action": "snapshot_failed"})
+            self._discard(path)
+            return SERIALIZER_STATE.FAILED, serialize_id
+        self.current = Snapshot(last[1], last[2], prev, last, cluster, b"")
+        log.info("snapshot at index %d term %d is current", last[1], last[2],
+                 extra={"action": "snapshot_written", "index": last[1]})
+        return SERIALIZER_STATE.SUCCESS, serialize_id
+
+    def _install(self, received: bytes) -> bool:
+        """A snapshot from the leader: checked whole, then current, then loaded by PySyncObj."""
+        path = os.path.join(self.directory, f"{SNAPSHOT_NAME}.install.tmp")
+        try:
+            snapshot = decode(received, "the snapshot received from the leader")
+        except LogDamaged as error:
+            log.error("refused a snapshot from the leader: %s", error,
+                      extra={"action": "snapshot_install_refused"})
+            return False
+        if self.current is not None and self.current.index >= snapshot.index:
+            log.warning("snapshot from the leader at %d is not newer than %d; not installed",
+                        snapshot.index, self.current.index,
+                        extra={"action": "snapshot_install_refused"})
+            return False
+        try:
+            self.disk.write_file(path, [received], sync=self.durable)
+            self._make_current(path)
+        except OSError as error:
+            self._discard(path)
+            raise StorageUnavailable(f"{self.path}: install failed: {error}") from error
+        self.current = self._pending_load = snapshot
+        log.info("installed the leader's snapshot at index %d", snapshot.index,
+                 extra={"action": "snapshot_installed", "index": snapshot.index})
+        return True
+
+    def _make_current(self, path: str) -> None:
+        self.disk.rename(path, self.path)
+        if self.durable:
+            self.disk.sync_dir(self.directory)
+
+    def _discard(self, path: str) -> None:
+        try:
+            if path and self.disk.exists(path):
+                self.disk.unlink(path)
+        except OSError:
+            pass
+
+    def kill_writer(self) -> None:
+        """On a clean stop: the writer's work is lost, never half-adopted."""
+        if self._child_pid:
+            try:
+                os.kill(self._child_pid, signal.SIGKILL)
+                os.waitpid(self._child_pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self._child_pid = 0
+            self._discard(self._child_path)
