@@ -1,0 +1,1 @@
+"""Tests of the storage under Raft (cluster/storage) and of the simulation's disk model."""
