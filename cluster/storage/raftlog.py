@@ -462,7 +462,9 @@ class RaftLog:
             drop = min(max(0, index - self.first_index), len(self._terms))
             for column in (self._terms, self._segments_of, self._offsets, self._lengths):
                 del column[:drop]
-            self.first_index = index
+            # A compaction may name an index before the first entry replayed: the entries it
+            # dropped were in segments deleted since. The entries here stay where they are.
+            self.first_index = max(self.first_index, index) if self._terms else index
         elif kind == records.KIND_HARD_STATE:
             self.term, self.voted_for = records.decode_hard_state(frame.body)
         elif kind == records.KIND_COMMIT:

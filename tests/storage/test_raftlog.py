@@ -140,6 +140,27 @@ def test_a_full_log_reloads_what_it_wrote_across_many_segments(place: Place) -> 
     assert entries(place.crash(log)) == want
 
 
+def test_a_compaction_written_after_its_segment_survives_the_deletion_of_that_segment(
+        place: Place) -> None:
+    """The COMPACT frame of a compaction lands in the newest segment, while the entry it names
+    is in an older one. Once a later compaction deleted that older segment, a reload replays
+    the frame with no entry before it left: it must not move the entries' indexes (it did,
+    and the log came back as entries 22..23 of 22..30, the others silently gone)."""
+    place.segment_bytes_max = 1_000
+    log = place.open()
+    fill(log, 1, 30, term=1, sync_each=True, size=100)
+    log.compact_to(12)
+    log.sync()
+    log.compact_to(22)
+    log.sync()
+    assert "log-00000001.seg" not in place.segments()
+    again = place.crash(log)
+    assert entries(again) == expected(22, 30, 1, size=100)
+    again.compact_to(27)
+    again.sync()
+    assert entries(place.crash(again)) == expected(27, 30, 1, size=100)
+
+
 # -- torn tails and damage ---------------------------------------------------------------------
 
 
