@@ -345,7 +345,11 @@ class RaftLog:
             newest = position == len(numbers) - 1
             if newest and clean is not None:
                 self._check_clean_mark(clean, number, data)
+            if not data and (not newest or clean is not None):
+                raise LogDamaged(path, "is empty: a segment starts with its header")
             scan = records.scan(data, 0, sequence)
+            if not data:  # a crash between creating the newest segment and writing its header
+                scan = records.Scan([], 0, "an empty segment (its header was never written)")
             if scan.problem is not None:
                 if not newest or scan.damaged or clean is not None:
                     raise LogDamaged(path, scan.problem)

@@ -193,6 +193,36 @@ def test_a_torn_last_batch_is_cut_and_reported(place: Place) -> None:
     assert entries(place.crash(again)) == expected(1, 3, 1) + expected(4, 5, 2)
 
 
+def test_an_empty_newest_segment_left_by_a_crash_while_creating_it_is_removed_at_start(
+        place: Place) -> None:
+    """A kill -9 (or a power cut) between creating a segment and writing its header leaves an
+    empty file. It used to become the segment written to next, with no header, and the start
+    after that refused the log as damaged."""
+    log = place.open()
+    fill(log, 1, 3, term=1)
+    log.close(clean=False)
+    place.disk.create(place.path("log-00000002.seg")).close()
+    again = place.open()
+    assert entries(again) == expected(1, 3, 1)
+    assert again.report.torn_segment == place.path("log-00000002.seg")
+    fill(again, 4, 4, term=1)
+    assert entries(place.crash(again)) == expected(1, 4, 1)
+
+
+def test_an_empty_segment_with_a_newer_one_behind_it_is_damage(place: Place) -> None:
+    log = place.open()
+    fill(log, 1, 3, term=1)
+    log.close(clean=False)
+    first = place.path("log-00000001.seg")
+    cut_file(place, first, 0)
+    file = place.disk.create(place.path("log-00000002.seg"))
+    file.append(records.batch(1, [records.segment_header(2)]))
+    file.close()
+    with pytest.raises(LogDamaged) as damaged:
+        place.open()
+    assert damaged.value.path == first and "is empty" in damaged.value.problem
+
+
 def first_entry_offset(place: Place, path: str) -> int:
     """Where the first entry frame of a segment starts (past its header batch)."""
     data = place.disk.read(path)
