@@ -22,6 +22,7 @@ only recent commands are cached, not the whole log between compactions.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import zlib
@@ -337,6 +338,10 @@ class RaftLog:
         names = self.disk.listdir(self.directory)
         numbers = sorted(n for n in map(segment_number, names) if n is not None)
         clean = self._read_clean_mark(names)
+        for older, newer in itertools.pairwise(numbers):
+            if newer != older + 1:  # segments go only from the oldest and the newest end
+                raise LogDamaged(self._path(older + 1), f"is missing ({segment_name(older)} and "
+                                                        f"{segment_name(newer)} are there)")
         listed: list[int] | None = None
         sequence: int | None = None
         for position, number in enumerate(numbers):

@@ -270,6 +270,41 @@ def test_a_flipped_bit_in_an_older_segment_is_damage_even_at_its_end(place: Plac
     assert damaged.value.path == first
 
 
+def test_a_missing_segment_the_newest_one_lists_is_damage(place: Place) -> None:
+    place.segment_bytes_max = 600
+    log = place.open()
+    fill(log, 1, 12, term=1, sync_each=True, size=100)
+    log.close(clean=False)
+    names = place.segments()
+    assert len(names) >= 3
+    place.disk.unlink(place.path(names[1]))
+    with pytest.raises(LogDamaged) as damaged:
+        place.open()
+    assert damaged.value.path == place.path(names[1])
+    assert "is missing" in damaged.value.problem
+
+
+def test_a_missing_middle_segment_is_damage_even_when_the_newest_looks_torn(
+        place: Place) -> None:
+    """Segment 2 deleted, segment 3 holding its header and a torn batch: the header's batch
+    number does not follow segment 1's, which used to read as a torn tail, so segment 3 was
+    deleted and the log started short (entries 1..4 of 8 synced), with no error."""
+    place.segment_bytes_max = 600
+    log = place.open()
+    index = 0
+    while len(place.segments()) < 3:
+        index += 1
+        fill(log, index, index, term=1, size=100)
+    log.close(clean=False)
+    newest = newest_segment(place)
+    cut_file(place, newest, len(place.disk.read(newest)) - 5)
+    place.disk.unlink(place.path("log-00000002.seg"))
+    with pytest.raises(LogDamaged) as damaged:
+        place.open()
+    assert damaged.value.path == place.path("log-00000002.seg")
+    assert place.disk.exists(newest)
+
+
 def test_after_a_clean_stop_a_shortened_newest_segment_is_damage_not_a_torn_tail(
         place: Place) -> None:
     log = place.open()
