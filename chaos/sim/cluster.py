@@ -1,10 +1,12 @@
 """A deterministic in-process cluster of real PySyncObj nodes: ``SimCluster``.
 
 Owns the nodes' lifecycle and the simulated time: it builds N real ``SyncObj`` objects
-(``autoTick=False``, journal and full dump in a private temp dir) through a caller-supplied
-factory, so any replicated state machine can be plugged in; it steps the fake clock, delivers
-due messages and ticks every live node in a fixed order; it crashes a node (the object and
-everything in flight to or from it are gone, its files stay) and restarts it from its files;
+(``autoTick=False``, journal and full dump in a private temp dir, or raftcron's storage on the
+node's ``SimDisk``) through a caller-supplied factory, so any replicated state machine can be
+plugged in; it steps the fake clock, delivers due messages and ticks every live node in a
+fixed order; it crashes a node (the object and everything in flight to or from it are gone,
+its files stay) and restarts it from its files; it cuts a node's power (a crash, and its disk
+keeps only what was durable), and keeps a node that refuses to start down, with the reason;
 it records every proposal and its answer, and hashes a trace of everything that happened, so
 the same seed must give the same digest. It never sleeps and never reads a real clock.
 """
@@ -29,8 +31,11 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.node import Node
 
 from chaos.sim.clock import FakeClock, simulated_pysyncobj
+from chaos.sim.disk import SimDisk
 from chaos.sim.network import LinkFaults, SimNetwork, SimTransport
 from cluster import raftpatch
+from cluster.storage.hooks import storage_of
+from cluster.storage.raftlog import StorageError
 
 Callback = Callable[[Any, int], None]
 
@@ -56,6 +61,7 @@ class NodeSpec:
     other_nodes: list[Node]
     conf: SyncObjConf
     transport: SimTransport
+    disk: SimDisk  # the node's own disk: survives its crashes; a factory may keep storage on it
 
 
 NodeFactory = Callable[[NodeSpec], SyncObj]
@@ -141,6 +147,9 @@ class SimCluster:
         self._next_tick_s = self.clock.now_s
         self.network = SimNetwork(self.clock, seed, faults)
         self.nodes: dict[str, SyncObj] = {}
+        self.disks: dict[str, SimDisk] = {node_id: SimDisk() for node_id in self.node_ids}
+        self.refused: dict[str, str] = {}  # node -> why it refused to start (it stays down)
+        self._mid_step: list[Callable[[], None]] = []
         self.proposals: list[Proposal] = []
         self.trace = Trace()
         self.log = TruncationLog()
@@ -172,19 +181,26 @@ class SimCluster:
                  traceback: TracebackType | None) -> None:
         self._stack.close()
 
-    def start(self, node_id: str, *, patched: bool | None = None) -> SyncObj:
+    def start(self, node_id: str, *, patched: bool | None = None) -> SyncObj | None:
         """Build a node from its files: the first start, or a restart after a crash.
 
         ``patched=False`` builds this node on unpatched pysyncobj (a mixed cluster, as in a
         rolling upgrade); inside ``raftpatch.uninstalled()`` every node is unpatched anyway.
+        A node whose storage refuses to start (`StorageError`: damage, a lost log) stays down
+        for good; `refused` says why, and None is returned.
         """
         if node_id in self.nodes:
             raise RuntimeError(f"{node_id} is already running")
-        if self.patched if patched is None else patched:
-            raftpatch.install()  # the handler is bound in SyncObj.__init__: patch first
-            return self._build(node_id)
-        with raftpatch.uninstalled():
-            return self._build(node_id)
+        try:
+            if self.patched if patched is None else patched:
+                raftpatch.install()  # the handler is bound in SyncObj.__init__: patch first
+                return self._build(node_id)
+            with raftpatch.uninstalled():
+                return self._build(node_id)
+        except StorageError as error:
+            self.refused[node_id] = f"{type(error).__name__}: {error}"
+            self.trace.record(self._now_us(), "refused", node_id, self.refused[node_id])
+            return None
 
     def _build(self, node_id: str) -> SyncObj:
         base = os.path.join(self.data_dir, node_id)
@@ -192,24 +208,41 @@ class SimCluster:
         others = [SimNode(other) for other in self.node_ids if other != node_id]
         transport = SimTransport(self.network, self_node, others)
         conf = self.conf_factory(node_id, base + ".journal", base + ".dump")
-        node = self.node_factory(NodeSpec(node_id, self_node, others, conf, transport))
+        spec = NodeSpec(node_id, self_node, others, conf, transport, self.disks[node_id])
+        node = self.node_factory(spec)
         self.nodes[node_id] = node
         self.network.attach(node_id, transport)
         self.trace.record(self._now_us(), "start", node_id)
         return node
 
-    def crash(self, node_id: str) -> None:
+    def crash(self, node_id: str, *, keep_sent: bool = False) -> None:
         """kill -9: the process and its in-flight messages vanish; the page cache survives."""
         node = self.nodes.pop(node_id)
-        self.network.detach(node_id)
+        self.network.detach(node_id, keep_sent=keep_sent)
         _release_os_resources(node)
+        self.disks[node_id].crash()
         self.trace.record(self._now_us(), "crash", node_id)
 
-    def restart(self, node_id: str, *, patched: bool | None = None) -> SyncObj:
+    def power_cut(self, node_id: str, rng: random.Random, *, tear: bool = True) -> None:
+        """The node's machine loses power: the process dies (what it sent is on the wire and
+        arrives), and its disk keeps only what was durable, torn if ``tear`` (SimDisk)."""
+        if node_id in self.nodes:
+            self.crash(node_id, keep_sent=True)
+        self.disks[node_id].power_cut(rng, tear=tear)
+        self.trace.record(self._now_us(), "power-cut", node_id, self.disks[node_id].used_bytes())
+
+    def mid_step(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once in the next step, after the messages due are delivered and
+        before any node ticks: nodes have answered them, and synced nothing yet."""
+        self._mid_step.append(action)
+
+    def restart(self, node_id: str, *, patched: bool | None = None) -> SyncObj | None:
         return self.start(node_id, patched=patched)
 
     def down(self) -> list[str]:
-        return [node_id for node_id in self.node_ids if node_id not in self.nodes]
+        """Nodes not running that could start (not those that refused to)."""
+        return [node_id for node_id in self.node_ids
+                if node_id not in self.nodes and node_id not in self.refused]
 
     def _stop_all(self) -> None:
         for node_id in sorted(self.nodes):
@@ -229,6 +262,9 @@ class SimCluster:
         self._next_tick_s += self.tick_s  # ticks stay on a fixed grid despite read costs
         self.clock.advance_to(self._next_tick_s)
         self.network.deliver_due()
+        actions, self._mid_step = self._mid_step, []
+        for action in actions:
+            action()
         for node_id in sorted(self.nodes):
             self.nodes[node_id].doTick(0.0)
         leaders = tuple(self.leaders())
@@ -298,18 +334,21 @@ def raft_log(node: SyncObj) -> list[tuple[int, int, bytes]]:
 
 
 def _release_os_resources(node: SyncObj, *, journal: bool = True) -> None:
-    """Close what a dead process would have closed; pysyncobj leaves these open."""
-    if journal:
+    """Close what a dead process would have closed; pysyncobj leaves these open.
+
+    raftcron's storage is left as a killed process leaves it: nothing synced, no clean-stop
+    mark; its files die with the process (SimDisk.crash)."""
+    if journal and storage_of(node) is None:
         node._SyncObj__raftLog._destroy()  # flushes the mmap: the page cache survives kill -9
     notifier = getattr(node, "_SyncObj__pipeNotifier", None)
     if notifier is not None:
         for fd in (notifier._PipeNotifier__pipeR, notifier._PipeNotifier__pipeW):
             os.close(fd)
     serializer = node._SyncObj__serializer
-    for transmission in list(serializer._Serializer__transmissions.values()):
+    for transmission in list(getattr(serializer, "_Serializer__transmissions", {}).values()):
         if "file" in transmission:
             transmission["file"].close()
-    incoming = serializer._Serializer__incomingTransmissionFile
+    incoming = getattr(serializer, "_Serializer__incomingTransmissionFile", None)
     if incoming is not None and hasattr(incoming, "close"):
         incoming.close()
 

@@ -3,18 +3,24 @@
 Owns the ``SimMachine`` protocol: how the harness builds a node, proposes a keyed command and
 reads back which keys a replica applied and a digest of its whole state. A later chaos tier
 plugs the scheduler in by implementing these four methods; ``KeyLog`` is the minimal
-implementation (an append-only list of keys, the payload only fattens the log).
+implementation (an append-only list of keys, the payload only fattens the log), on PySyncObj's
+own files; ``StoredKeyLog`` is the same list on raftcron's storage (cluster/storage) on each
+node's ``SimDisk``, so that power cuts and damage reach it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Protocol
 
-from pysyncobj import SyncObj, replicated
+from pysyncobj import SyncObj, SyncObjConsumer, replicated
 
 from chaos.sim.cluster import Callback, NodeSpec
 from cluster import raftpatch
+from cluster.storage.node import RaftStorage
+
+DATA_DIR = "/data"  # every node's data dir, on its own SimDisk
 
 
 class SimMachine(Protocol):
@@ -60,6 +66,57 @@ class KeyLog:
 
     def state_digest(self, node: SyncObj) -> str:
         return hashlib.sha256(repr(node.keys).encode()).hexdigest()[:16]
+
+
+class Keys(SyncObjConsumer):  # type: ignore[misc]  # pysyncobj is untyped
+    """The replicated list of keys as a consumer, with the snapshot a `RaftStorage` asks for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[str] = []
+
+    @replicated  # type: ignore[untyped-decorator]  # pysyncobj is untyped
+    def put(self, key: str, payload: bytes) -> int:
+        self.keys.append(key)
+        return len(self.keys)
+
+    def snapshot_bytes(self) -> bytes:
+        return json.dumps(self.keys).encode()
+
+    def load_snapshot(self, blob: bytes) -> None:
+        self.keys = json.loads(blob)
+
+
+class StoredKeyLog:
+    """The ``SimMachine`` of a key list on raftcron's storage, one `SimDisk` per node."""
+
+    def __init__(self, *, durability: str = "fsync", segment_bytes_max: int = 16 << 10) -> None:
+        self.durability = durability
+        self.segment_bytes_max = segment_bytes_max
+        self.consumers: dict[int, Keys] = {}
+        self.storages: dict[str, RaftStorage] = {}  # node id -> the latest storage built
+
+    def build(self, spec: NodeSpec) -> SyncObj:
+        raftpatch.install()
+        consumer = Keys()
+        storage = RaftStorage(DATA_DIR, node_id=spec.node_id, source=consumer,
+                              durability=self.durability, fork=False, disk=spec.disk,
+                              segment_bytes_max=self.segment_bytes_max)
+        spec.conf.journalFile = spec.conf.fullDumpFile = storage
+        node = SyncObj(spec.self_node, spec.other_nodes, spec.conf, consumers=[consumer],
+                       transport=spec.transport)
+        self.consumers[id(node)] = consumer
+        self.storages[spec.node_id] = storage
+        return node
+
+    def propose(self, node: SyncObj, key: str, payload: bytes, callback: Callback) -> None:
+        self.consumers[id(node)].put(key, payload, callback=callback)
+
+    def applied_keys(self, node: SyncObj) -> list[str]:
+        return list(self.consumers[id(node)].keys)
+
+    def state_digest(self, node: SyncObj) -> str:
+        return hashlib.sha256(repr(self.consumers[id(node)].keys).encode()).hexdigest()[:16]
 
 
 def payload_of(size_bytes: int, key: str) -> bytes:

@@ -91,11 +91,13 @@ class SimNetwork:
                 transport.peer_connected(peer_id)
                 self.transports[peer_id].peer_connected(node_id)
 
-    def detach(self, node_id: str) -> None:
-        """A node crashes: everything in flight to or from it is lost, peers see it go."""
+    def detach(self, node_id: str, *, keep_sent: bool = False) -> None:
+        """A node crashes: everything in flight to or from it is lost, peers see it go.
+        With ``keep_sent`` what it sent is already on the wire and still arrives (a power
+        cut an instant after a send)."""
         self.transports.pop(node_id, None)
         for (src, dst), link in sorted(self._links.items()):
-            if node_id in (src, dst):
+            if dst == node_id or (src == node_id and not keep_sent):
                 link.queue.clear()
                 link.fifo_at_s = 0.0
         for peer_id in sorted(self.transports):
