@@ -14,8 +14,10 @@ built with plain file names keep the library's own storage. What the hooks do fo
      every tick makes its own entries durable first; ``__onBecomeLeader`` syncs its no-op
      (a single node counts itself in the same tick);
    - term and vote are synced by the journal before PySyncObj acts on them.
-3. ``__loadDumpFile`` is replaced: the snapshot store has already checked the file; any error
-   loading it is fatal for the node (0.3.17 logged and went on with an empty state, and then
+3. ``__loadDumpFile`` is replaced, and runs at the first tick when the storage holds a snapshot
+   (the library's own test, ``os.path.isfile``, sees only the real filesystem, not the
+   storage's `Disk`): the snapshot store has already checked the file; any error loading it is
+   fatal for the node (0.3.17 logged and went on with an empty state, and then
    acknowledged a failed install as a success); the log already agrees with the snapshot
    (`journal.reconcile`), so it is never cleared at start.
 4. A storage that cannot write (disk full, I/O error) makes the node step down, send no acks
@@ -97,6 +99,12 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
         if storage is None:
             library(self, timeToWait)
             return
+        if self._SyncObj__needLoadDumpFile:
+            # The library looks for the snapshot with os.path.isfile, which only answers for
+            # files on the real filesystem; the storage knows whether it holds one.
+            self._SyncObj__needLoadDumpFile = False
+            if storage.snapshots.current is not None:
+                self._SyncObj__loadDumpFile(clearJournal=False)
         if not storage.sync():
             _stand_down(self)
             syncobj_module.time.sleep(timeToWait)  # PySyncObj's clock: a simulation fakes it

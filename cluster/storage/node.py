@@ -3,7 +3,7 @@
 It opens the data dir (lock, format mark), loads the log and the snapshot, makes them agree
 (`journal.reconcile`) and then serves PySyncObj: the same object is given as ``journalFile``
 and ``fullDumpFile`` of its ``SyncObjConf``, and `hooks` turns it into the journal and the
-serializer (its path is the current snapshot's, which PySyncObj checks with ``isfile``).
+serializer (its path is the current snapshot's; the hooks load it at the first tick).
 
 It also keeps what the rest of the node asks about the storage: whether it can write (a full
 disk makes it unhealthy until a write succeeds again), free bytes, what loading found.
