@@ -31,7 +31,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.node import Node
 
 from chaos.sim.clock import FakeClock, simulated_pysyncobj
-from chaos.sim.disk import SimDisk
+from chaos.sim.disk import PowerCut, SimDisk
 from chaos.sim.network import LinkFaults, SimNetwork, SimTransport
 from cluster import raftpatch
 from cluster.storage.hooks import storage_of
@@ -150,6 +150,8 @@ class SimCluster:
         self.disks: dict[str, SimDisk] = {node_id: SimDisk() for node_id in self.node_ids}
         self.refused: dict[str, str] = {}  # node -> why it refused to start (it stays down)
         self._mid_step: list[Callable[[], None]] = []
+        self.network.on_power_lost = self._power_lost
+        self.power_lost_observers: list[Callable[[str], None]] = []  # told of every armed cut
         self.proposals: list[Proposal] = []
         self.trace = Trace()
         self.log = TruncationLog()
@@ -231,6 +233,15 @@ class SimCluster:
         self.disks[node_id].power_cut(rng, tear=tear)
         self.trace.record(self._now_us(), "power-cut", node_id, self.disks[node_id].used_bytes())
 
+    def _power_lost(self, node_id: str) -> None:
+        """A power cut armed on the node's disk (SimDisk.cut_power_at) fired inside one of its
+        disk calls: the disk already kept what it keeps; the process is gone with it."""
+        if node_id in self.nodes:
+            self.crash(node_id, keep_sent=True)
+        self.trace.record(self._now_us(), "power-cut", node_id, self.disks[node_id].used_bytes())
+        for observer in self.power_lost_observers:
+            observer(node_id)
+
     def mid_step(self, action: Callable[[], None]) -> None:
         """Run ``action`` once in the next step, after the messages due are delivered and
         before any node ticks: nodes have answered them, and synced nothing yet."""
@@ -245,6 +256,8 @@ class SimCluster:
                 if node_id not in self.nodes and node_id not in self.refused]
 
     def _stop_all(self) -> None:
+        for disk in self.disks.values():
+            disk.disarm()  # a clean stop, not one more fault
         for node_id in sorted(self.nodes):
             node = self.nodes.pop(node_id)
             node.destroy()
@@ -266,7 +279,10 @@ class SimCluster:
         for action in actions:
             action()
         for node_id in sorted(self.nodes):
-            self.nodes[node_id].doTick(0.0)
+            try:
+                self.nodes[node_id].doTick(0.0)
+            except PowerCut:
+                self._power_lost(node_id)
         leaders = tuple(self.leaders())
         if leaders != self._leaders:
             self._leaders = leaders

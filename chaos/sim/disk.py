@@ -248,8 +248,10 @@ class SimDisk:
     # --- faults ----------------------------------------------------------------------------
 
     def crash(self) -> None:
-        """kill -9 of the process using the disk: its open files die, the page cache stays."""
+        """kill -9 of the process using the disk: its open files die, the page cache stays;
+        a power cut armed for that process's calls (`cut_power_at`) is off."""
         self.epoch += 1
+        self._armed = None
 
     def power_cut(self, rng: random.Random, *, tear: bool = True) -> None:
         """Everything not durable is gone (see the module docstring for ``tear``)."""
@@ -265,6 +267,10 @@ class SimDisk:
         """The ``operation``-th mutating call from now (0: the next) cuts the power and raises
         `PowerCut`. A write or a name change reaches the page cache first; a sync does not."""
         self._armed = (self.operations + operation, rng, tear)
+
+    def disarm(self) -> None:
+        """No armed power cut any more (the fault is healed)."""
+        self._armed = None
 
     def flip_bit(self, path: str, rng: random.Random, *, start: int = 0,
                  end: int | None = None) -> tuple[int, int]:

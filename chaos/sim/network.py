@@ -26,6 +26,7 @@ from pysyncobj.node import Node
 from pysyncobj.transport import Transport
 
 from chaos.sim.clock import FakeClock
+from chaos.sim.disk import PowerCut
 
 Observer = Callable[[str, str, str, Any], None]  # (event, src, dst, message)
 
@@ -74,6 +75,7 @@ class SimNetwork:
         self.link_faults: dict[tuple[str, str], LinkFaults] = {}
         self.transports: dict[str, SimTransport] = {}
         self.observers: list[Observer] = []
+        self.on_power_lost: Callable[[str], None] | None = None  # a node's disk cut mid-call
         self._links: dict[tuple[str, str], _Link] = {}
 
     # --- topology -------------------------------------------------------------------------
@@ -205,7 +207,12 @@ class SimNetwork:
             return message
         for observer in self.observers:
             observer("deliver", src, dst, message)
-        transport.deliver(src, message)
+        try:
+            transport.deliver(src, message)
+        except PowerCut:  # the node's power failed inside a disk call made while handling it
+            if self.on_power_lost is None:
+                raise
+            self.on_power_lost(dst)
         return message
 
 

@@ -157,3 +157,23 @@ def test_without_held_acks_a_power_cut_loses_a_write_the_leader_acknowledged(
     proposal, report = cut_followers_right_after_they_take_an_entry("held-acks")
     assert proposal.acknowledged
     assert "x" in report.lost_everywhere or "x" in report.lost, report
+
+
+def test_a_power_cut_inside_a_disk_call_kills_the_node_and_its_torn_tail_is_cut() -> None:
+    """The cut lands inside the node's n-th next disk call (a write reaches the page cache and
+    is torn): the node dies there, restarts with the tail cut, and loses nothing acknowledged."""
+    torn = 0
+    for operation in range(6):
+        machine = StoredKeyLog()
+        with cluster_of(machine, f"inside-{operation}") as cluster:
+            cluster.wait_for(lambda: cluster.leader() is not None, 5.0, "a leader")
+            victim = next(node_id for node_id in NODES if node_id != cluster.leader())
+            cluster.disks[victim].cut_power_at(operation, random.Random(operation))
+            write_keys(cluster, machine, 30, "k")
+            assert victim not in cluster.nodes and cluster.disks[victim].power_cuts == 1
+            cluster.run_for(0.3)
+            cluster.restart(victim)
+            torn += machine.storages[victim].load_report.torn_segment is not None
+            report = final_report(cluster, machine)
+            assert report.ok and len(report.acknowledged) == 31, report  # and the barrier
+    assert torn > 0
