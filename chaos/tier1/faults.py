@@ -5,12 +5,20 @@ workers, phase lengths, drawn from the seed) and ``Nemesis``: crash a node or th
 restarts from its journal and dump 0.2-2 s later), rarely the whole cluster (down 1-8 s, longer
 than a short misfire grace), pause the leader (SIGSTOP: it wakes up believing it still leads),
 isolate a node or the leader, cut a link one way, slow a link, duplicate and delay messages,
-crash a worker, heal. It always keeps a majority running outside a whole-cluster crash, so the
-run keeps committing. It never sends requests.
+crash a worker, heal. It always keeps a majority running outside a whole-cluster crash or
+power loss, so the run keeps committing. It never sends requests.
+
+On raftcron's storage (a run with a durability) it also cuts power (CHAOS.md, Wave 2): of a
+node or the leader, of a majority, of every node, several cuts a few milliseconds apart, each
+either an instant after the node handled its messages (before it syncs) or inside one of its
+next disk calls (a write torn on the disk); the node's SimDisk keeps what was durable and tears
+the rest; the nodes come back 0.5-5.5 s later, not all at once. Those runs compact every few
+dozen entries, so cuts land around snapshots and compactions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from dataclasses import dataclass
@@ -23,6 +31,9 @@ from cluster.config import RaftTuning
 
 if TYPE_CHECKING:
     from chaos.tier1.run import Run
+
+POWER_FAULTS = ("power-node", "power-leader", "power-majority", "power-all")
+POWER_FAULT_P = 0.25  # of the faults of a run on raftcron's storage
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,18 @@ class Profile:
     ticker_wake_s: float = 0.0  # from a role change to the ticker's wake (the loop's delay)
 
     @staticmethod
-    def draw(rng: random.Random) -> Profile:
+    def draw(rng: random.Random, *, storage: bool = False) -> Profile:
+        """The seed's profile; ``storage`` (a run on raftcron's storage) draws a compaction
+        every few dozen entries, after everything else (the rest of a seed's run stays)."""
+        profile = Profile._draw(rng)
+        if not storage:
+            return profile
+        tuning = dataclasses.replace(profile.tuning,
+                                     compaction_min_entries=rng.choice([20, 40, 80]))
+        return dataclasses.replace(profile, tuning=tuning)
+
+    @staticmethod
+    def _draw(rng: random.Random) -> Profile:
         nodes = rng.choice([3, 3, 3, 5])
         clocks = rng.choice(["synced", "skewed", "split30", "split30"])
         if clocks == "synced":
@@ -89,9 +111,14 @@ class Profile:
 class Nemesis:
     """Injects one random fault at a time into a run; `heal` undoes what is still undone."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, *, power: bool = False) -> None:
         self.run = run
+        self.power = power  # power faults too (nodes on raftcron's storage)
+        self.disk_rng = random.Random(f"{run.seed}/disk")  # how power cuts tear the files
         self.paused: dict[str, SyncObj] = {}  # SIGSTOPped nodes, out of the cluster's nodes
+        self.armed: dict[str, float] = {}  # node -> its downtime, once its armed cut fires
+        if power:
+            run.cluster.power_lost_observers.append(self._lost_power_inside_a_call)
 
     def strike(self) -> None:
         run = self.run
@@ -105,8 +132,12 @@ class Nemesis:
                              "worker-crash", "heal"])
         if rng.random() < 0.05:
             action = "crash-all"
+        if self.power and rng.random() < POWER_FAULT_P:  # drawn only then: other seeds stay
+            action = rng.choice(POWER_FAULTS)
         run.note("nemesis", action, node, other)
-        if action == "crash-all":
+        if action in POWER_FAULTS:
+            self.power_loss(action, node, leader)
+        elif action == "crash-all":
             self.crash_all(rng.uniform(1.0, 8.0))
         elif action in ("crash-leader", "crash"):
             self.crash(leader if action == "crash-leader" else node)
@@ -137,9 +168,58 @@ class Nemesis:
         for node_id in cluster.node_ids:
             self.run.after(down_s, functools.partial(self.restart, node_id))
 
+    def power_loss(self, action: str, node_id: str, leader: str | None) -> None:
+        """One node's, a majority's or every node's machine loses power (see the module)."""
+        cluster, rng = self.run.cluster, self.run.rng
+        ids = cluster.node_ids
+        if action in ("power-node", "power-leader"):
+            target = leader if action == "power-leader" and leader is not None else node_id
+            if target in cluster.nodes and len(cluster.nodes) - 1 <= len(ids) // 2:
+                return  # keep a majority running, as a crash does
+            targets = [target]
+        elif action == "power-majority":
+            targets = rng.sample(ids, len(ids) // 2 + 1)
+        else:
+            targets = rng.sample(ids, len(ids))
+        spacing_s = rng.choice([0.0, 0.01, 0.02, 0.05])
+        down_s = rng.uniform(0.5, 4.0)
+        for number, target in enumerate(targets):
+            cut_s = number * spacing_s
+            back_s = down_s + rng.uniform(0.0, 1.5)
+            if rng.random() < 0.5:
+                self.run.after(cut_s, functools.partial(self._cut_inside_a_call, target, back_s))
+            else:
+                self.run.after(cut_s, functools.partial(self._cut_at_mid_step, target))
+                self.run.after(cut_s + back_s, functools.partial(self.restart, target))
+
+    def _cut_inside_a_call(self, node_id: str, back_s: float) -> None:
+        """The power fails inside one of the node's next few disk calls (a running node)."""
+        if node_id not in self.run.cluster.nodes:  # down or stopped: no call to land in
+            self._cut_at_mid_step(node_id)
+            self.run.after(back_s, functools.partial(self.restart, node_id))
+            return
+        self.armed[node_id] = back_s
+        self.run.cluster.disks[node_id].cut_power_at(self.disk_rng.randint(0, 3), self.disk_rng)
+
+    def _lost_power_inside_a_call(self, node_id: str) -> None:
+        self.run.note("power-cut-inside-a-call", node_id)
+        back_s = self.armed.pop(node_id, None)
+        if back_s is not None:
+            self.run.after(back_s, functools.partial(self.restart, node_id))
+
+    def _cut_at_mid_step(self, node_id: str) -> None:
+        def cut() -> None:
+            self.resume(node_id)  # a SIGSTOPped process dies with its machine too
+            self.run.cluster.power_cut(node_id, self.disk_rng)
+            self.run.note("power-cut", node_id)
+
+        self.run.cluster.mid_step(cut)
+
     def restart(self, node_id: str) -> None:
-        if node_id not in self.run.cluster.nodes and node_id not in self.paused:
-            self.run.cluster.restart(node_id)
+        cluster = self.run.cluster
+        if node_id not in cluster.nodes and node_id not in self.paused and \
+                node_id not in cluster.refused:
+            cluster.restart(node_id)
 
     def pause(self, node_id: str, seconds: float) -> None:
         """SIGSTOP: the node neither ticks nor reads; it wakes up believing what it believed."""
@@ -165,4 +245,7 @@ class Nemesis:
     def heal(self) -> None:
         for node_id in sorted(self.paused):
             self.resume(node_id)
+        for disk in self.run.cluster.disks.values():
+            disk.disarm()
+        self.armed.clear()
         self.run.later = []

@@ -1,7 +1,9 @@
 """The product's replica inside the simulator, and the history it writes.
 
 Owns how tier 1 plugs ``cluster.replica.StateMachine`` (in a plain ``SyncObj``, with the conf
-``cluster.replica.sync_conf`` builds) into ``chaos.sim`` as a ``SimMachine``; how a bug in the
+``cluster.replica.sync_conf`` builds) into ``chaos.sim`` as a ``SimMachine``, on PySyncObj's
+own files or, given a durability, on the product's storage (``cluster.storage.RaftStorage``,
+no fork, on the node's ``SimDisk``, as ``cluster.replica.RaftNode`` builds it); how a bug in the
 replica's ``apply`` fails the seed instead of ending the test process; and ``LogRecorder``,
 which reads after every step the entries each node applied since (one entry per index: an
 index applied with two different entries is a fork). The recorded log is the history the
@@ -19,24 +21,35 @@ from typing import Any
 
 import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.config import SERIALIZER_STATE
 
 from chaos.sim.cluster import NodeSpec, SimCluster
 from cluster import raftpatch
 from cluster import replica as product_replica
 from cluster.config import NodeConfig, RaftTuning
 from cluster.replica import StateMachine, encode_batch, sync_conf
+from cluster.storage.node import RaftStorage
 from scheduler import codec
 from scheduler.commands import Barrier
 from scheduler.snapshot import digest
 from scheduler.state import SchedulerState
 
+DATA_DIR = "/data"  # every node's data dir, on its own SimDisk
+SEGMENT_BYTES_MAX = 16 << 10  # small: segments rotate and dead ones are deleted during a run
+
 
 class ReplicaMachine:
-    """`chaos.sim.SimMachine` for `cluster.replica.StateMachine` in a plain `SyncObj`."""
+    """`chaos.sim.SimMachine` for `cluster.replica.StateMachine` in a plain `SyncObj`; with a
+    ``durability`` ("fsync" or "os") on raftcron's storage, else on PySyncObj's files."""
 
-    def __init__(self, tuning: RaftTuning) -> None:
+    def __init__(self, tuning: RaftTuning, *, durability: str | None = None,
+                 segment_bytes_max: int = SEGMENT_BYTES_MAX) -> None:
         self.tuning = tuning
+        self.durability = durability
+        self.segment_bytes_max = segment_bytes_max
         self.consumers: dict[int, tuple[SyncObj, StateMachine]] = {}  # id(node) -> both
+        self.storage_events: dict[str, int] = {"snapshots_written": 0, "snapshots_installed": 0,
+                                               "torn_tails_cut": 0}
 
     def conf(self, node_id: str, journal: str, dump: str) -> SyncObjConf:
         """The product's conf (sync_conf), with what a simulation changes: ticks, files, fork."""
@@ -51,12 +64,39 @@ class ReplicaMachine:
     def build(self, spec: NodeSpec) -> SyncObj:
         raftpatch.install()
         consumer = StateMachine()
+        if self.durability is not None:
+            storage = RaftStorage(DATA_DIR, node_id=spec.node_id, source=consumer,
+                                  durability=self.durability, fork=False, disk=spec.disk,
+                                  segment_bytes_max=self.segment_bytes_max)
+            self._count_events(storage)
+            spec.conf.journalFile = spec.conf.fullDumpFile = storage
         node = SyncObj(
             spec.self_node, spec.other_nodes, conf=spec.conf, consumers=[consumer],
             transport=spec.transport,
         )
         self.consumers[id(node)] = (node, consumer)
         return node
+
+    def _count_events(self, storage: RaftStorage) -> None:
+        """What the storage did, for the report: a run whose nodes never snapshotted, installed
+        a snapshot or cut a torn tail did not exercise them."""
+        events = self.storage_events
+        events["torn_tails_cut"] += storage.load_report.torn_segment is not None
+        store = storage.snapshots
+        check, install = store.checkSerializing, store.setTransmissionData
+
+        def checked() -> tuple[int, int | None]:
+            state, serialize_id = check()
+            events["snapshots_written"] += state == SERIALIZER_STATE.SUCCESS
+            return state, serialize_id
+
+        def installed(data: Any) -> bool:
+            done = install(data)
+            events["snapshots_installed"] += done
+            return done
+
+        store.checkSerializing = checked  # type: ignore[method-assign]
+        store.setTransmissionData = installed  # type: ignore[method-assign]
 
     def consumer(self, node: SyncObj) -> StateMachine:
         return self.consumers[id(node)][1]

@@ -4,14 +4,17 @@ Owns ``Run`` (the cluster, the actors and the timeline of one seed: `step` advan
 by one simulated step), the two phases (safety: faults, clients, dishonest workers; then
 liveness: healed, a probe job whose worker dies holding its lease, schedules paused, the store
 drained), ``run_seed`` (deterministic: the same seed gives the same trace digest and result)
-and ``main`` (``python -m chaos.tier1 SEED [COUNT]``). Clients and workers start with the
-cluster, before any leader or Tick: their first requests are refused ``not_ready`` and retried.
+and ``main`` (``python -m chaos.tier1 SEED [COUNT] [--durability fsync|os]``). Clients and
+workers start with the cluster, before any leader or Tick: their first requests are refused
+``not_ready`` and retried. With a durability the nodes keep their log on raftcron's storage
+and the nemesis cuts power too; a node that refuses to start after that is a failure.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import random
 import traceback
 from collections.abc import Callable
@@ -25,6 +28,7 @@ from chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaMachine, r
 from chaos.tier1.requests import REQUEST_DEADLINE_S, Outbox, Request
 from chaos.tier1.workload import KEPT, NOMINAL, Client, Ticker, Worker
 from cluster.replica import encode_batch
+from cluster.storage.node import DURABILITY_MODES
 from scheduler import codec
 from scheduler.commands import Command, PauseSchedule, SubmitJobs
 from scheduler.errors import Ok, Rejected, Result
@@ -57,7 +61,7 @@ class Run:
         self.offsets = dict(zip(cluster.node_ids, profile.offsets_ms, strict=True))
         self.tick_s = profile.tuning.tick_ms / 1000
         self.outbox = Outbox(self)
-        self.nemesis = Nemesis(self)
+        self.nemesis = Nemesis(self, power=machine.durability is not None)
         self.client = Client(self)
         self.all_requests: list[Request] = []
         self.tickers = [Ticker(self, node_id) for node_id in cluster.node_ids]
@@ -176,6 +180,7 @@ class SeedResult:
     stats: dict[str, int] = field(hash=False)
     digest: str = ""  # of the trace: equal runs, equal digests
     notes: tuple[str, ...] = field(default=(), compare=False)  # the faults, in time order
+    durability: str | None = None  # the nodes' storage: None for PySyncObj's files
 
     @property
     def ok(self) -> bool:
@@ -187,17 +192,21 @@ class SeedResult:
         if self.ok:
             return head
         replay = f"replay: python -m chaos.tier1 {self.seed}"
+        if self.durability is not None:
+            replay += f" --durability {self.durability}"
         return "\n  ".join([head, *self.problems[:20], replay])
 
 
-def run_seed(seed: int, *, patched: bool = True) -> SeedResult:
+def run_seed(seed: int, *, patched: bool = True, durability: str | None = None) -> SeedResult:
     """One deterministic run: the same seed gives the same trace digest and the same result.
 
-    `patched=False` runs PySyncObj 0.3.17 without cluster/raftpatch.py.
+    `patched=False` runs PySyncObj 0.3.17 without cluster/raftpatch.py. A `durability`
+    ("fsync" or "os") puts the nodes on raftcron's storage and adds power losses (another run
+    of the same seed number: its own trace).
     """
     rng = random.Random(f"{seed}/tier1")
-    profile = Profile.draw(rng)
-    machine = ReplicaMachine(profile.tuning)
+    profile = Profile.draw(rng, storage=durability is not None)
+    machine = ReplicaMachine(profile.tuning, durability=durability)
     node_ids = [f"n{i}" for i in range(1, profile.nodes + 1)]
     try:
         cluster = RecordingCluster(
@@ -214,10 +223,12 @@ def run_seed(seed: int, *, patched: bool = True) -> SeedResult:
                 where = traceback.extract_tb(error.__traceback__)[-1]
                 problems = [f"error: {error!r} at {where.filename}:{where.lineno}", *bug_log[-1:]]
             folded = replay(cluster.recorder.payloads())
+            problems = [f"storage: {node_id} refused to start: {why}"
+                        for node_id, why in sorted(cluster.refused.items())] + problems
             if run.settled:  # the replicas agree on an index: the history can be judged
                 problems += audit(run, folded)
             return SeedResult(seed, tuple(problems), stats(run, folded), cluster.trace.digest,
-                              tuple(run.notes))
+                              tuple(run.notes), durability)
     finally:
         gc.unfreeze()  # _deserialize froze what was alive; let the next seed's garbage go
         gc.collect()
@@ -321,7 +332,12 @@ def stats(run: Run, folded: Replay) -> dict[str, int]:
     counters = {name: sum(bucket.values()) for name, bucket in state.counters.items()}
     probe = run.probe
     refused = [a for a in answers if isinstance(a, Rejected)]
+    storage = {} if run.machine.durability is None else {
+        "power_cuts": sum(disk.power_cuts for disk in run.cluster.disks.values()),
+        **run.machine.storage_events,
+    }
     return {
+        **storage,
         "nodes": run.profile.nodes,
         "faults": sum(1 for note in run.notes if " nemesis " in note),
         "terms": 0 if state.leader is None else state.leader[1],
@@ -361,10 +377,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notes", action="store_true", help="print each seed's fault timeline")
     parser.add_argument("--unpatched", action="store_true",
                         help="run PySyncObj 0.3.17 without cluster/raftpatch.py")
+    parser.add_argument("--durability", choices=DURABILITY_MODES,
+                        help="nodes on raftcron's storage with this durability, and power "
+                             "losses among the faults")
     args = parser.parse_args(argv)
+    # The storage warns of what a power loss leaves (a refused stale snapshot, a torn tail);
+    # the result lines say what matters.
+    logging.getLogger("raftcron.storage").setLevel(logging.ERROR)
     failed = 0
     for seed in range(args.seed, args.seed + args.count):
-        result = run_seed(seed, patched=not args.unpatched)
+        result = run_seed(seed, patched=not args.unpatched, durability=args.durability)
         failed += not result.ok
         if args.verbose or not result.ok:
             print(result.describe(), flush=True)
