@@ -14,15 +14,16 @@ exclusive, ``write_file`` replacing a file's bytes, ``rename`` replacing its tar
 - folders themselves (``makedirs``) are durable at once: a node makes its data dir once.
 
 ``crash`` is a kill -9: the page cache survives, only the open files of the dead process stop
-working. ``power_cut(rng, tear=True)`` drops what was not durable; with ``tear`` it keeps, for
-each file, a random prefix of the bytes appended since its last sync (a torn last write; after
-an unsynced truncation, either the old bytes or the truncation and a prefix of what followed),
-and for each folder a random prefix of its pending name operations, in order (a journaling
-filesystem commits metadata in order). ``cut_power_at(op)`` arms a power cut at the op-th
-mutating call from now, raising `PowerCut` from inside it, so a test can cut power at every
-instant of a storage operation. ``flip_bit`` damages the medium (live and durable bytes alike);
-``fill_up`` leaves a budget of free bytes, beyond which writes fail with ENOSPC after writing
-what fits. Every random choice comes from the rng passed in: the same seed, the same disk.
+working (and a cut armed for its calls is off). ``power_cut(rng, tear=True)`` drops what was
+not durable; with ``tear`` it keeps, for each file, a random prefix of the bytes appended since
+its last sync (a torn last write; after an unsynced truncation, either the old bytes or the
+truncation and a prefix of what followed), and for each folder a random prefix of its pending
+name operations, in order (a journaling filesystem commits metadata in order).
+``cut_power_at(op)`` arms a power cut at the op-th mutating call from now, raising `PowerCut`
+from inside it (``disarm`` takes it back), so a test can cut power at every instant of a
+storage operation. ``flip_bit`` damages the medium (live and durable bytes alike); ``fill_up``
+leaves a budget of free bytes, beyond which writes fail with ENOSPC after writing what fits.
+Every random choice comes from the rng passed in: the same seed, the same disk.
 It never touches the real filesystem.
 """
 

@@ -81,6 +81,19 @@ def command(index: int, term: int, size: int = 24) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
+def fill(log: RaftLog, first: int, last: int, term: int, *, sync_each: bool = False,
+         size: int = 24) -> None:
+    for index in range(first, last + 1):
+        log.append(index, term, command(index, term, size))
+        if sync_each:
+            log.sync()
+    log.sync()
+
+
+def expected(first: int, last: int, term: int, size: int = 24) -> list[Entry]:
+    return [(index, term, command(index, term, size)) for index in range(first, last + 1)]
+
+
 @dataclass(frozen=True)
 class Image:
     """What a log holds, as plain values."""

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from chaos.sim.disk import PowerCut
 from cluster.storage.raftlog import RaftLog
 
-from .logmodel import Image, LogModel, Place, command
+from .logmodel import Image, LogModel, Place, command, fill
 
 Step = Callable[[RaftLog], None]
 
@@ -120,6 +120,21 @@ def test_a_power_cut_at_any_instant_leaves_the_last_synced_log_or_the_one_being_
             after.sync()
             again = place.crash(after)
             assert again.last_index == index and again.command_at(index) == b"after the cut"
+
+
+def test_a_power_cut_leaves_exactly_what_was_synced() -> None:
+    place = Place.in_memory(segment_bytes_max=500)
+    log = place.open()
+    fill(log, 1, 9, term=2, sync_each=True, size=60)
+    log.set_hard_state(3, "n1")
+    log.set_commit(9)
+    log.sync()
+    synced = Image.of(log)
+    log.append(10, 3, b"never synced")
+    log.set_commit(10)
+    place.sim.power_cut(random.Random(1))
+    again = place.open()
+    assert Image.of(again) == synced
 
 
 # -- random histories against a plain list ------------------------------------------------------
