@@ -5,7 +5,10 @@ decides everything, so a failing run replays. What a chaos suite plugs in is a `
 (how to build a node of its replicated state machine, propose a keyed command, and read back
 applied keys and a state digest). The pieces:
 
-* ``SimCluster``: build, step, crash, restart nodes; propose commands; record answers; trace.
+* ``SimCluster``: build, step, crash, restart nodes, cut their power; propose commands;
+  record answers; trace.
+* ``SimDisk``: each node's disk, a page cache over a durable image; power cuts drop what was
+  not synced and tear the last write (``StoredKeyLog`` keeps its keys on raftcron's storage).
 * ``SimNetwork`` / ``SimTransport``: FIFO links with seeded delay, drop, duplicate, spikes;
   partitions (one-way too), pause/resume, capture/inject for scripted scenarios.
 * ``settle`` / ``check_replicas``: heal and converge, then check lost and divergent state.
@@ -18,13 +21,14 @@ Nodes run the carried fix (cluster/raftpatch.py) unless built with ``patched=Fal
 from chaos.sim.checks import ReplicaReport, check_replicas, settle
 from chaos.sim.clock import FakeClock, simulated_pysyncobj
 from chaos.sim.cluster import NodeSpec, Proposal, SimCluster, SimNode, default_conf, raft_log
-from chaos.sim.machines import KeyLog, KeyLogNode, SimMachine, payload_of
+from chaos.sim.disk import PowerCut, SimDisk
+from chaos.sim.machines import KeyLog, KeyLogNode, SimMachine, StoredKeyLog, payload_of
 from chaos.sim.network import LinkFaults, SimNetwork, SimTransport
 from chaos.sim.randomized import SeedResult, run_seed
 
 __all__ = [
-    "FakeClock", "KeyLog", "KeyLogNode", "LinkFaults", "NodeSpec", "Proposal", "ReplicaReport",
-    "SeedResult", "SimCluster", "SimMachine", "SimNetwork", "SimNode", "SimTransport",
-    "check_replicas", "default_conf", "payload_of", "raft_log", "run_seed", "settle",
-    "simulated_pysyncobj",
+    "FakeClock", "KeyLog", "KeyLogNode", "LinkFaults", "NodeSpec", "PowerCut", "Proposal",
+    "ReplicaReport", "SeedResult", "SimCluster", "SimDisk", "SimMachine", "SimNetwork",
+    "SimNode", "SimTransport", "StoredKeyLog", "check_replicas", "default_conf", "payload_of",
+    "raft_log", "run_seed", "settle", "simulated_pysyncobj",
 ]

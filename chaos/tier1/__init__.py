@@ -3,7 +3,9 @@
 Real PySyncObj nodes carrying the product's consumer (``cluster.replica.StateMachine``, its conf
 from ``cluster.replica.sync_conf``) run in ``chaos.sim``'s ``SimCluster``: a fake clock, an
 in-memory network, crash = rebuild from journal and dump. A seed decides everything, so a
-failing run replays: ``python -m chaos.tier1 SEED``. The modules, each owning one part:
+failing run replays: ``python -m chaos.tier1 SEED``. With ``--durability fsync|os`` the nodes
+keep their log on raftcron's storage (cluster/storage, on a ``SimDisk`` each) and the faults
+include power losses (``tests/chaos/test_tier1_power.py``). The modules, each owning one part:
 
 * ``machine``: the replica as a ``SimMachine``; bugs in ``apply`` fail the seed instead of
   ending the process; ``LogRecorder`` reads every node's applied entries (a fork is a problem).
@@ -16,7 +18,8 @@ failing run replays: ``python -m chaos.tier1 SEED``. The modules, each owning on
   and delete, create again and trigger a manual schedule.
 * ``faults``: the seed's ``Profile`` (clock offsets up to 30 s either way, link faults, Raft
   timings) and the ``Nemesis`` (crashes, whole-cluster downtime, a paused leader, partitions
-  both ways and one way, slow and duplicating links, crashed workers).
+  both ways and one way, slow and duplicating links, crashed workers; on raftcron's storage,
+  power losses of a node, the leader, a majority, every node).
 * ``checks``: the committed log replayed under ``chaos.model.HistoryChecker`` must give every
   replica's digest; every answer came from the log; acknowledged submits and acks stand;
   invariants; one job per fire time and every unfired time counted; no stale ack accepted;
