@@ -11,7 +11,10 @@ itself toward a majority); `set_hard_state` syncs at once, because Raft acts on 
 Replaying the segments in order rebuilds the log: a truncation or a compaction is atomic
 because it is one frame. A new segment starts with a copy of the hard state and the live
 segment list, so older segments can be deleted once the entries they hold are compacted away
-(after the list without them is durable). Loading checks everything: a torn last batch is cut
+(after the list without them is durable). With ``durable=False`` only the newest segment's
+tail is ever unsynced: a segment is synced when the next one starts, and the compaction before
+segments are deleted; so a power loss costs the last writes, never the log. Loading checks
+everything: a torn last batch is cut
 (the caller logs it); any other damage, a missing segment, a gap in the indexes or a segment
 that changed since a clean stop raises `LogDamaged` naming the file and the damage.
 
@@ -201,6 +204,8 @@ class RaftLog:
         if not self.dirty:
             return
         if self._current == 0 or self._sizes[self._current] >= self.segment_bytes_max:
+            if self._current and not self.durable:
+                self._sync_file(self._current)  # only the newest segment may have a torn tail
             self._new_segment()
         frames = list(self._pending)
         if self.commit_index != self._commit_written:
@@ -250,6 +255,12 @@ class RaftLog:
                 self._segments_of[slot] = self._current
                 self._offsets[slot] = records.entry_command_offset(starts[number])
 
+    def _sync_file(self, number: int) -> None:
+        try:
+            self._files[number].sync()
+        except OSError as error:
+            raise StorageUnavailable(f"{self._path(number)}: sync failed: {error}") from error
+
     def _new_segment(self) -> None:
         number = self._current + 1
         path = self._path(number)
@@ -282,6 +293,8 @@ class RaftLog:
             return
         self._write(self._current, [records.segments(
             [number for number in sorted(self._files) if number not in dead])])
+        if not self.durable:
+            self._sync_file(self._current)  # the compaction is on disk before its segments go
         for number in dead:
             self._files.pop(number).close()
             del self._sizes[number]

@@ -7,7 +7,10 @@ start of a compacted log, the members, and the state machine's own snapshot byte
 
 Rules this module keeps (DESIGN.md §8.1; research/audit-wave2.md finding 1, S1, S2):
 - A snapshot is written to ``snapshot.<index>.tmp`` by a forked child (a copy-on-write image
-  of the state, so the Raft thread does not stall), fsynced, and the child exits. Only the
+  of the state, so the Raft thread does not stall), fsynced, and the child exits. It is
+  fsynced in either durability mode: a compaction deletes log segments after it (one sync per
+  snapshot), and with an unsynced snapshot renamed into place a power loss left a node that
+  could never start. Only the
   node process renames it over ``snapshot`` and syncs the folder, and only when it covers more
   than the current one; PySyncObj compacts the log after that, never before.
 - The child never outlives the node: it asks the kernel for SIGKILL when its parent dies
@@ -151,7 +154,7 @@ class SnapshotStore:
                  inherited_fds: Callable[[], list[int]] | None = None) -> None:
         self.directory = directory
         self.source = source
-        self.durable = durable
+        self.durable = durable  # the log's mode; a snapshot is synced in either (see above)
         self.fork = fork
         self.disk: Disk = disk or OsDisk()
         self.inherited_fds = inherited_fds or (lambda: [])
@@ -274,7 +277,7 @@ class SnapshotStore:
     def _write(self, path: str, last: Entry, prev: Entry, cluster: list[str]) -> None:
         state = self.source.snapshot_bytes()
         body = {"prev": list(prev), "last": list(last), "cluster": cluster, "state": state}
-        self.disk.write_file(path, encode(last[1], last[2], body), sync=self.durable)
+        self.disk.write_file(path, encode(last[1], last[2], body), sync=True)
 
     def _adopt(self, path: str, meta: tuple[Entry, Entry, list[str]],
                serialize_id: int | None) -> tuple[int, int | None]:
@@ -312,7 +315,7 @@ class SnapshotStore:
                         extra={"action": "snapshot_install_refused"})
             return False
         try:
-            self.disk.write_file(path, [received], sync=self.durable)
+            self.disk.write_file(path, [received], sync=True)
             self._make_current(path)
         except OSError as error:
             self._discard(path)
@@ -324,8 +327,7 @@ class SnapshotStore:
 
     def _make_current(self, path: str) -> None:
         self.disk.rename(path, self.path)
-        if self.durable:
-            self.disk.sync_dir(self.directory)
+        self.disk.sync_dir(self.directory)
 
     def _discard(self, path: str) -> None:
         try:

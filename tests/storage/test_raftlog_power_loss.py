@@ -137,6 +137,28 @@ def test_a_power_cut_leaves_exactly_what_was_synced() -> None:
     assert Image.of(again) == synced
 
 
+def test_without_fsync_a_power_cut_costs_the_last_writes_never_the_log() -> None:
+    """durable=False ("os"): only the newest segment's tail is unsynced, so whatever a cut
+    leaves loads (no LogDamaged), as a prefix of what was written, even after compactions
+    that deleted segments."""
+    for seed in range(20):
+        place = Place.in_memory(segment_bytes_max=400, durable=False)
+        log = place.open()
+        written = []
+        for index in range(1, 41):
+            log.append(index, 1, command(index, 1, 60))
+            log.sync()
+            written.append((index, 1, command(index, 1, 60)))
+            if index % 10 == 0:
+                log.compact_to(index - 1)
+                log.sync()
+        place.sim.power_cut(random.Random(seed))
+        after = Image.of(place.open())
+        assert after.entries, seed
+        assert list(after.entries) == written[after.entries[0][0] - 1:after.entries[-1][0]]
+        assert after.entries[0][0] <= 39  # the last compaction may be lost, not the log
+
+
 # -- random histories against a plain list ------------------------------------------------------
 
 Operation = tuple[str, int]

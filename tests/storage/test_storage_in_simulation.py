@@ -90,16 +90,18 @@ def test_with_fsync_no_acknowledged_write_is_lost_to_power_cuts_of_every_node() 
         assert report.ok and len(report.acknowledged) > 20, (seed, report)
 
 
-def test_with_durability_os_power_cuts_lose_acknowledged_writes_or_stop_the_nodes() -> None:
-    """The same runs without fsync (seeds 0-11 all go wrong). Seed 7, one segment per node:
-    two nodes come back without 17 acknowledged writes, the third refuses to start (its
-    snapshot was renamed into place, its bytes never reached the disk). Seed 0, 4 KiB
-    segments: every node refuses, an older segment's unsynced tail was torn."""
-    report, refused = power_cut_run("os", 7, segment_bytes_max=1 << 20)
-    assert len(report.lost) == 17 and report.converged and list(refused) == ["n2"], report
-    assert "snapshot" in refused["n2"]
-    report, refused = power_cut_run("os", 0)
-    assert sorted(refused) == NODES and all("log-" in why for why in refused.values())
+def test_with_durability_os_a_power_cut_costs_unsynced_writes_not_the_node() -> None:
+    """"os" keeps the log's writes in the page cache only: a power loss may cost the last
+    writes, but a node must still start. It used to refuse (LogDamaged) on every one of these
+    seeds: an older segment's tail, a snapshot renamed into place and a compaction that
+    deleted segments were left unsynced, so after the cut they were torn or gone while newer
+    files were there. Seed 1 loses 14 acknowledged writes: the check sees them."""
+    lost = {}
+    for seed in range(8):
+        report, refused = power_cut_run("os", seed)
+        assert not refused, (seed, refused)
+        lost[seed] = len(report.lost)
+    assert lost[1] == 14, lost
 
 
 def cut_followers_right_after_they_take_an_entry(seed: str) -> tuple[Proposal, ReplicaReport]:
