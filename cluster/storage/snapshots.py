@@ -17,7 +17,8 @@ Rules this module keeps (DESIGN.md §8.1; research/audit-wave2.md finding 1, S1,
   (PR_SET_PDEATHSIG), checks the parent is still there, and takes default signal handlers
   (asyncio's would make it ignore SIGTERM).
 - A snapshot received from the leader is checked whole (header, length, checksum) before it
-  replaces the current one; one that does not check out is not installed and not acknowledged.
+  replaces the current one; one that does not check out is not installed and not acknowledged,
+  nor one older than the current one or the current one itself (same index and term).
 - Nothing is swallowed: a current snapshot that does not load is `LogDamaged`.
 
 Implements the interface PySyncObj expects of its ``Serializer`` (checkSerializing, serialize,
@@ -309,10 +310,14 @@ class SnapshotStore:
             log.error("refused a snapshot from the leader: %s", error,
                       extra={"action": "snapshot_install_refused"})
             return False
-        if self.current is not None and self.current.index >= snapshot.index:
-            log.warning("snapshot from the leader at %d is not newer than %d; not installed",
-                        snapshot.index, self.current.index,
-                        extra={"action": "snapshot_install_refused"})
+        current = self.current
+        if current is not None and (current.index > snapshot.index or (
+                current.index, current.term) == (snapshot.index, snapshot.term)):
+            # Raft installs the leader's snapshot unless this node holds its last entry: the
+            # same index with another term is another history (a node that lost writes).
+            log.warning("snapshot from the leader at %d (term %d) is not newer than %d (term "
+                        "%d); not installed", snapshot.index, snapshot.term, current.index,
+                        current.term, extra={"action": "snapshot_install_refused"})
             return False
         try:
             self.disk.write_file(path, [received], sync=True)

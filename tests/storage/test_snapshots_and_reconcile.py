@@ -209,6 +209,21 @@ def test_a_snapshot_not_newer_than_the_current_one_is_not_installed(disk: SimDis
     assert transfer(leader, follower) is False
 
 
+def test_a_leaders_snapshot_at_the_same_index_from_another_term_replaces_the_current_one(
+        disk: SimDisk) -> None:
+    """Raft installs the leader's snapshot unless the follower holds that very entry (index and
+    term). A follower that lost writes (durability "os") can hold a snapshot of another history
+    at the same index; refusing the leader's (only the index was compared) left it refusing
+    every resend, never catching up."""
+    leader = written(disk, "/b", 10, 3)
+    source = Source()
+    follower = written(disk, "/a", 10, 2, source)
+    assert transfer(leader, follower) is True
+    assert snapshots.check(disk.read("/a/snapshot"), "/a/snapshot") == (10, 3)
+    follower.deserialize()
+    assert source.loaded == [b"the state"]
+
+
 # -- the log and the snapshot at start (reconcile) ---------------------------------------------
 
 
