@@ -144,6 +144,18 @@ def test_a_missing_segment_the_newest_one_lists_is_damage(place: Place) -> None:
     assert "is missing" in damaged.value.problem
 
 
+def test_a_missing_oldest_segment_the_newest_one_lists_is_damage(place: Place) -> None:
+    place.segment_bytes_max = 600
+    log = place.open()
+    fill(log, 1, 12, term=1, sync_each=True, size=100)
+    log.close(clean=False)
+    place.disk.unlink(place.path("log-00000001.seg"))
+    with pytest.raises(LogDamaged) as damaged:
+        place.open()
+    assert damaged.value.path == place.path("log-00000001.seg")
+    assert "the newest segment lists it" in damaged.value.problem
+
+
 def test_a_missing_middle_segment_is_damage_even_when_the_newest_looks_torn(
         place: Place) -> None:
     """Segment 2 deleted, segment 3 holding its header and a torn batch: the header's batch
