@@ -14,9 +14,9 @@ segment list, so older segments can be deleted once the entries they hold are co
 (after the list without them is durable). With ``durable=False`` only the newest segment's
 tail is ever unsynced: a segment is synced when the next one starts, and the compaction before
 segments are deleted; so a power loss costs the last writes, never the log. Loading checks
-everything: a torn last batch is cut
-(the caller logs it); any other damage, a missing segment, a gap in the indexes or a segment
-that changed since a clean stop raises `LogDamaged` naming the file and the damage.
+everything: a torn last batch is cut (the caller logs it); any other damage, a missing
+segment, a gap in the indexes or a segment that changed since a clean stop raises `LogDamaged`
+naming the file and the damage.
 
 Memory: commands are read back from the files by offset (an index of four numbers per entry);
 only recent commands are cached, not the whole log between compactions.

@@ -7,12 +7,11 @@ start of a compacted log, the members, and the state machine's own snapshot byte
 
 Rules this module keeps (DESIGN.md §8.1; research/audit-wave2.md finding 1, S1, S2):
 - A snapshot is written to ``snapshot.<index>.tmp`` by a forked child (a copy-on-write image
-  of the state, so the Raft thread does not stall), fsynced, and the child exits. It is
-  fsynced in either durability mode: a compaction deletes log segments after it (one sync per
-  snapshot), and with an unsynced snapshot renamed into place a power loss left a node that
-  could never start. Only the
+  of the state, so the Raft thread does not stall), fsynced, and the child exits. Only the
   node process renames it over ``snapshot`` and syncs the folder, and only when it covers more
-  than the current one; PySyncObj compacts the log after that, never before.
+  than the current one; PySyncObj compacts the log after that, never before. Both syncs happen
+  in either durability mode: the compaction deletes log segments (one sync per snapshot), and
+  an unsynced snapshot renamed into place left a node that could not start after a power loss.
 - The child never outlives the node: it asks the kernel for SIGKILL when its parent dies
   (PR_SET_PDEATHSIG), checks the parent is still there, and takes default signal handlers
   (asyncio's would make it ignore SIGTERM).
