@@ -34,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     from cluster.bench import run as bench_run
 
     bench_run.add_arguments(bench)
+    storage = commands.add_parser(
+        "storage", help="check, repair or migrate a node's data dir (offline)"
+    )
+    from cluster.storage import tool as storage_tool
+
+    storage_tool.add_arguments(storage)
     from cluster import opscli
 
     opscli.add_commands(commands)
@@ -46,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.command}: unexpected arguments after --: {' '.join(command_words)}")
     if args.command == "bench":
         return bench_run.run(args)
+    if args.command == "storage":
+        return storage_tool.run(args)
     if args.command == "demo":
         return demo_module.run(args)
     if args.command == "worker":

@@ -64,6 +64,7 @@ class RaftStorage(os.PathLike[str]):
                                segment_bytes_max=segment_bytes_max)
             self.snapshots = SnapshotStore(self.directory, source, durable=durable, fork=fork,
                                            disk=self.disk, inherited_fds=self._fds_to_close)
+            self._log_load_report()
             reconcile(self.log, self.snapshots.current, self.snapshots.path)
             self.log.ensure_segment()
             self.datadir.mark_initialised(self.disk)
@@ -74,6 +75,20 @@ class RaftStorage(os.PathLike[str]):
         self.write_error: str | None = None
         self._unhealthy_logged_at = -UNHEALTHY_LOG_EVERY_S
         self._closed = False
+
+    def _log_load_report(self) -> None:
+        report = self.log.report
+        if report.torn_segment:
+            log.warning("cut a torn tail: %d bytes at the end of %s (%s): the last write before "
+                        "a crash, never acknowledged", report.torn_bytes_cut, report.torn_segment,
+                        report.torn_problem, extra={"action": "storage_torn_tail_cut"})
+        snapshot = self.snapshots.current
+        log.info("storage loaded: %d segment(s), entries %d..%d, term %d, commit %d, snapshot "
+                 "%s, durability %s%s", report.segments, self.log.first_index,
+                 self.log.last_index, self.log.term, self.log.commit_index,
+                 snapshot.index if snapshot else "none", self.durability,
+                 ", after a clean stop" if report.clean_stop else "",
+                 extra={"action": "storage_loaded"})
 
     def __fspath__(self) -> str:
         return self.snapshots.path
