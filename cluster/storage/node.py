@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 
+from cluster.metrics import Histogram
 from cluster.storage.datadir import DataDir, open_data_dir
 from cluster.storage.disk import Disk, OsDisk
 from cluster.storage.journal import StorageJournal, reconcile
@@ -72,6 +73,7 @@ class RaftStorage(os.PathLike[str]):
             self.datadir.release()
             raise
         self.journal = StorageJournal(self)
+        self.sync_latency = Histogram()  # one batch: write + fdatasync (fsync mode)
         self.write_error: str | None = None
         self._unhealthy_logged_at = -UNHEALTHY_LOG_EVERY_S
         self._closed = False
@@ -109,8 +111,12 @@ class RaftStorage(os.PathLike[str]):
 
     def sync(self) -> bool:
         """Make every buffered change durable; False (and unhealthy) if it cannot."""
+        if not self.log.dirty and self.write_error is None:
+            return True
+        started = self.monotonic()
         try:
             self.log.sync()
+            self.sync_latency.observe(self.monotonic() - started)
         except StorageUnavailable as error:
             self.failed(str(error))
             return False
