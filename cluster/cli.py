@@ -18,6 +18,12 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("RAFTCRON_CONFIG"),
         help="TOML config file (env RAFTCRON_CONFIG)",
     )
+    node.add_argument(
+        "--rejoin-empty",
+        action="store_true",
+        help="this node lost its data: start empty, catch up from the leader, and vote only "
+        "once caught up (refused if the data dir still holds a log)",
+    )
     from cluster.worker import cli as worker_cli
 
     worker = commands.add_parser(
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("node: --config FILE is required (or set RAFTCRON_CONFIG)")
         from cluster import node as node_module
 
-        return node_module.run(args.config)
+        return node_module.run(args.config, rejoin_empty=args.rejoin_empty)
     parser.error(f"unknown command {args.command}")
     return 2
 

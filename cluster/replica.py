@@ -204,6 +204,8 @@ class RaftNode:
         config: NodeConfig,
         conf: SyncObjConf,
         on_applied: Callable[[SchedulerState], None] | None = None,
+        *,
+        rejoin_empty: bool = False,
     ) -> None:
         raftpatch.install()  # must precede SyncObj(): the message handler is bound in __init__
         self.config = config
@@ -214,6 +216,7 @@ class RaftNode:
             source=self.machine,
             durability=config.storage.durability,
             on_fatal=_exit_on_storage_failure,
+            rejoin_empty=rejoin_empty,
         )
         conf.journalFile = conf.fullDumpFile = self.storage
         self.raft_ids = {peer.raft_address: peer.node_id for peer in config.members}

@@ -71,12 +71,16 @@ def _entry_at(log: RaftLog, position: int) -> Entry:
     return log.command_at(index), index, log.term_at(index)
 
 
+LEARNER_VOTE = "(rejoining: no vote until caught up)"
+
+
 class StorageJournal:
     """What PySyncObj calls its journal (``pysyncobj.journal.Journal``)."""
 
     def __init__(self, storage: RaftStorage) -> None:
         self.storage = storage
         self.log = storage.log
+        self.node: Any = None  # the SyncObj, once it ticks (hooks): for the learner's vote
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         self.log.append(idx, term, command)
@@ -110,6 +114,10 @@ class StorageJournal:
 
     def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:
         self.log.set_hard_state(term, votedForNodeId)
+        if self.storage.rejoining and votedForNodeId is None and self.node is not None:
+            # PySyncObj grants a vote when votedFor is None right after a new term clears it;
+            # a learner's is never None in memory (never written: the disk says None).
+            self.node._SyncObj__votedForNodeId = LEARNER_VOTE
 
     def getCurrentTerm(self) -> int:
         return self.log.term

@@ -50,7 +50,8 @@ class RaftStorage(os.PathLike[str]):
                  source: SnapshotSource, durability: str = "fsync", fork: bool = True,
                  disk: Disk | None = None, segment_bytes_max: int = SEGMENT_BYTES_MAX,
                  on_fatal: Callable[[str], None] = _raise,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 rejoin_empty: bool = False) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
         self.directory = os.fspath(directory)
@@ -59,7 +60,8 @@ class RaftStorage(os.PathLike[str]):
         self.on_fatal = on_fatal
         self.monotonic = monotonic
         durable = durability == "fsync"
-        self.datadir: DataDir = open_data_dir(self.directory, node_id, disk=self.disk)
+        self.datadir: DataDir = open_data_dir(self.directory, node_id, disk=self.disk,
+                                              rejoin_empty=rejoin_empty)
         try:
             self.log = RaftLog(self.directory, durable=durable, disk=self.disk,
                                segment_bytes_max=segment_bytes_max)
@@ -84,6 +86,10 @@ class RaftStorage(os.PathLike[str]):
             log.warning("cut a torn tail: %d bytes at the end of %s (%s): the last write before "
                         "a crash, never acknowledged", report.torn_bytes_cut, report.torn_segment,
                         report.torn_problem, extra={"action": "storage_torn_tail_cut"})
+        if self.datadir.rejoining:
+            log.warning("rejoining empty: this node lost its data; it will not vote or stand for "
+                        "election until it has caught up with a leader",
+                        extra={"action": "rejoin_started"})
         snapshot = self.snapshots.current
         log.info("storage loaded: %d segment(s), entries %d..%d, term %d, commit %d, snapshot "
                  "%s, durability %s%s", report.segments, self.log.first_index,
@@ -97,6 +103,17 @@ class RaftStorage(os.PathLike[str]):
 
     def _fds_to_close(self) -> list[int]:
         return [self.datadir.lock_fd] if self.datadir.lock_fd >= 0 else []
+
+    @property
+    def rejoining(self) -> bool:
+        """Lost its data and came back empty: a learner (no vote, no candidacy) until caught
+        up with a leader (`hooks`)."""
+        return self.datadir.rejoining
+
+    def finish_rejoin(self) -> None:
+        self.datadir.finish_rejoin(self.disk)
+        log.warning("caught up with the leader after rejoining empty: a voter again",
+                    extra={"action": "rejoin_caught_up"})
 
     @property
     def load_report(self) -> LoadReport:

@@ -117,7 +117,7 @@ def _open_checked(directory: str, node_id: str, names: list[str]) -> None:
         if datadir_module.holds_storage(names):
             raise LogDamaged(mark, "is missing, but the data dir holds a log or a snapshot")
         return
-    if datadir_module._check_mark(OsDisk(), mark, node_id) and \
+    if datadir_module._check_mark(OsDisk(), mark, node_id)[0] and \
             not datadir_module.holds_storage(names):
         raise LogDamaged(os.path.join(directory, segment_name(1)), "is missing: the data dir "
                                                                    "holds no log")
