@@ -44,6 +44,7 @@ from chaos.plans import (
     plan_pause,
     plan_smoke,
 )
+from chaos.storage_faults import STORAGE_RAFT, plan_storage
 from cluster import raftpatch
 from cluster.localcluster import ClusterError
 
@@ -59,6 +60,7 @@ class Scenario:
     smoke: bool = False
     clock_skew_s: int = 0
     workflow_every_s: float = 4.0
+    raft: dict[str, object] | None = None  # [raft] settings other than CHAOS_RAFT
 
 
 @dataclass
@@ -85,8 +87,9 @@ class Outcome:
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in [
-        Scenario("smoke", "kill the leader, pause the leader, isolate the leader, whole-cluster "
-                 "downtime longer than the misfire grace", plan_smoke, smoke=True),
+        Scenario("smoke", "kill the leader, kill its main PID mid-snapshot, damage a "
+                 "follower's log, pause the leader, isolate the leader, whole-cluster downtime "
+                 "longer than the misfire grace", plan_smoke, smoke=True, raft=STORAGE_RAFT),
         Scenario("partitions", "isolate leader/one, one-way, majorities ring, pair cut, "
                  "worker cut", plan_partitions),
         Scenario("crash", "kill -9 a node, the leader, a majority, all; a worker mid-job",
@@ -101,9 +104,12 @@ SCENARIOS: dict[str, Scenario] = {
                  plan_mixed, workflow_every_s=2.0),
         Scenario("five", "5 nodes: majorities ring, bridge, isolate leader, kill two",
                  plan_five, nodes=5),
+        Scenario("storage", "kill -9 of the main PID and SIGTERM of the group mid-snapshot, "
+                 "damaged data dirs; snapshots every few seconds", plan_storage,
+                 raft=STORAGE_RAFT),
     ]
 }
-FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "five"]
+FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "five", "storage"]
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -141,7 +147,7 @@ def run_scenario(
         rng = random.Random(f"{seed}:{scenario.name}")
         history.record("run", seed=seed, scenario=scenario.name, transport=kind,
                        nodes=scenario.nodes, duration_s=duration_s)
-        cluster = ChaosCluster(folder / "nodes", net, nodes=scenario.nodes)
+        cluster = ChaosCluster(folder / "nodes", net, nodes=scenario.nodes, raft=scenario.raft)
         cluster.start()
         cluster.wait_ready(READY_TIMEOUT_S)
         for name, (period_s, policy) in workload.SCHEDULES.items():

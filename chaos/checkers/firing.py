@@ -19,7 +19,8 @@ from typing import Any
 from chaos.checkers.data import CheckResult, RunData
 from chaos.history import Event
 
-NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader"})
+NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader",
+                         "kill_main", "term_group", "damage"})
 
 
 # -- 1. exactly-once firing ----------------------------------------------------------------

@@ -543,3 +543,38 @@ def test_a_time_that_passed_before_a_new_schedule_first_ticked_is_not_owed() -> 
         event["seq"] = seq
     found = violations(fresh(run), checkers.check_fires)
     assert any("no decision in the log fired it" in v for v in found)
+
+
+def _with_storage_faults(*records: dict[str, Any]) -> RunData:
+    run = good_run()
+    for offset, record in enumerate(records):
+        run.history.append({"t": BASE + 70_000 + offset, "kind": "storage_fault", **record})
+    return run
+
+
+def test_kills_mid_snapshot_whose_writer_died_and_refused_damage_pass_the_storage_checker() -> None:
+    run = _with_storage_faults(
+        {"id": "f8", "fault": "kill_main", "writer_seen": True, "writer_outlived": False},
+        {"id": "f9", "fault": "term_group", "writer_seen": True, "writer_outlived": False},
+        {"id": "f10", "fault": "damage", "how": "flip_segment", "file": "log-00000001.seg",
+         "exit_code": 65, "named": True},
+    )
+    result = checkers.check_storage(run)
+    assert result.ok, result.violations
+    assert result.counts["refused"] == 1 and result.counts["writer_seen"] == 2
+
+
+def test_a_snapshot_writer_that_outlived_its_node_fails_the_storage_checker() -> None:
+    run = _with_storage_faults(
+        {"id": "f8", "fault": "kill_main", "writer_seen": True, "writer_outlived": True})
+    assert any("outlived" in v for v in violations(run, checkers.check_storage))
+
+
+@pytest.mark.parametrize("exit_code, named", [(0, True), (None, True), (65, False)])
+def test_a_damaged_data_dir_that_was_not_refused_fails_the_storage_checker(
+        exit_code: int | None, named: bool) -> None:
+    run = _with_storage_faults(
+        {"id": "f10", "fault": "damage", "how": "delete_snapshot", "file": "snapshot",
+         "exit_code": exit_code, "named": named})
+    assert any("damage delete_snapshot of snapshot" in v
+               for v in violations(run, checkers.check_storage))

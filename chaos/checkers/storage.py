@@ -1,0 +1,38 @@
+"""Checker 9: the storage faults of CHAOS.md "Wave 2" (chaos/storage_faults.py).
+
+A snapshot writer never outlives its node (it would rename a stale snapshot over a newer one
+after the node restarted), and a node whose data dir was damaged never starts: it exits
+non-zero and its log names the damaged file. Lost writes and divergence after these faults are
+judged by the jobs and convergence checkers like after any other fault.
+"""
+
+from __future__ import annotations
+
+from chaos.checkers.data import CheckResult, RunData
+
+STORAGE_FAULTS = frozenset({"kill_main", "term_group", "damage"})
+
+
+def check_storage(run: RunData) -> CheckResult:
+    """A snapshot writer never outlives its node; a damaged data dir is always refused."""
+    result = CheckResult("storage faults", safety=True)
+    counts = {"kill_main": 0, "term_group": 0, "damage": 0, "writer_seen": 0, "refused": 0}
+    for record in run.history:
+        if record.get("kind") != "storage_fault":
+            continue
+        fault = str(record.get("fault"))
+        counts[fault] = counts.get(fault, 0) + 1
+        if record.get("writer_seen"):
+            counts["writer_seen"] += 1
+        if record.get("writer_outlived"):
+            result.violate(f"{record.get('id')} {fault}: the snapshot writer outlived its node")
+        if fault == "damage" and not record.get("skipped"):
+            code, named = record.get("exit_code"), record.get("named")
+            if code in (None, 0) or not named:
+                result.violate(f"{record.get('id')} damage {record.get('how')} of "
+                               f"{record.get('file')}: exit {code}, file named in its log: "
+                               f"{named}")
+            else:
+                counts["refused"] += 1
+    result.counts = counts
+    return result
