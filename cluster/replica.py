@@ -251,4 +251,6 @@ class RaftNode:
         return dict(self.sync.getStatus())
 
     def destroy(self) -> None:
-        self.sync.destroy()
+        """Stop the Raft thread and wait for it: it closes the storage (a clean stop's mark,
+        which tells later damage from a torn write) before the process exits."""
+        self.sync.destroy_synchronous()

@@ -63,6 +63,11 @@ def holds_storage(names: list[str]) -> bool:
     return any(segment_number(name) is not None or name == "snapshot" for name in names)
 
 
+def holds_log(names: list[str]) -> bool:
+    """A made log always has a segment (a new one exists before the mark says so)."""
+    return any(segment_number(name) is not None for name in names)
+
+
 def open_data_dir(path: str, node_id: str, *, disk: Disk | None = None,
                   rejoin_empty: bool = False,
                   migrate_hint: str = "raftcron storage migrate --config <node.toml>") -> DataDir:
@@ -88,11 +93,11 @@ def open_data_dir(path: str, node_id: str, *, disk: Disk | None = None,
         initialised, rejoining = _check_mark(disk, mark_path, node_id)
         if not initialised:
             return DataDir(path, node_id, lock_fd, new=True, rejoining=rejoining)
-        if not holds_storage(names):
+        if not holds_log(names):
             raise LogDamaged(os.path.join(path, "log-00000001.seg"),
-                             "is missing: the data dir was initialised but holds no log and no "
-                             "snapshot, so its acknowledged entries are lost (to rejoin as an "
-                             "empty node, see `raftcron node --rejoin-empty`)")
+                             "is missing: the data dir was initialised but holds no log segment, "
+                             "so the entries acknowledged after its snapshot are lost (to rejoin "
+                             "as an empty node, see `raftcron node --rejoin-empty`)")
         return DataDir(path, node_id, lock_fd, new=False, rejoining=rejoining)
     except BaseException:
         if lock_fd >= 0:

@@ -118,9 +118,9 @@ def _open_checked(directory: str, node_id: str, names: list[str]) -> None:
             raise LogDamaged(mark, "is missing, but the data dir holds a log or a snapshot")
         return
     if datadir_module._check_mark(OsDisk(), mark, node_id)[0] and \
-            not datadir_module.holds_storage(names):
+            not datadir_module.holds_log(names):
         raise LogDamaged(os.path.join(directory, segment_name(1)), "is missing: the data dir "
-                                                                   "holds no log")
+                                                                   "holds no log segment")
 
 
 def repair(directory: str, node_id: str, *, discard_after_damage: bool) -> int:
