@@ -17,7 +17,9 @@ Figures:
   batch): entries/s and MB/s (data bytes over the time spent inside `append`, batches back to
   back), per-batch commit latency p50/p99/max, CPU per batch, and the disk's flush requests per
   batch (from /proc/diskstats: device-wide, so other processes on the disk count too; a synced
-  store shows >= 1, an unsynced one ~0, which is how we know fsync reached the device);
+  store shows >= 1, an unsynced one ~0, which is how we know fsync reached the device), and the
+  bytes the device wrote per data byte (the WAL's checkpoint and the page cache's write-back
+  after the last batch included: SQLite writes each page twice, ext4's journal adds its own);
 - `maintenance`, per store, on a log of 100,000 entries of 2 KB: building it, a term/vote/commit
   update (p50/p99/max), open + read every entry with its CRC checked (page cache warm, then cold
   after `posix_fadvise(DONTNEED)`), truncating the last 1,000 entries, compacting every entry
@@ -83,6 +85,7 @@ APPEND_HEAD = [
     "max ms",
     "CPU ms/batch",
     "flushes/batch",
+    "disk B/data B",
 ]
 MAINTENANCE_HEAD = [
     "store",
@@ -172,14 +175,14 @@ def write_cache(device: str | None) -> str | None:
         return None
 
 
-def disk_flushes(device: str | None) -> int | None:
-    """Flush requests the device completed so far (/proc/diskstats field 16, Linux >= 5.5)."""
+def disk_counters(device: str | None) -> tuple[int, int] | None:
+    """(flush requests, bytes written) the device completed so far, from /proc/diskstats."""
     if device is None:
         return None
     for line in Path("/proc/diskstats").read_text().splitlines():
-        fields = line.split()
+        fields = line.split()  # major, minor, name, then the fields: 7 sectors written, 16 flushes
         if len(fields) >= 20 and fields[2] == device:
-            return int(fields[18])  # fields 0-2: major, minor, name
+            return int(fields[18]), int(fields[9]) * 512
     return None
 
 
@@ -209,8 +212,17 @@ def environment(root: Path) -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
+        "sqlite_secure_delete_default": _sqlite_default("secure_delete"),
         "cpus": os.cpu_count(),
     }
+
+
+def _sqlite_default(pragma: str) -> object:
+    db = sqlite3.connect(":memory:")
+    try:
+        return db.execute(f"PRAGMA {pragma}").fetchone()[0]
+    finally:
+        db.close()
 
 
 # --- measures -------------------------------------------------------------------------------
@@ -258,31 +270,38 @@ def measure_append(
         work = list(batches_of(1, (sizes.warmup + batches) * batch, batch, pool))
         for entries in work[: sizes.warmup]:
             store.append(entries)
+        os.sync()  # the warmup's writes are not the measured ones
         seconds = []
-        flushes = disk_flushes(device)
+        before = disk_counters(device)
         cpu = time.process_time()
         for entries in work[sizes.warmup :]:
             started = time.perf_counter()
             store.append(entries)
             seconds.append(time.perf_counter() - started)
         cpu = time.process_time() - cpu
-        flushed = disk_flushes(device)
+        flushed = disk_counters(device)
+        store.close()  # SQLite checkpoints its WAL here: those writes are part of the cost
+        os.sync()  # as is what an unsynced store left in the page cache
+        written = disk_counters(device)
     finally:
         store.close()
         shutil.rmtree(directory)
-    os.sync()  # this cell's dirty pages are not the next cell's problem
     total = sum(seconds)
+    data_bytes = batches * batch * entry_bytes
     return {
         "store": name,
         "entry_bytes": entry_bytes,
         "batch": batch,
         "batches": batches,
         "entries_per_s": batches * batch / total,
-        "mb_per_s": batches * batch * entry_bytes / total / 1e6,
+        "mb_per_s": data_bytes / total / 1e6,
         **latency(seconds),
         "cpu_ms_per_batch": cpu / batches * 1e3,
         "flushes_per_batch": (
-            None if flushes is None or flushed is None else (flushed - flushes) / batches
+            None if before is None or flushed is None else (flushed[0] - before[0]) / batches
+        ),
+        "disk_bytes_per_data_byte": (
+            None if before is None or written is None else (written[1] - before[1]) / data_bytes
         ),
     }
 
@@ -527,6 +546,7 @@ def render(figures: dict[str, Any]) -> str:
                     number(r["max_ms"]),
                     number(r["cpu_ms_per_batch"]),
                     number(r["flushes_per_batch"]),
+                    number(r["disk_bytes_per_data_byte"]),
                 ]
                 for r in figures["append"]
             ],

@@ -59,7 +59,8 @@ def test_the_quick_store_bench_reports_every_figure(quick_figures: dict[str, Any
     for cell, row in rows.items():
         assert row["batches"] >= 2 and row["entries_per_s"] > 0 and row["mb_per_s"] > 0, cell
         assert ordered(row) and row["cpu_ms_per_batch"] >= 0, cell
-        assert row["flushes_per_batch"] is None or row["flushes_per_batch"] >= 0, cell
+        for figure in ("flushes_per_batch", "disk_bytes_per_data_byte"):  # None: no block device
+            assert row[figure] is None or row[figure] >= 0, (cell, figure)
 
     maintenance = {r["store"]: r for r in figures["maintenance"]}
     assert set(maintenance) == set(STORES)
