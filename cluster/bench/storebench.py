@@ -14,16 +14,18 @@ one sitting, each in several durability settings:
 Figures:
 
 - `append`: entries of 200 B, 2 KB and 64 KB in batches of 1, 16 and 256 (one durable commit per
-  batch): entries/s and MB/s (data bytes over the time spent inside `append`, batches back to
-  back), per-batch commit latency p50/p99/max, CPU per batch, and the disk's flush requests per
-  batch (from /proc/diskstats: device-wide, so other processes on the disk count too; a synced
-  store shows >= 1, an unsynced one ~0, which is how we know fsync reached the device), and the
-  bytes the device wrote per data byte (the WAL's checkpoint and the page cache's write-back
-  after the last batch included: SQLite writes each page twice, ext4's journal adds its own);
+  batch; the six stores take turns, ten rounds per workload, so that noise falls on all alike):
+  entries/s and MB/s (data bytes over the time spent inside `append`, batches back to back),
+  per-batch commit latency p50/p99/max, CPU per batch, the disk's flush requests per batch (from
+  /proc/diskstats: device-wide, so other processes on the disk count too; a synced store shows
+  >= 1, an unsynced one ~0, which is how we know fsync reached the device), and the bytes the
+  device wrote per data byte (the WAL's checkpoint and the page cache's write-back after each
+  share included: SQLite writes each page twice, ext4's journal adds its own);
 - `maintenance`, per store, on a log of 100,000 entries of 2 KB: building it, a term/vote/commit
   update (p50/p99/max), open + read every entry with its CRC checked (page cache warm, then cold
   after `posix_fadvise(DONTNEED)`), truncating the last 1,000 entries, compacting every entry
-  below 90,000, the bytes on disk before and after, and a reopen after both;
+  below 90,000, the bytes on disk before and after, and a reopen after both (the truncation is
+  timed 5 times, the entries appended back after each: median and max);
 - `fsync_4k`: the bare cost of `os.fdatasync` after a 4 KB append (and after a 4 KB overwrite in
   place), p50/p99/max, for reference;
 - `ratios`: sqlite-full ÷ segment-fdatasync for each figure (compare ratios within one run: the
@@ -47,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,7 @@ CANDIDATES = ("sqlite-full", "segment-fdatasync")
 ENTRY_SIZES = (200, 2 * 1024, 64 * 1024)
 BATCHES = (1, 16, 256)
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
+TRUNCATIONS = 5  # the truncation is timed this many times (the entries appended back each time)
 APPEND_HEAD = [
     "entry",
     "batch",
@@ -95,7 +98,8 @@ MAINTENANCE_HEAD = [
     "meta p99 ms",
     "load warm s",
     "load cold s",
-    "truncate ms",
+    "truncate ms (median of 5)",
+    "truncate max ms",
     "compact ms",
     "MB after compact",
     "entries read after",
@@ -115,10 +119,11 @@ class Sizes:
     meta_writes: int
     fsync_calls: int
     segment_bytes: int
+    rounds: int  # the stores take turns this many times in each append cell
 
 
-FULL = Sizes(1_000, 30, 512 * 1024 * 1024, 3, 100_000, 1_000, 90_000, 500, 500, SEGMENT_BYTES)
-QUICK = Sizes(6, 2, 1024 * 1024, 1, 2_000, 20, 1_800, 10, 20, 1024 * 1024)
+FULL = Sizes(1_000, 30, 512 * 1024 * 1024, 3, 100_000, 1_000, 90_000, 500, 500, SEGMENT_BYTES, 10)
+QUICK = Sizes(6, 2, 1024 * 1024, 1, 2_000, 20, 1_800, 10, 20, 1024 * 1024, 2)
 
 
 def make_store(name: str, directory: Path, sizes: Sizes) -> LogStore:
@@ -257,53 +262,89 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+@dataclass
+class _Runner:
+    """One store's side of an append cell: its batches still to come and what they took."""
+
+    name: str
+    store: LogStore
+    work: Iterator[list[Any]]
+    seconds: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0
+    flushes: int = 0
+    written: int = 0
+
+
 def measure_append(
-    name: str, root: Path, entry_bytes: int, batch: int, sizes: Sizes, device: str | None
-) -> dict[str, Any]:
+    root: Path, entry_bytes: int, batch: int, sizes: Sizes, device: str | None, first: int = 0
+) -> list[dict[str, Any]]:
+    """Every store on one workload, interleaved: the timed batches go in rounds, a share of each
+    store's batches per round (the order rotating), so that the machine's noise, which drifts
+    over seconds, falls on every store alike. Between two shares the page cache is written back
+    (untimed): a store never pays for another's dirty pages."""
     by_budget = sizes.byte_budget // (entry_bytes * batch)
     batches = max(sizes.min_batches, min(sizes.max_batches, by_budget))
     pool = payload_pool(entry_bytes)
-    directory = root / f"{name}-{entry_bytes}-{batch}"
-    directory.mkdir()
-    store = make_store(name, directory, sizes)
+    runners: list[_Runner] = []
     try:
-        work = list(batches_of(1, (sizes.warmup + batches) * batch, batch, pool))
-        for entries in work[: sizes.warmup]:
-            store.append(entries)
+        for name in STORES:
+            directory = root / f"{name}-{entry_bytes}-{batch}"
+            directory.mkdir()
+            work = batches_of(1, (sizes.warmup + batches) * batch, batch, pool)
+            runners.append(_Runner(name, make_store(name, directory, sizes), work))
+        for runner in runners:
+            for _ in range(sizes.warmup):
+                runner.store.append(next(runner.work))
         os.sync()  # the warmup's writes are not the measured ones
-        seconds = []
-        before = disk_counters(device)
-        cpu = time.process_time()
-        for entries in work[sizes.warmup :]:
-            started = time.perf_counter()
-            store.append(entries)
-            seconds.append(time.perf_counter() - started)
-        cpu = time.process_time() - cpu
-        flushed = disk_counters(device)
-        store.close()  # SQLite checkpoints its WAL here: those writes are part of the cost
-        os.sync()  # as is what an unsynced store left in the page cache
-        written = disk_counters(device)
+        share = -(-batches // sizes.rounds)
+        for round_number in range(sizes.rounds):
+            turn = (first + round_number) % len(runners)
+            for runner in runners[turn:] + runners[:turn]:
+                count = min(share, batches - len(runner.seconds))
+                todo = [next(runner.work) for _ in range(count)]
+                before = disk_counters(device)
+                cpu = time.process_time()
+                for entries in todo:
+                    started = time.perf_counter()
+                    runner.store.append(entries)
+                    runner.seconds.append(time.perf_counter() - started)
+                runner.cpu_s += time.process_time() - cpu
+                flushed = disk_counters(device)
+                os.sync()  # what an unsynced store left in the page cache is part of its cost
+                written = disk_counters(device)
+                if before and flushed and written:
+                    runner.flushes += flushed[0] - before[0]
+                    runner.written += written[1] - before[1]
+        for runner in runners:
+            before = disk_counters(device)
+            runner.store.close()  # SQLite checkpoints its WAL here: those writes count too
+            os.sync()
+            written = disk_counters(device)
+            if before and written:
+                runner.written += written[1] - before[1]
     finally:
-        store.close()
-        shutil.rmtree(directory)
-    total = sum(seconds)
+        for runner in runners:
+            runner.store.close()
+            shutil.rmtree(runner.store.directory)
+    rows = []
     data_bytes = batches * batch * entry_bytes
-    return {
-        "store": name,
-        "entry_bytes": entry_bytes,
-        "batch": batch,
-        "batches": batches,
-        "entries_per_s": batches * batch / total,
-        "mb_per_s": data_bytes / total / 1e6,
-        **latency(seconds),
-        "cpu_ms_per_batch": cpu / batches * 1e3,
-        "flushes_per_batch": (
-            None if before is None or flushed is None else (flushed[0] - before[0]) / batches
-        ),
-        "disk_bytes_per_data_byte": (
-            None if before is None or written is None else (written[1] - before[1]) / data_bytes
-        ),
-    }
+    for runner in runners:
+        total = sum(runner.seconds)
+        rows.append(
+            {
+                "store": runner.name,
+                "entry_bytes": entry_bytes,
+                "batch": batch,
+                "batches": batches,
+                "entries_per_s": batches * batch / total,
+                "mb_per_s": data_bytes / total / 1e6,
+                **latency(runner.seconds),
+                "cpu_ms_per_batch": runner.cpu_s / batches * 1e3,
+                "flushes_per_batch": None if device is None else runner.flushes / batches,
+                "disk_bytes_per_data_byte": None if device is None else runner.written / data_bytes,
+            }
+        )
+    return rows
 
 
 def measure_maintenance(name: str, root: Path, sizes: Sizes) -> dict[str, Any]:
@@ -347,10 +388,14 @@ def measure_maintenance(name: str, root: Path, sizes: Sizes) -> dict[str, Any]:
         figures["load_mb_per_s_cold"] = report.bytes_read / figures["load_cold_s"] / 1e6
         try:
             cut = n - sizes.truncated + 1
-            figures["truncate_ms"] = timed(lambda: store.truncate_from(cut)) * 1e3
+            seconds = []
+            for _ in range(TRUNCATIONS):
+                seconds.append(timed(lambda: store.truncate_from(cut)))
+                for entries in batches_of(cut, sizes.truncated, 256, pool):
+                    store.append(entries)  # the new leader's entries, as after a real conflict
+            figures["truncate_ms"] = percentile(seconds, 0.5) * 1e3
+            figures["truncate_max_ms"] = max(seconds) * 1e3
             figures["truncated"] = sizes.truncated
-            for entries in batches_of(cut, sizes.truncated, 256, pool):
-                store.append(entries)  # the new leader's entries, as after a real conflict
             below = sizes.compact_below
             figures["compact_ms"] = timed(lambda: store.compact_before(below)) * 1e3
             figures["compacted"] = below - 1
@@ -449,18 +494,15 @@ def run(root: Path, sizes: Sizes, *, quiet: bool = False) -> dict[str, Any]:
     cell = 0
     for entry_bytes in ENTRY_SIZES:
         for batch in BATCHES:
-            order = STORES[cell % len(STORES) :] + STORES[: cell % len(STORES)]  # no store first
+            rows = measure_append(root, entry_bytes, batch, sizes, device, first=cell)
             cell += 1
-            for name in order:
-                row = measure_append(name, root, entry_bytes, batch, sizes, device)
-                append.append(row)
+            append += rows
+            for row in rows:
                 say(
-                    f"append {name:<18} {entry_bytes:>6} B x {batch:<3}"
+                    f"append {row['store']:<18} {entry_bytes:>6} B x {batch:<3}"
                     f" {row['entries_per_s']:>10,.0f}/s  p50 {row['p50_ms']:.3f}"
                     f"  p99 {row['p99_ms']:.3f} ms"
                 )
-    order_index = {name: i for i, name in enumerate(STORES)}
-    append.sort(key=lambda r: (r["entry_bytes"], r["batch"], order_index[r["store"]]))
     maintenance = []
     for name in STORES:
         row = measure_maintenance(name, root, sizes)
@@ -583,6 +625,7 @@ def render(figures: dict[str, Any]) -> str:
                     number(r["load_warm_s"]),
                     number(r["load_cold_s"]),
                     number(r["truncate_ms"]),
+                    number(r["truncate_max_ms"]),
                     number(r["compact_ms"]),
                     number(r["bytes_after_compact"] / 1e6),
                     f"{r['entries_read_after_compact']:,}",

@@ -66,6 +66,7 @@ def test_the_quick_store_bench_reports_every_figure(quick_figures: dict[str, Any
     assert set(maintenance) == set(STORES)
     for name, row in maintenance.items():
         assert (row["entries"], row["truncated"], row["compacted"]) == (2_000, 20, 1_799), name
+        assert 0 < row["truncate_ms"] <= row["truncate_max_ms"], name
         for figure in ("build_s", "load_warm_s", "load_cold_s", "load_mb_per_s_cold"):
             assert row[figure] > 0, (name, figure)
         for figure in ("truncate_ms", "compact_ms", "load_after_compact_s"):
