@@ -106,12 +106,11 @@ class Volume:
         return handle
 
     def _node(self, path: str | None, fh: int | None) -> Inode:
-        if fh is not None and fh in self.handles:
+        """The inode of a request: its handle's when it has one (EIO if from before a cut)."""
+        if fh is not None:
             return self._handle(fh).node
-        if fh is not None and fh > 0 and path is None:
-            fail(errno.EIO)  # a handle of an older generation
         if path is None:
-            fail(errno.ENOENT)
+            fail(errno.ESTALE)  # an unlinked file asked for by path: libfuse has none for it
         return self._resolve(path)
 
     def _new_handle(self, node: Inode, flags: int) -> int:
