@@ -1,6 +1,7 @@
 """The `powerfs` command (also `python -m chaos.powerfs`).
 
-    powerfs mount BACKING_DIR MOUNTPOINT [--control SOCKET] [--drop-on-exit] [--dirty-bytes-max N]
+    powerfs mount BACKING_DIR MOUNTPOINT [--control SOCKET] [--drop-on-exit]
+                  [--dirty-bytes-max N] [--parent-pid PID]
     powerfs cut MOUNTPOINT [--torn] [--seed N]
     powerfs sync MOUNTPOINT
     powerfs status MOUNTPOINT
@@ -32,6 +33,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                        help="a clean unmount drops pending changes instead of syncing them")
     mount.add_argument("--dirty-bytes-max", type=int, default=None,
                        help="unsynced bytes held in memory before writes fail with ENOSPC")
+    mount.add_argument("--parent-pid", type=int, default=None,
+                       help="unmount (cleanly) when this process is gone")
     cut = commands.add_parser("cut", help="power cut: drop every change not made durable")
     cut.add_argument("mountpoint")
     cut.add_argument("--torn", action="store_true",
@@ -82,6 +85,7 @@ def _mount(args: argparse.Namespace) -> int:
             args.backing, args.mountpoint, control_path=args.control,
             sync_on_exit=not args.drop_on_exit,
             dirty_bytes_max=args.dirty_bytes_max or DIRTY_BYTES_MAX_DEFAULT,
+            parent_pid=args.parent_pid,
         )
     except SetupError as error:
         print(f"powerfs: {error}", file=sys.stderr)

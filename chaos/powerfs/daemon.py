@@ -5,12 +5,16 @@ SIGHUP to this process (libfuse then unmounts). A clean end syncs every pending 
 as an unmount of a real filesystem does, unless `sync_on_exit` is off. SIGKILL of the daemon is
 itself a power cut without torn writes: nothing pending reaches BACKING_DIR, and the mount is
 left dead ("Transport endpoint is not connected") until `powerfs unmount` removes it.
+With `parent_pid`, the daemon also ends (cleanly) when that process is gone.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
+import time
 from typing import Any
 
 from chaos.powerfs.control import ControlServer, socket_path_for
@@ -18,6 +22,8 @@ from chaos.powerfs.fuse_ops import PowerOperations, run_fuse_loop
 from chaos.powerfs.volume import DIRTY_BYTES_MAX_DEFAULT, Volume
 
 log = logging.getLogger("powerfs")
+
+PARENT_POLL_S = 0.5
 
 
 class SetupError(Exception):
@@ -39,8 +45,11 @@ def check_paths(backing: str, mountpoint: str) -> tuple[str, str]:
 def serve(
     backing: str, mountpoint: str, *, control_path: str | None = None,
     sync_on_exit: bool = True, dirty_bytes_max: int = DIRTY_BYTES_MAX_DEFAULT,
+    parent_pid: int | None = None,
 ) -> None:
     backing, mountpoint = check_paths(backing, mountpoint)
+    if parent_pid is not None:
+        _end_with_parent(parent_pid)
     volume = Volume(backing, dirty_bytes_max=dirty_bytes_max)
     operations = PowerOperations(volume, sync_on_exit=sync_on_exit)
 
@@ -68,6 +77,19 @@ def serve(
     finally:
         server.close()
         log.info("action=unmounted mountpoint=%s", mountpoint)
+
+
+def _end_with_parent(parent_pid: int) -> None:
+    """SIGTERM this daemon (a clean unmount) once the process that started it is gone, so a
+    test run that dies hard leaves no mount behind."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        log.info("action=parent_gone parent_pid=%d", parent_pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="powerfs-parent", daemon=True).start()
 
 
 def _fields(report: dict[str, Any]) -> str:

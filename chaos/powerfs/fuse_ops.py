@@ -63,7 +63,7 @@ def _caller() -> tuple[int, int, int]:
     return context.uid, context.gid, context.umask
 
 
-class PowerOperations(mfusepy.Operations):
+class PowerOperations(mfusepy.Operations):  # type: ignore[misc]  # mfusepy has no types
     use_ns = True
 
     def __init__(self, volume: Volume, *, sync_on_exit: bool) -> None:
@@ -216,7 +216,7 @@ class PowerOperations(mfusepy.Operations):
         return self.volume.statfs()
 
 
-class _Fuse(mfusepy.FUSE):
+class _Fuse(mfusepy.FUSE):  # type: ignore[misc]
     """mfusepy's FUSE with rename flags and ftruncate's handle passed through."""
 
     def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:

@@ -2,7 +2,8 @@
 
 `PowerFS(backing, mountpoint)` runs `python -m chaos.powerfs mount ...` as a child process in
 its own session, waits until the mount answers, and always cleans up in `stop` (also used by
-`with`): SIGTERM, then SIGKILL after a bound, then `unmount` of whatever mount is left.
+`with`): SIGTERM, then SIGKILL after a bound, then `unmount` of whatever mount is left. Should
+the starting process die before calling `stop`, the daemon notices and unmounts by itself.
 `fuse_unavailable_reason()` says why FUSE cannot be used here (no /dev/fuse, no libfuse3, or a
 trivial mfusepy filesystem that does not mount), or None; tests skip on exactly that.
 
@@ -86,7 +87,7 @@ class PowerFS:
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         argv = [sys.executable, "-m", "chaos.powerfs", "mount", self.backing, self.mountpoint,
-                "--control", self.control_path]
+                "--control", self.control_path, "--parent-pid", str(os.getpid())]
         if not self.sync_on_exit:
             argv.append("--drop-on-exit")
         if self.dirty_bytes_max is not None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import random
 import stat
 import threading
 from collections.abc import Callable
@@ -29,7 +28,8 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from chaos.powerfs.disk import STASH_NAME, Disk
 from chaos.powerfs.pages import PAGE_BYTES
-from chaos.powerfs.tree import ROOT_INO, STASH_INO, Inode, InodeTable, Kind
+from chaos.powerfs.power import pending_changes, tear_last_writes
+from chaos.powerfs.tree import ROOT_INO, Inode, InodeTable, Kind
 
 DIRTY_BYTES_MAX_DEFAULT = 2 << 30
 NAME_BYTES_MAX = 255
@@ -369,47 +369,26 @@ class Volume:
 
     @locked
     def sync_all(self) -> dict[str, Any]:
-        pending = self._pending()
+        pending = pending_changes(self.table)
         self.disk.sync_all()
         return pending
 
     @locked
     def status(self) -> dict[str, Any]:
-        return {"generation": self.generation, "cuts": self.cuts, **self._pending()}
-
-    def _pending(self) -> dict[str, Any]:
-        files = [n for n in self.table.inodes.values() if n.data is not None and n.data.dirty]
-        dirs = [
-            n for n in self.table.inodes.values()
-            if n.kind is Kind.DIR and n.entries != n.durable_entries
-        ]
         return {
-            "inodes": len(self.table),
-            "open_handles": len(self.handles),
-            "dirty_files": len(files),
-            "dirty_bytes": sum(n.file.dirty_bytes for n in files),
-            "dirty_dirs": len(dirs),
+            "generation": self.generation, "cuts": self.cuts, "open_handles": len(self.handles),
+            **pending_changes(self.table),
         }
 
     @locked
     def cut(self, *, torn: bool = False, seed: int = 0) -> dict[str, Any]:
         """A power cut. Returns what was lost, and the torn writes, for the chaos log."""
-        report: dict[str, Any] = {"generation": self.generation + 1, **self._pending()}
+        report: dict[str, Any] = {
+            "generation": self.generation + 1, "open_handles": len(self.handles),
+            **pending_changes(self.table),
+        }
         report["paths"] = self.table.live_paths()
-        torn_writes = []
-        if torn:
-            for node in list(self.table.inodes.values()):
-                if node.data is None or node.data.last_write is None:
-                    continue
-                if not any(parent != STASH_INO for parent, _ in node.links):
-                    continue  # no durable name: the file is gone anyway
-                offset, data = node.data.last_write
-                path = os.path.relpath(self.disk.path_of(node), self.disk.root)
-                kept = choose_torn_prefix(len(data), seed=seed, path=path)
-                node.data.tear(self.disk.fd_of(node), kept)
-                torn_writes.append(
-                    {"path": path, "offset": offset, "bytes": len(data), "kept_bytes": kept}
-                )
+        torn_writes = tear_last_writes(self.table, self.disk, seed=seed) if torn else []
         report["torn_writes"] = torn_writes
         self.disk.close_all()
         self.generation += 1
@@ -427,10 +406,3 @@ class Volume:
         if sync:
             self.disk.sync_all()
         self.disk.drop_stash()
-
-
-def choose_torn_prefix(write_bytes: int, *, seed: int, path: str) -> int:
-    """How much of a torn write reaches the disk: 1 to len-1 bytes, the same for a seed."""
-    if write_bytes < 2:
-        return 0
-    return random.Random(f"powerfs-torn:{seed}:{path}").randint(1, write_bytes - 1)

@@ -14,6 +14,7 @@ import hashlib
 import mmap
 import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from chaos.powerfs.harness import PowerFS, fuse_unavailable_reason, mounted
-from chaos.powerfs.volume import choose_torn_prefix
+from chaos.powerfs.power import choose_torn_prefix
 
 MiB = 1 << 20
 
@@ -274,15 +275,44 @@ def test_handles_opened_before_a_cut_fail_with_eio(fs: PowerFS) -> None:
     path = durable_file(fs, "f", b"abc")
     fd = os.open(path, os.O_RDWR)
     try:
+        assert os.pread(fd, 3, 0) == b"abc"  # now in the kernel's page cache
         fs.cut()
-        for operation in (lambda: os.write(fd, b"x"), lambda: os.fsync(fd),
-                          lambda: os.ftruncate(fd, 0)):
+        for operation in (lambda: os.pread(fd, 3, 0), lambda: os.write(fd, b"x"),
+                          lambda: os.fsync(fd), lambda: os.ftruncate(fd, 0)):
             with pytest.raises(OSError) as caught:
                 operation()
             assert caught.value.errno == errno.EIO
     finally:
         os.close(fd)
     assert path.read_bytes() == b"abc"
+
+
+def test_a_mapping_made_before_a_cut_faults_with_sigbus(fs: PowerFS) -> None:
+    path = durable_file(fs, "m", b"A" * 8192)
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import mmap, sys
+            f = open(sys.argv[1], "rb")
+            m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            print(m[:4].decode(), flush=True)
+            sys.stdin.readline()
+            print(m[:4].decode(), flush=True)
+        """), str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "AAAA\n"
+        fs.cut()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.wait(timeout=30) == -signal.SIGBUS
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
 
 
 def test_an_unlinked_open_file_stays_usable_until_closed(fs: PowerFS) -> None:
@@ -450,6 +480,60 @@ def test_throughput_50_mb_with_an_fsync_every_mb(
               f"read {50 / read_elapsed:.1f} MB/s")
     fs.cut()
     assert path.stat().st_size == 50 * MiB
+
+
+PYSYNCOBJ_WRITER = textwrap.dedent("""
+    import sys, time
+    from pysyncobj.journal import createJournal
+    journal = createJournal(sys.argv[1])
+    if sys.argv[2] == "create":
+        journal._destroy()  # msync and close: the file's content is durable, its name is not
+        sys.exit(0)
+    for i in range(1, 101):
+        journal.add(b"command-%d" % i * 5, i, 1)
+        journal.flush()  # msync of the shared mapping
+    journal.setCurrentTerm(7, "node-2")  # written to a .tmp file and renamed, never fsynced
+    print("done", flush=True)
+    time.sleep(60)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_pysyncobj_journal_on_the_mount_keeps_msynced_entries_but_not_its_meta(
+    fs: PowerFS,
+) -> None:
+    """PySyncObj's FileJournal writes through a shared mmap (resized as it grows) and msyncs.
+
+    What survives a cut shows what its storage makes durable: entries flushed by msync do,
+    once the journal's name is durable (PySyncObj never fsyncs the directory: here the test
+    does it); the term and vote in `.meta` do not (never fsynced), which DESIGN.md §8.1 fixes.
+    """
+    from pysyncobj.journal import createJournal
+
+    path = str(mnt(fs) / "raft.journal")
+    run = [sys.executable, "-c", PYSYNCOBJ_WRITER, path]
+    subprocess.run([*run, "create"], check=True, timeout=30)
+    fs.cut()
+    assert not os.path.exists(path), "a journal whose directory was never fsynced is lost"
+    subprocess.run([*run, "create"], check=True, timeout=30)
+    fsync_dir(mnt(fs))
+    writer = subprocess.Popen([*run, "write"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "done\n"
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+        if writer.stdout is not None:
+            writer.stdout.close()
+    assert os.path.exists(path + ".meta")
+    fs.cut()
+    journal = createJournal(path)
+    try:
+        assert len(journal) == 100
+        assert journal[99] == (b"command-100" * 5, 100, 1)
+        assert journal.getCurrentTerm() == 0 and not os.path.exists(path + ".meta")
+    finally:
+        journal._destroy()
 
 
 # -- the demo: SQLite on the mount ------------------------------------------------------------
