@@ -19,6 +19,7 @@ from typing import Any
 
 from chaos.powerfs.control import ControlServer, socket_path_for
 from chaos.powerfs.fuse_ops import PowerOperations, run_fuse_loop
+from chaos.powerfs.harness import mounted
 from chaos.powerfs.volume import DIRTY_BYTES_MAX_DEFAULT, Volume
 
 log = logging.getLogger("powerfs")
@@ -32,13 +33,13 @@ class SetupError(Exception):
 
 def check_paths(backing: str, mountpoint: str) -> tuple[str, str]:
     backing_real, mount_real = os.path.realpath(backing), os.path.realpath(mountpoint)
+    if mounted(mount_real):
+        raise SetupError(f"{mount_real} is mounted already (`powerfs unmount` removes it)")
     for name, path in (("backing dir", backing_real), ("mountpoint", mount_real)):
         if not os.path.isdir(path):
             raise SetupError(f"{name} {path} is not a directory")
     if os.path.commonpath([backing_real, mount_real]) in (backing_real, mount_real):
         raise SetupError(f"backing dir {backing_real} and mountpoint {mount_real} nest")
-    if os.path.ismount(mount_real):
-        raise SetupError(f"{mount_real} is already a mountpoint")
     return backing_real, mount_real
 
 

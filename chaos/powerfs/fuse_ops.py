@@ -15,7 +15,8 @@ the semantics are all in `volume.py`. What the options mean for processes on the
 - no `lock`/`flock` callbacks: the kernel keeps POSIX and BSD locks itself, which is right for
   processes on one machine; no xattr callbacks: xattrs fail with EOPNOTSUPP.
 
-mfusepy drops the flags of rename and the file handle of ftruncate; `_Fuse` passes them on.
+mfusepy drops the flags of rename, the file handle of ftruncate and UTIME_NOW/UTIME_OMIT of
+utimensat; `_Fuse` passes them on.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import functools
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar
 
@@ -35,6 +37,7 @@ from chaos.powerfs.volume import Volume
 log = logging.getLogger("powerfs")
 
 LOOP_ENDED_BY_SIGNAL = 8
+UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
 WRITE_BYTES_MAX = 1 << 20  # the kernel's default is 128 KiB per FUSE write
 
 P = ParamSpec("P")
@@ -207,8 +210,17 @@ class PowerOperations(mfusepy.Operations):  # type: ignore[misc]  # mfusepy has 
         return 0
 
     @_errors_as_eio
-    def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
-        self.volume.utimens(path, times)
+    def utimens(self, path: str, times: tuple[tuple[int, int], ...] | None = None) -> int:
+        """times: (seconds, nanoseconds) of atime and mtime, as libfuse gives them."""
+        now = time.time_ns()
+        if times is None:
+            self.volume.utimens(path, (now, now))
+            return 0
+        atime_ns, mtime_ns = (
+            now if nsec == UTIME_NOW else None if nsec == UTIME_OMIT else sec * 10**9 + nsec
+            for sec, nsec in times
+        )
+        self.volume.utimens(path, (atime_ns, mtime_ns))
         return 0
 
     @_errors_as_eio
@@ -223,6 +235,16 @@ class _Fuse(mfusepy.FUSE):  # type: ignore[misc]
         return self.operations.rename(  # type: ignore[no-any-return]
             old.decode(self.encoding, self.errors), new.decode(self.encoding, self.errors), flags
         )
+
+    def utimens_fuse_3(self, path: bytes | None, buf: Any, fip: Any) -> int:
+        # mfusepy folds each timespec into one number, which loses UTIME_NOW and UTIME_OMIT.
+        times = None
+        if buf:
+            times = tuple(
+                (spec.tv_sec, spec.tv_nsec) for spec in (buf.contents.actime, buf.contents.modtime)
+            )
+        decoded = None if path is None else path.decode(self.encoding, self.errors)
+        return self.operations.utimens(decoded, times)  # type: ignore[no-any-return]
 
     def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
         fh = fip.contents.fh if fip else None

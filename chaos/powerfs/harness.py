@@ -92,6 +92,8 @@ class PowerFS:
             argv.append("--drop-on-exit")
         if self.dirty_bytes_max is not None:
             argv += ["--dirty-bytes-max", str(self.dirty_bytes_max)]
+        if self._log is not None:
+            self._log.close()
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (kept open for the daemon's life)
         self.process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

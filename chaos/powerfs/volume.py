@@ -151,11 +151,15 @@ class Volume:
         node.touch(modified=False)
 
     @locked
-    def utimens(self, path: str | None, times_ns: tuple[int, int] | None) -> None:
+    def utimens(self, path: str | None, times_ns: tuple[int | None, int | None]) -> None:
+        """Set atime and mtime (None: leave it as it is)."""
         node = self._node(path, None)
-        node.touch()
-        if times_ns is not None:
-            node.atime_ns, node.mtime_ns = int(times_ns[0]), int(times_ns[1])
+        node.touch(modified=False)
+        atime_ns, mtime_ns = times_ns
+        if atime_ns is not None:
+            node.atime_ns = atime_ns
+        if mtime_ns is not None:
+            node.mtime_ns = mtime_ns
 
     @locked
     def readlink(self, path: str) -> str:
@@ -258,14 +262,14 @@ class Volume:
         old_parent, old_name = self._parent(old)
         node = self._resolve(old)
         new_parent, new_name = self._parent(new, creating=True)
+        replaced_ino = new_parent.entries.get(new_name)
+        if replaced_ino is not None and flags & RENAME_NOREPLACE:
+            fail(errno.EEXIST)
+        if replaced_ino == node.ino:
+            return  # POSIX: the same name, or two links to one file: nothing happens
         if node.kind is Kind.DIR and (new + "/").startswith(old.rstrip("/") + "/"):
             fail(errno.EINVAL)
-        replaced_ino = new_parent.entries.get(new_name)
         if replaced_ino is not None:
-            if flags & RENAME_NOREPLACE:
-                fail(errno.EEXIST)
-            if replaced_ino == node.ino:
-                return  # POSIX: two links to one file, nothing happens
             replaced = self.table[replaced_ino]
             if replaced.kind is Kind.DIR and node.kind is not Kind.DIR:
                 fail(errno.EISDIR)

@@ -394,6 +394,21 @@ def test_stat_statvfs_readdir_symlinks_and_hard_links(fs: PowerFS) -> None:
     assert os.path.samefile(disk(fs) / "hard", disk(fs) / "sub" / "f")
 
 
+def test_utimes_including_now_and_omit_and_their_durability(fs: PowerFS) -> None:
+    path = durable_file(fs, "f", b"x")
+    os.utime(path, ns=(1_500_000_000_123_456_789, 1_600_000_000_987_654_321))
+    assert os.stat(path).st_mtime_ns == 1_600_000_000_987_654_321
+    subprocess.run(["touch", "-a", str(path)], check=True, timeout=30)  # mtime: UTIME_OMIT
+    st = os.stat(path)
+    assert st.st_mtime_ns == 1_600_000_000_987_654_321
+    assert abs(st.st_atime_ns - time.time_ns()) < 60 * 10**9  # atime: UTIME_NOW
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+    os.utime(path)  # now, never synced
+    fs.cut()
+    assert os.stat(path).st_mtime_ns == 1_600_000_000_987_654_321
+
+
 def test_killing_the_daemon_is_a_cut_and_a_restart_serves_the_durable_state(
     fs: PowerFS,
 ) -> None:
