@@ -2,7 +2,7 @@
 
 `Volume` owns the live view (names, attributes, file content through `FileData`), open handles,
 and the generation of the mount; `disk.py` owns the durable view. Every public method is atomic
-under one lock, so the FUSE threads and the control thread see one order of events.
+under one lock, so the FUSE thread and the control thread see one order of events.
 
 Rules:
 - Every change is visible to every process at once; only `fsync` (a file) and `fsyncdir` (a
