@@ -96,9 +96,9 @@ def power_cut(nemesis: Nemesis, node_ids: Sequence[str], *, seed: int,
     disks = _disks(nemesis)
     kind = POWER_FAULTS[0 if len(node_ids) == 1 else
                         2 if len(node_ids) == len(nemesis.cluster.nodes) else 1]
+    fault_id = nemesis._start(kind, node_ids, seed=seed, mid_snapshot=mid_snapshot)
+    # mid-snapshot: the cut follows the first sight of the forked writer at once
     writers = _compact_and_wait_for_writer(nemesis, node_ids[0]) if mid_snapshot else []
-    fault_id = nemesis._start(kind, node_ids, seed=seed, mid_snapshot=mid_snapshot,
-                              writer_seen=bool(writers))
     nodes = [nemesis.node(node_id) for node_id in node_ids]
     for node in nodes:  # every machine at once
         node.expected_exit = True
@@ -112,7 +112,7 @@ def power_cut(nemesis: Nemesis, node_ids: Sequence[str], *, seed: int,
     for number, node_id in enumerate(node_ids):
         report: dict[str, Any] = disks[node_id].cut(torn=True, seed=seed + number)
         nemesis.history.record(
-            "power_cut", id=fault_id, fault=kind, node=node_id,
+            "power_cut", id=fault_id, fault=kind, node=node_id, writer_seen=bool(writers),
             generation=report.get("generation"), open_handles=report.get("open_handles"),
             dirty_files=report.get("dirty_files", 0), dirty_bytes=report.get("dirty_bytes", 0),
             dirty_dirs=report.get("dirty_dirs", 0), torn_writes=report.get("torn_writes", []),
