@@ -44,6 +44,7 @@ from chaos.plans import (
     plan_pause,
     plan_smoke,
 )
+from chaos.power_faults import PowerCluster, plan_power
 from chaos.storage_faults import STORAGE_RAFT, plan_storage
 from cluster import raftpatch
 from cluster.localcluster import ClusterError
@@ -61,6 +62,7 @@ class Scenario:
     clock_skew_s: int = 0
     workflow_every_s: float = 4.0
     raft: dict[str, object] | None = None  # [raft] settings other than CHAOS_RAFT
+    cluster_class: type[ChaosCluster] = ChaosCluster  # PowerCluster: data dirs on powerfs
 
 
 @dataclass
@@ -107,9 +109,14 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("storage", "kill -9 of the main PID and SIGTERM of the group mid-snapshot, "
                  "damaged data dirs; snapshots every few seconds", plan_storage,
                  raft=STORAGE_RAFT),
+        Scenario("power", "power loss (kill -9 of the group + torn cut of a powerfs data dir) "
+                 "of one node, a majority, all; kill -9 of the main PID mid-snapshot; "
+                 "snapshots every few seconds", plan_power, raft=STORAGE_RAFT,
+                 cluster_class=PowerCluster),
     ]
 }
-FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "five", "storage"]
+FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "five", "storage",
+        "power"]
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -147,7 +154,8 @@ def run_scenario(
         rng = random.Random(f"{seed}:{scenario.name}")
         history.record("run", seed=seed, scenario=scenario.name, transport=kind,
                        nodes=scenario.nodes, duration_s=duration_s)
-        cluster = ChaosCluster(folder / "nodes", net, nodes=scenario.nodes, raft=scenario.raft)
+        cluster = scenario.cluster_class(folder / "nodes", net, nodes=scenario.nodes,
+                                         raft=scenario.raft)
         cluster.start()
         cluster.wait_ready(READY_TIMEOUT_S)
         for name, (period_s, policy) in workload.SCHEDULES.items():
@@ -343,6 +351,8 @@ def prune(outcome: Outcome, keep: bool) -> None:
         return
     for data in (outcome.folder / "nodes").glob("*/data"):
         shutil.rmtree(data, ignore_errors=True)
+    for disk in (outcome.folder / "nodes").glob("*/disk"):  # a powerfs mount's disk
+        shutil.rmtree(disk, ignore_errors=True)
 
 
 def eprint(text: str) -> None:

@@ -20,7 +20,8 @@ from chaos.checkers.data import CheckResult, RunData
 from chaos.history import Event
 
 NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader",
-                         "kill_main", "term_group", "damage"})
+                         "kill_main", "term_group", "damage",
+                         "power_one", "power_majority", "power_all"})
 
 
 # -- 1. exactly-once firing ----------------------------------------------------------------

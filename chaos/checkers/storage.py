@@ -1,9 +1,12 @@
-"""Checker 9: the storage faults of CHAOS.md "Wave 2" (chaos/storage_faults.py).
+"""Checker 9: the storage faults of CHAOS.md "Wave 2" (chaos/storage_faults.py and
+chaos/power_faults.py).
 
 A snapshot writer never outlives its node (it would rename a stale snapshot over a newer one
-after the node restarted), and a node whose data dir was damaged never starts: it exits
-non-zero and its log names the damaged file. Lost writes and divergence after these faults are
-judged by the jobs and convergence checkers like after any other fault.
+after the node restarted), a node whose data dir was damaged never starts: it exits non-zero
+and its log names the damaged file; and a node always comes back after a power cut (a torn last
+write is cut at start, never a reason to refuse). Power cuts are counted with what they dropped.
+Lost writes and divergence after these faults are judged by the jobs and convergence checkers
+like after any other fault.
 """
 
 from __future__ import annotations
@@ -34,5 +37,26 @@ def check_storage(run: RunData) -> CheckResult:
                                f"{named}")
             else:
                 counts["refused"] += 1
+    counts.update(_power(run, result))
     result.counts = counts
     return result
+
+
+def _power(run: RunData, result: CheckResult) -> dict[str, int]:
+    """Counts of the power cuts (`power_cut`, one per node cut) and their restarts."""
+    counts = {"power_cuts": 0, "dropped_bytes": 0, "dropped_files": 0, "torn_writes": 0,
+              "came_back": 0}
+    for record in run.history:
+        if record.get("kind") == "power_cut":
+            counts["power_cuts"] += 1
+            counts["dropped_bytes"] += int(record.get("dirty_bytes") or 0)
+            counts["dropped_files"] += int(record.get("dirty_files") or 0)
+            counts["torn_writes"] += len(record.get("torn_writes") or [])
+        elif record.get("kind") == "power_restart":
+            if record.get("came_back"):
+                counts["came_back"] += 1
+            else:
+                result.violate(f"{record.get('id')}: {record.get('node')} did not come back "
+                               f"after a power cut (exit {record.get('exit_code')}): "
+                               f"{record.get('log_tail')}")
+    return counts

@@ -578,3 +578,33 @@ def test_a_damaged_data_dir_that_was_not_refused_fails_the_storage_checker(
          "exit_code": exit_code, "named": named})
     assert any("damage delete_snapshot of snapshot" in v
                for v in violations(run, checkers.check_storage))
+
+
+def _with_power_cuts(*records: dict[str, Any]) -> RunData:
+    run = good_run()
+    for offset, record in enumerate(records):
+        run.history.append({"t": BASE + 70_000 + offset, **record})
+    return run
+
+
+POWER_CUT = {"kind": "power_cut", "id": "f11", "fault": "power_all", "node": "n1",
+             "dirty_files": 1, "dirty_bytes": 4096, "dirty_dirs": 0,
+             "torn_writes": [{"path": "log-00000001.seg", "offset": 9, "bytes": 256,
+                              "kept_bytes": 212}]}
+
+
+def test_power_cuts_after_which_the_node_came_back_pass_and_are_counted() -> None:
+    run = _with_power_cuts(POWER_CUT, {"kind": "power_restart", "id": "f11", "node": "n1",
+                                       "came_back": True, "exit_code": None})
+    result = checkers.check_storage(run)
+    assert result.ok, result.violations
+    assert result.counts["power_cuts"] == 1 and result.counts["torn_writes"] == 1
+    assert result.counts["dropped_bytes"] == 4096 and result.counts["came_back"] == 1
+
+
+def test_a_node_that_refused_to_start_after_a_power_cut_fails_the_storage_checker() -> None:
+    run = _with_power_cuts(POWER_CUT, {"kind": "power_restart", "id": "f11", "node": "n1",
+                                       "came_back": False, "exit_code": 65,
+                                       "log_tail": "log-00000001.seg: damaged"})
+    assert any("did not come back after a power cut (exit 65)" in v
+               for v in violations(run, checkers.check_storage))

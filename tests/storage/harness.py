@@ -107,10 +107,13 @@ class Lab:
     watched: list[Process] = field(default_factory=list)
 
     def cluster(
-        self, name: str, *, nodes: int = 1, addresses: dict[str, tuple[str, str]] | None = None
+        self, name: str, *, nodes: int = 1, addresses: dict[str, tuple[str, str]] | None = None,
+        storage: dict[str, object] | None = None,
     ) -> LocalCluster:
-        """A configured, not yet started cluster (at the given (raft, http) addresses)."""
-        cluster = LocalCluster(self.base_dir / name, nodes=nodes, raft=FAST_RAFT, tokens=TOKENS)
+        """A configured, not yet started cluster (at the given (raft, http) addresses), with
+        an optional [storage] table."""
+        cluster = LocalCluster(self.base_dir / name, nodes=nodes, raft=FAST_RAFT, tokens=TOKENS,
+                               storage=storage)
         if addresses is not None:
             cluster.base_dir.mkdir(parents=True, exist_ok=True)
             cluster.add_nodes(addresses)
