@@ -70,9 +70,10 @@ class ChaosCluster(LocalCluster):
     """Nodes placed by the network (`Namespaces` or `Relay`), each with an optional clock
     offset applied at its next start."""
 
-    def __init__(self, base_dir: Path, net: Namespaces | Relay, *, nodes: int = 3) -> None:
+    def __init__(self, base_dir: Path, net: Namespaces | Relay, *, nodes: int = 3,
+                 raft: dict[str, object] | None = None) -> None:
         super().__init__(
-            base_dir, nodes=nodes, tokens=TOKENS, raft=CHAOS_RAFT, python=sys.executable
+            base_dir, nodes=nodes, tokens=TOKENS, raft=raft or CHAOS_RAFT, python=sys.executable
         )
         self.net = net
         self.clock_offsets_s: dict[str, int] = {}

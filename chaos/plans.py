@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from chaos import workload
+from chaos import storage_faults, workload
 from chaos.history import History
 from chaos.nemesis import Nemesis
 from chaos.netns import Namespaces
@@ -133,12 +133,22 @@ class Context:
 
 
 def plan_smoke(ctx: Context) -> None:
-    """Kill the leader, pause the leader, isolate the leader, stop the whole cluster."""
+    """Kill the leader, kill its main PID mid-snapshot, damage a follower's log, pause the
+    leader, isolate the leader, stop the whole cluster."""
     nemesis = ctx.nemesis
     leader = ctx.leader() or "n1"
     fault = nemesis.kill([leader])
     ctx.hold(2.0)
     nemesis.restart(fault, [leader])
+    ctx.wait_ready()
+    ctx.hold(3.0)
+    leader = ctx.leader() or "n1"
+    fault = storage_faults.kill_main(nemesis, leader)
+    ctx.hold(1.5)
+    nemesis.restart(fault, [leader])
+    ctx.wait_ready()
+    follower = next(n for n in ctx.node_ids() if n != (ctx.leader() or "n1"))
+    storage_faults.damage(nemesis, follower, "flip_segment")
     ctx.wait_ready()
     ctx.hold(3.0)
     leader = ctx.leader() or "n1"

@@ -44,6 +44,8 @@ from chaos.plans import (
     plan_pause,
     plan_smoke,
 )
+from chaos.power_faults import PowerCluster, plan_power
+from chaos.storage_faults import STORAGE_RAFT, plan_storage
 from cluster import raftpatch
 from cluster.localcluster import ClusterError
 
@@ -59,6 +61,8 @@ class Scenario:
     smoke: bool = False
     clock_skew_s: int = 0
     workflow_every_s: float = 4.0
+    raft: dict[str, object] | None = None  # [raft] settings other than CHAOS_RAFT
+    cluster_class: type[ChaosCluster] = ChaosCluster  # PowerCluster: data dirs on powerfs
 
 
 @dataclass
@@ -85,8 +89,9 @@ class Outcome:
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in [
-        Scenario("smoke", "kill the leader, pause the leader, isolate the leader, whole-cluster "
-                 "downtime longer than the misfire grace", plan_smoke, smoke=True),
+        Scenario("smoke", "kill the leader, kill its main PID mid-snapshot, damage a "
+                 "follower's log, pause the leader, isolate the leader, whole-cluster downtime "
+                 "longer than the misfire grace", plan_smoke, smoke=True, raft=STORAGE_RAFT),
         Scenario("partitions", "isolate leader/one, one-way, majorities ring, pair cut, "
                  "worker cut", plan_partitions),
         Scenario("crash", "kill -9 a node, the leader, a majority, all; a worker mid-job",
@@ -101,9 +106,17 @@ SCENARIOS: dict[str, Scenario] = {
                  plan_mixed, workflow_every_s=2.0),
         Scenario("five", "5 nodes: majorities ring, bridge, isolate leader, kill two",
                  plan_five, nodes=5),
+        Scenario("storage", "kill -9 of the main PID and SIGTERM of the group mid-snapshot, "
+                 "damaged data dirs; snapshots every few seconds", plan_storage,
+                 raft=STORAGE_RAFT),
+        Scenario("power", "power loss (kill -9 of the group + torn cut of a powerfs data dir) "
+                 "of one node, a majority, all; kill -9 of the main PID mid-snapshot; "
+                 "snapshots every few seconds", plan_power, raft=STORAGE_RAFT,
+                 cluster_class=PowerCluster),
     ]
 }
-FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "five"]
+FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "five", "storage",
+        "power"]
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -141,7 +154,8 @@ def run_scenario(
         rng = random.Random(f"{seed}:{scenario.name}")
         history.record("run", seed=seed, scenario=scenario.name, transport=kind,
                        nodes=scenario.nodes, duration_s=duration_s)
-        cluster = ChaosCluster(folder / "nodes", net, nodes=scenario.nodes)
+        cluster = scenario.cluster_class(folder / "nodes", net, nodes=scenario.nodes,
+                                         raft=scenario.raft)
         cluster.start()
         cluster.wait_ready(READY_TIMEOUT_S)
         for name, (period_s, policy) in workload.SCHEDULES.items():
@@ -337,6 +351,8 @@ def prune(outcome: Outcome, keep: bool) -> None:
         return
     for data in (outcome.folder / "nodes").glob("*/data"):
         shutil.rmtree(data, ignore_errors=True)
+    for disk in (outcome.folder / "nodes").glob("*/disk"):  # a powerfs mount's disk
+        shutil.rmtree(disk, ignore_errors=True)
 
 
 def eprint(text: str) -> None:

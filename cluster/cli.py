@@ -18,6 +18,12 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("RAFTCRON_CONFIG"),
         help="TOML config file (env RAFTCRON_CONFIG)",
     )
+    node.add_argument(
+        "--rejoin-empty",
+        action="store_true",
+        help="this node lost its data: start empty, catch up from the leader, and vote only "
+        "once caught up (refused if the data dir still holds a log)",
+    )
     from cluster.worker import cli as worker_cli
 
     worker = commands.add_parser(
@@ -34,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     from cluster.bench import run as bench_run
 
     bench_run.add_arguments(bench)
+    storage = commands.add_parser(
+        "storage", help="check, repair or migrate a node's data dir (offline)"
+    )
+    from cluster.storage import tool as storage_tool
+
+    storage_tool.add_arguments(storage)
     from cluster import opscli
 
     opscli.add_commands(commands)
@@ -46,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.command}: unexpected arguments after --: {' '.join(command_words)}")
     if args.command == "bench":
         return bench_run.run(args)
+    if args.command == "storage":
+        return storage_tool.run(args)
     if args.command == "demo":
         return demo_module.run(args)
     if args.command == "worker":
@@ -55,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("node: --config FILE is required (or set RAFTCRON_CONFIG)")
         from cluster import node as node_module
 
-        return node_module.run(args.config)
+        return node_module.run(args.config, rejoin_empty=args.rejoin_empty)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -122,6 +122,7 @@ class LocalCluster:
         nodes: int = 3,
         tokens: dict[str, str] | None = None,
         raft: dict[str, object] | None = None,
+        storage: dict[str, object] | None = None,
         host: str = "127.0.0.1",
         env: dict[str, str] | None = None,
         python: str = sys.executable,
@@ -133,6 +134,7 @@ class LocalCluster:
         self.size = nodes
         self.tokens = dict(tokens or {})
         self.raft = dict(raft or {})
+        self.storage = dict(storage or {})
         self.host = host
         self.env = dict(env or {})
         self.python = python
@@ -214,6 +216,9 @@ class LocalCluster:
         if self.raft:
             lines += ["", "[raft]"]
             lines += [f"{key} = {toml_value(value)}" for key, value in self.raft.items()]
+        if self.storage:
+            lines += ["", "[storage]"]
+            lines += [f"{key} = {toml_value(value)}" for key, value in self.storage.items()]
         return "\n".join(lines) + "\n"
 
     # -- processes -------------------------------------------------------------------------

@@ -17,8 +17,9 @@ from scheduler import jobs as j
 from scheduler.state import SchedulerState
 from scheduler.views import queue_stats
 
-if TYPE_CHECKING:  # bridge imports this module (Histogram)
+if TYPE_CHECKING:  # bridge and storage import this module (Histogram)
     from cluster.bridge import Proposer
+    from cluster.storage.node import RaftStorage
 
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
@@ -134,6 +135,7 @@ def render(
     applied_index: int,
     stats: NodeStats,
     proposer: Proposer,
+    storage: RaftStorage | None = None,
 ) -> str:
     proposals, proposal_failures = proposer.proposals, proposer.failures
     out = Writer()
@@ -260,6 +262,8 @@ def render(
         stats.claim_latency,
         {"node": node_id},
     )
+    if storage is not None:
+        _storage_metrics(out, storage, node_id)
     requests = sorted(stats.http_requests.items())
     out.metric(
         "raftcron_http_requests_total",
@@ -268,3 +272,21 @@ def render(
         [({"method": key.split()[0], "status": key.split()[1]}, n) for key, n in requests],
     )
     return out.text()
+
+
+def _storage_metrics(out: Writer, storage: RaftStorage, node_id: str) -> None:
+    labels = {"node": node_id}
+    out.metric("raftcron_storage_free_bytes", "gauge",
+               "Free bytes on the filesystem of the data dir", [(labels, storage.free_bytes())])
+    out.metric("raftcron_storage_healthy", "gauge",
+               "1 while the log can be written; 0: not acknowledging, voting or leading",
+               [(labels, 1 if storage.healthy else 0)])
+    out.metric("raftcron_storage_log_entries", "gauge",
+               "Entries in the log since the last compaction", [(labels, len(storage.log))])
+    current = storage.snapshots.current
+    out.metric("raftcron_storage_snapshot_index", "gauge",
+               "Last log index the current snapshot covers (0: none yet)",
+               [(labels, current.index if current else 0)])
+    out.histogram("raftcron_storage_sync_seconds",
+                  "One batch of log changes written and (durability fsync) fdatasync'ed",
+                  storage.sync_latency, labels)

@@ -32,13 +32,17 @@ log = logging.getLogger("raftcron.node")
 
 
 class Node:
-    def __init__(self, config: NodeConfig, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, config: NodeConfig, loop: asyncio.AbstractEventLoop, *, rejoin_empty: bool = False
+    ) -> None:
         self.config = config
         self.loop = loop
         self.stats = NodeStats()
         self.waiters = ClaimWaiters(loop)
         conf = sync_conf(config, on_state_changed=self._on_state_changed)
-        self.raft = RaftNode(config, conf, on_applied=self.waiters.on_applied)
+        self.raft = RaftNode(
+            config, conf, on_applied=self.waiters.on_applied, rejoin_empty=rejoin_empty
+        )
         self.proposer = Proposer(
             self.raft,
             loop,
@@ -89,9 +93,9 @@ class Node:
         self.raft.destroy()
 
 
-async def _serve(config: NodeConfig) -> None:
+async def _serve(config: NodeConfig, rejoin_empty: bool) -> None:
     loop = asyncio.get_running_loop()
-    node = Node(config, loop)
+    node = Node(config, loop, rejoin_empty=rejoin_empty)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -100,7 +104,9 @@ async def _serve(config: NodeConfig) -> None:
     await node.stop()
 
 
-def run(config_path: str, overrides: dict[str, Any] | None = None) -> int:
+def run(
+    config_path: str, overrides: dict[str, Any] | None = None, *, rejoin_empty: bool = False
+) -> int:
     try:
         config = configuration.load(config_path)
     except configuration.ConfigError as error:
@@ -108,7 +114,7 @@ def run(config_path: str, overrides: dict[str, Any] | None = None) -> int:
         return 2
     logs.setup(config.log_level, config.node_id)
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, rejoin_empty))
     except StorageError as error:
         log.critical("cannot start: data dir %s: %s", config.data_dir, error,
                      extra={"action": "storage_refused"})

@@ -204,6 +204,8 @@ class RaftNode:
         config: NodeConfig,
         conf: SyncObjConf,
         on_applied: Callable[[SchedulerState], None] | None = None,
+        *,
+        rejoin_empty: bool = False,
     ) -> None:
         raftpatch.install()  # must precede SyncObj(): the message handler is bound in __init__
         self.config = config
@@ -214,6 +216,7 @@ class RaftNode:
             source=self.machine,
             durability=config.storage.durability,
             on_fatal=_exit_on_storage_failure,
+            rejoin_empty=rejoin_empty,
         )
         conf.journalFile = conf.fullDumpFile = self.storage
         self.raft_ids = {peer.raft_address: peer.node_id for peer in config.members}
@@ -248,4 +251,6 @@ class RaftNode:
         return dict(self.sync.getStatus())
 
     def destroy(self) -> None:
-        self.sync.destroy()
+        """Stop the Raft thread and wait for it: it closes the storage (a clean stop's mark,
+        which tells later damage from a torn write) before the process exits."""
+        self.sync.destroy_synchronous()

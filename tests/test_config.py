@@ -116,3 +116,20 @@ def test_the_node_command_prints_a_config_error_and_exits_2(tmp_path, capsys):
     bad.write_text('node_id = "n1"\nraft_address = "nope"\n')
     assert node.run(str(bad)) == 2
     assert "raft_address" in capsys.readouterr().err
+
+
+def test_storage_durability_defaults_to_fsync_and_takes_os():
+    assert config.parse(with_changes(), base_dir=ROOT).storage.durability == "fsync"
+    loaded = config.parse(with_changes(storage={"durability": "os"}), base_dir=ROOT)
+    assert loaded.storage.durability == "os"
+
+
+@pytest.mark.parametrize(
+    "storage, key",
+    [({"durability": "none"}, "storage.durability"), ({"durability": 1}, "storage.durability"),
+     ({"fsync": True}, "storage.fsync"), ("fsync", "storage")],
+)
+def test_a_bad_storage_setting_names_its_key(storage, key):
+    with pytest.raises(ConfigError) as error:
+        config.parse(with_changes(storage=storage), base_dir=ROOT)
+    assert error.value.key == key

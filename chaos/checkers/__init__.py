@@ -13,6 +13,7 @@ The modules, each owning one part:
 - `jobs`: `check_lost`, `check_idempotent`, `check_fencing` (fenced completion and effects)
   and `check_rerun` (lease expiry re-runs jobs).
 - `dag_liveness`: `check_dag` (DAG order), `check_convergence` and `check_liveness`.
+- `storage`: `check_storage` (snapshot writers die with their node; damage is refused).
 
 This package owns `CHECKERS` (every checker, in the order they run and are reported) and
 `check_all`, and re-exports the modules' public names, so `chaos.checkers.X` keeps working.
@@ -40,12 +41,30 @@ from chaos.checkers.jobs import (
     check_lost,
     check_rerun,
 )
+from chaos.checkers.storage import STORAGE_FAULTS, check_storage
 
 __all__ = [
-    "CHECKERS", "FINAL", "HISTORY_KEPT", "NODE_FAULTS", "START_SLACK_MS",
-    "VIOLATIONS_LISTED_MAX", "CheckResult", "RunData", "check_all", "check_convergence",
-    "check_dag", "check_fencing", "check_fires", "check_idempotent", "check_liveness",
-    "check_lost", "check_rerun", "expected_plan", "nominal_times",
+    "CHECKERS",
+    "FINAL",
+    "HISTORY_KEPT",
+    "NODE_FAULTS",
+    "START_SLACK_MS",
+    "STORAGE_FAULTS",
+    "VIOLATIONS_LISTED_MAX",
+    "CheckResult",
+    "RunData",
+    "check_all",
+    "check_convergence",
+    "check_dag",
+    "check_fencing",
+    "check_fires",
+    "check_idempotent",
+    "check_liveness",
+    "check_lost",
+    "check_rerun",
+    "check_storage",
+    "expected_plan",
+    "nominal_times",
 ]
 
 
@@ -58,6 +77,7 @@ CHECKERS: list[Callable[[RunData], CheckResult]] = [
     check_dag,
     check_convergence,
     check_liveness,
+    check_storage,
 ]
 
 

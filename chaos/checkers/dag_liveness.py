@@ -19,6 +19,9 @@ from chaos.checkers.data import CheckResult, RunData
 from chaos.checkers.jobs import _acked_workflows
 from chaos.history import Event
 
+# Faults during which no node runs: a failover is measured from their end (the restart).
+WHOLE_CLUSTER = frozenset({"downtime", "power_all"})
+
 # -- 6. DAG order --------------------------------------------------------------------------
 
 
@@ -144,9 +147,9 @@ def _worst_failover(run: RunData) -> int | None:
     for start, _end, event in run.faults():
         leader = event.get("leader")
         if leader is None or (leader not in event.get("targets", []) and
-                              event.get("fault") != "downtime"):
+                              event.get("fault") not in WHOLE_CLUSTER):
             continue
-        if event.get("fault") == "downtime":
+        if event.get("fault") in WHOLE_CLUSTER:
             start = _end  # measured from the restart: nothing can lead while all are down
         terms = [s.get("term") or 0 for s in samples if s["t"] <= start and s.get("term")]
         term = max(terms, default=0)

@@ -19,7 +19,9 @@ from typing import Any
 from chaos.checkers.data import CheckResult, RunData
 from chaos.history import Event
 
-NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader"})
+NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader",
+                         "kill_main", "term_group", "damage",
+                         "power_one", "power_majority", "power_all"})
 
 
 # -- 1. exactly-once firing ----------------------------------------------------------------

@@ -62,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep", action="store_true", help="keep the local cluster's folder (logs)"
     )
+    parser.add_argument(
+        "--durability",
+        choices=("fsync", "os"),
+        default="fsync",
+        help="[storage] durability of the local cluster (default fsync, the nodes' default)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
                 [u.strip().rstrip("/") for u in args.connect.split(",")], token=args.api_token
             )
         else:
-            cluster = LocalCluster(folder, log_level="warning")
+            cluster = LocalCluster(
+                folder, log_level="warning", storage={"durability": args.durability}
+            )
             cluster.start()
             cluster.wait_ready(timeout_s=60)
             target = Target([node.url for node in cluster.nodes], cluster=cluster)
@@ -103,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
             shutil.rmtree(folder, ignore_errors=True)
     figures["measured"] = chosen
+    if not args.connect:
+        figures["durability"] = args.durability
     if args.json:
         print(json.dumps(figures))
     else:

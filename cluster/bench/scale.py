@@ -119,18 +119,14 @@ def _rss_per_node(cluster: LocalCluster) -> list[float]:
 
 async def _snapshot(target: Target, node: LocalNode) -> dict[str, Any]:
     """Force a compaction on a node; the dump's size and the time until it was written."""
-    dump = node.data_dir / "raft.dump"
+    dump = node.data_dir / "snapshot"  # made current by the node once written and synced
     before = dump.stat().st_mtime if dump.exists() else 0.0
     started = time.monotonic()
     status, body = await target.call("POST", "/v1/cluster/compact", {}, url=node.url)
     if status != 202:
         return {"snapshot_note": f"compact answered {status}: {body}"}
     for _ in range(3_000):
-        if (
-            dump.exists()
-            and dump.stat().st_mtime > before
-            and not Path(str(dump) + ".tmp").exists()
-        ):
+        if dump.exists() and dump.stat().st_mtime > before:
             break
         await asyncio.sleep(0.1)
     return {

@@ -161,12 +161,14 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = services(request).node
     leader = node.leader_id()
-    ready = leader is not None and bool(node.sync.isReady())
+    storage_problem = node.storage.write_error
+    ready = leader is not None and bool(node.sync.isReady()) and storage_problem is None
     body = {
         "ready": ready,
         "node": node.config.node_id,
         "leader": leader,
         "applied_index": node.applied_index,
+        "storage": "ok" if storage_problem is None else storage_problem,
     }
     return json_response(body, status=200 if ready else 503)
 
@@ -185,6 +187,7 @@ async def get_metrics(request: web.Request) -> web.Response:
             applied_index=node.applied_index,
             stats=svc.stats,
             proposer=svc.proposer,
+            storage=node.storage,
         )
     return web.Response(
         text=text,

@@ -5,6 +5,9 @@
 - ``raftcron.storage``: written once, when the data dir is first made (format, version, node
   id). A data dir with this mark and no log has lost its log: the node refuses to start rather
   than start empty. One with a log or a snapshot but no mark is damaged too.
+- ``--rejoin-empty``: the operator says this node lost its data and comes back empty. The
+  mark then says ``rejoining`` until the node has caught up with a leader (see `hooks`):
+  until then it neither votes nor stands for election, also across restarts.
 - A data dir of raftcron 0.1.0 (PySyncObj's ``raft.journal``, ``raft.journal.meta``,
   ``raft.dump``) is refused with the command that migrates it.
 """
@@ -36,12 +39,19 @@ class DataDir:
     node_id: str
     lock_fd: int
     new: bool  # nothing was ever acknowledged from here: no log yet, or an empty first one
+    rejoining: bool = False  # lost its data; a learner until caught up
 
     def mark_initialised(self, disk: Disk) -> None:
         """The log exists: from now on, a data dir without one has lost it."""
         if self.new:
-            _write_mark(disk, self.path, self.node_id, initialised=True)
+            _write_mark(disk, self.path, self.node_id, initialised=True,
+                        rejoining=self.rejoining)
             self.new = False
+
+    def finish_rejoin(self, disk: Disk) -> None:
+        if self.rejoining:
+            _write_mark(disk, self.path, self.node_id, initialised=True, rejoining=False)
+            self.rejoining = False
 
     def release(self) -> None:
         if self.lock_fd >= 0:
@@ -53,7 +63,13 @@ def holds_storage(names: list[str]) -> bool:
     return any(segment_number(name) is not None or name == "snapshot" for name in names)
 
 
+def holds_log(names: list[str]) -> bool:
+    """A made log always has a segment (a new one exists before the mark says so)."""
+    return any(segment_number(name) is not None for name in names)
+
+
 def open_data_dir(path: str, node_id: str, *, disk: Disk | None = None,
+                  rejoin_empty: bool = False,
                   migrate_hint: str = "raftcron storage migrate --config <node.toml>") -> DataDir:
     disk = disk or OsDisk()
     disk.makedirs(path)
@@ -61,6 +77,8 @@ def open_data_dir(path: str, node_id: str, *, disk: Disk | None = None,
     try:
         names = disk.listdir(path)
         mark_path = os.path.join(path, MARK_NAME)
+        if rejoin_empty:
+            return _rejoin_empty(disk, path, node_id, lock_fd, names)
         if MARK_NAME not in names:
             legacy = [name for name in LEGACY_NAMES if name in names]
             if legacy:
@@ -72,19 +90,35 @@ def open_data_dir(path: str, node_id: str, *, disk: Disk | None = None,
                                             "snapshot")
             _write_mark(disk, path, node_id, initialised=False)
             return DataDir(path, node_id, lock_fd, new=True)
-        initialised = _check_mark(disk, mark_path, node_id)
+        initialised, rejoining = _check_mark(disk, mark_path, node_id)
         if not initialised:
-            return DataDir(path, node_id, lock_fd, new=True)
-        if not holds_storage(names):
+            return DataDir(path, node_id, lock_fd, new=True, rejoining=rejoining)
+        if not holds_log(names):
             raise LogDamaged(os.path.join(path, "log-00000001.seg"),
-                             "is missing: the data dir was initialised but holds no log and no "
-                             "snapshot, so its acknowledged entries are lost (to rejoin as an "
-                             "empty node, see `raftcron node --rejoin-empty`)")
-        return DataDir(path, node_id, lock_fd, new=False)
+                             "is missing: the data dir was initialised but holds no log segment, "
+                             "so the entries acknowledged after its snapshot are lost (to rejoin "
+                             "as an empty node, see `raftcron node --rejoin-empty`)")
+        return DataDir(path, node_id, lock_fd, new=False, rejoining=rejoining)
     except BaseException:
         if lock_fd >= 0:
             os.close(lock_fd)
         raise
+
+
+def _rejoin_empty(disk: Disk, path: str, node_id: str, lock_fd: int,
+                  names: list[str]) -> DataDir:
+    """Start over empty, as a learner, on the operator's word that the data is lost."""
+    mark_path = os.path.join(path, MARK_NAME)
+    if MARK_NAME in names:
+        initialised, rejoining = _check_mark(disk, mark_path, node_id)
+        if rejoining:  # restarted while catching up: still a learner
+            return DataDir(path, node_id, lock_fd, new=not initialised, rejoining=True)
+    if holds_storage(names):
+        raise StorageError(
+            f"{path} still holds a log or a snapshot: --rejoin-empty is for a node whose data "
+            f"is gone; move the data dir away first (it may be what the cluster needs)")
+    _write_mark(disk, path, node_id, initialised=False, rejoining=True)
+    return DataDir(path, node_id, lock_fd, new=True, rejoining=True)
 
 
 def _lock(path: str) -> int:
@@ -99,17 +133,18 @@ def _lock(path: str) -> int:
     return fd
 
 
-def _write_mark(disk: Disk, path: str, node_id: str, *, initialised: bool) -> None:
+def _write_mark(disk: Disk, path: str, node_id: str, *, initialised: bool,
+                rejoining: bool = False) -> None:
     mark = json.dumps({"format": MARK_FORMAT, "version": MARK_VERSION, "node_id": node_id,
-                       "initialised": initialised})
+                       "initialised": initialised, "rejoining": rejoining})
     temporary = os.path.join(path, MARK_NAME + ".tmp")
     disk.write_file(temporary, [mark.encode() + b"\n"], sync=True)
     disk.rename(temporary, os.path.join(path, MARK_NAME))
     disk.sync_dir(path)
 
 
-def _check_mark(disk: Disk, mark_path: str, node_id: str) -> bool:
-    """Whether the mark says the log was made (raises when the mark is not ours)."""
+def _check_mark(disk: Disk, mark_path: str, node_id: str) -> tuple[bool, bool]:
+    """(the log was made, the node is rejoining); raises when the mark is not ours."""
     try:
         mark = json.loads(disk.read(mark_path))
     except (ValueError, OSError) as error:
@@ -122,7 +157,7 @@ def _check_mark(disk: Disk, mark_path: str, node_id: str) -> bool:
     if mark.get("node_id") != node_id:
         raise StorageError(f"{mark_path}: this data dir belongs to node {mark.get('node_id')!r}, "
                            f"not {node_id!r}")
-    initialised = mark.get("initialised")
-    if not isinstance(initialised, bool):
+    initialised, rejoining = mark.get("initialised"), mark.get("rejoining", False)
+    if not isinstance(initialised, bool) or not isinstance(rejoining, bool):
         raise LogDamaged(mark_path, "does not say whether the log was made")
-    return initialised
+    return initialised, rejoining

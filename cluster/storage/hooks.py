@@ -36,7 +36,7 @@ from typing import Any
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj
 
-from cluster.storage.journal import StorageJournal
+from cluster.storage.journal import LEARNER_VOTE, StorageJournal
 from cluster.storage.node import RaftStorage
 from cluster.storage.raftlog import StorageUnavailable
 
@@ -112,6 +112,8 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
         held = _held_acks(self)
         while held:
             library_send(self, **held.pop(0))
+        if storage.rejoining:
+            _learner_step(self, storage)
         try:
             library(self, timeToWait)
         except StorageUnavailable as error:
@@ -133,6 +135,28 @@ def _stand_down(self: Any) -> None:
         self._SyncObj__raftLeader = None
     # Wait a whole election timeout before standing for election: a vote needs the disk too.
     self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + self.conf.raftMaxTimeout
+
+
+def _learner_step(self: Any, storage: RaftStorage) -> None:
+    """A node that rejoined empty is a learner until it holds every committed entry: its
+    commit index is an entry of the current leader's term (Leader Completeness: all that was
+    committed before is at or below it). Until then it never stands for election and never
+    grants a vote. Then it records a vote for that leader in this term, so a vote it may have
+    cast in this term before it lost its data is never cast a second time."""
+    journal: StorageJournal = self._SyncObj__raftLog
+    journal.node = self
+    log_ = storage.log
+    term, commit, leader = self.raftCurrentTerm, self.raftCommitIndex, self._getLeader()
+    if leader is not None and leader != self.selfNode and term > 0 and len(log_) and \
+            log_.first_index <= commit <= log_.last_index and log_.term_at(commit) == term:
+        self._SyncObj__votedForNodeId = leader.id
+        log_.set_hard_state(term, leader.id)
+        storage.finish_rejoin()
+        return
+    self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + \
+        self.conf.raftMaxTimeout
+    if self._SyncObj__votedForNodeId is None:
+        self._SyncObj__votedForNodeId = LEARNER_VOTE
 
 
 def _make_on_become_leader(library: Callable[..., Any]) -> Callable[..., Any]:

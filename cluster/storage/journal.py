@@ -71,12 +71,16 @@ def _entry_at(log: RaftLog, position: int) -> Entry:
     return log.command_at(index), index, log.term_at(index)
 
 
+LEARNER_VOTE = "(rejoining: no vote until caught up)"
+
+
 class StorageJournal:
     """What PySyncObj calls its journal (``pysyncobj.journal.Journal``)."""
 
     def __init__(self, storage: RaftStorage) -> None:
         self.storage = storage
         self.log = storage.log
+        self.node: Any = None  # the SyncObj, once it ticks (hooks): for the learner's vote
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         self.log.append(idx, term, command)
@@ -110,6 +114,10 @@ class StorageJournal:
 
     def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:
         self.log.set_hard_state(term, votedForNodeId)
+        if self.storage.rejoining and votedForNodeId is None and self.node is not None:
+            # PySyncObj grants a vote when votedFor is None right after a new term clears it;
+            # a learner's is never None in memory (never written: the disk says None).
+            self.node._SyncObj__votedForNodeId = LEARNER_VOTE
 
     def getCurrentTerm(self) -> int:
         return self.log.term
@@ -131,32 +139,49 @@ class StorageJournal:
                 and self.log.term_at(prev[1]) == prev[2] and self.log.term_at(last[1]) == last[2])
 
 
-def reconcile(log: RaftLog, snapshot: Snapshot | None, snapshot_path: str) -> None:
-    """Make the log agree with the snapshot, or raise LogDamaged (see the module docstring)."""
+def disagreement(log: RaftLog, snapshot: Snapshot | None, snapshot_path: str) -> LogDamaged | None:
+    """What makes this log and this snapshot unusable together, if anything."""
     where = os.path.join(log.directory, "log")
+    commit_index = log.commit_index
     if snapshot is None:
         if len(log) and log.first_index > 1:
-            raise LogDamaged(snapshot_path, f"is missing, and the log starts at index "
-                                            f"{log.first_index}: the entries before it are lost")
+            return LogDamaged(snapshot_path, f"is missing, and the log starts at index "
+                                             f"{log.first_index}: the entries before it are lost")
+        last_index = log.last_index
     else:
-        index, term = snapshot.index, snapshot.term
-        holds_last = len(log) and log.first_index <= index <= log.last_index and \
-            log.term_at(index) == term
-        if holds_last and log.first_index <= index - 1:
+        if len(log) and log.first_index > snapshot.index + 1:
+            return LogDamaged(where, f"starts at index {log.first_index}, after the snapshot's "
+                                     f"index {snapshot.index}: the entries between are lost")
+        last_index = log.last_index if _holds(log, snapshot) else snapshot.index
+        commit_index = max(commit_index, snapshot.index)
+    if len(log) and commit_index > last_index:
+        return LogDamaged(where, f"says entries up to {commit_index} are committed, but it ends "
+                                 f"at {last_index}")
+    return None
+
+
+def _holds(log: RaftLog, snapshot: Snapshot) -> bool:
+    """Whether the log holds the snapshot's last entry (same index, same term)."""
+    return bool(len(log)) and log.first_index <= snapshot.index <= log.last_index and \
+        log.term_at(snapshot.index) == snapshot.term
+
+
+def reconcile(log: RaftLog, snapshot: Snapshot | None, snapshot_path: str) -> None:
+    """Make the log agree with the snapshot, or raise LogDamaged (see the module docstring)."""
+    problem = disagreement(log, snapshot, snapshot_path)
+    if problem is not None:
+        raise problem
+    if snapshot is not None:
+        index = snapshot.index
+        if _holds(log, snapshot) and log.first_index <= index - 1:
             log.compact_to(index - 1)
-        elif len(log) and log.first_index > index + 1:
-            raise LogDamaged(where, f"starts at index {log.first_index}, after the snapshot's "
-                                    f"index {index}: the entries between are lost")
         else:
             kept = [(i, log.term_at(i), log.command_at(i))
-                    for i in range(index + 1, log.last_index + 1)] if holds_last else []
+                    for i in range(index + 1, log.last_index + 1)] if _holds(log, snapshot) else []
             log.reset()
             log.append(snapshot.prev[1], snapshot.prev[2], snapshot.prev[0])
-            log.append(index, term, snapshot.last[0])
+            log.append(index, snapshot.term, snapshot.last[0])
             for entry_index, entry_term, command in kept:
                 log.append(entry_index, entry_term, command)
         log.set_commit(max(log.commit_index, index))
-    if len(log) and log.commit_index > log.last_index:
-        raise LogDamaged(where, f"says entries up to {log.commit_index} are committed, but it "
-                                f"ends at {log.last_index}")
     log.sync()

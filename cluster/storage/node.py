@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 
+from cluster.metrics import Histogram
 from cluster.storage.datadir import DataDir, open_data_dir
 from cluster.storage.disk import Disk, OsDisk
 from cluster.storage.journal import StorageJournal, reconcile
@@ -49,7 +50,8 @@ class RaftStorage(os.PathLike[str]):
                  source: SnapshotSource, durability: str = "fsync", fork: bool = True,
                  disk: Disk | None = None, segment_bytes_max: int = SEGMENT_BYTES_MAX,
                  on_fatal: Callable[[str], None] = _raise,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 rejoin_empty: bool = False) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
         self.directory = os.fspath(directory)
@@ -58,12 +60,14 @@ class RaftStorage(os.PathLike[str]):
         self.on_fatal = on_fatal
         self.monotonic = monotonic
         durable = durability == "fsync"
-        self.datadir: DataDir = open_data_dir(self.directory, node_id, disk=self.disk)
+        self.datadir: DataDir = open_data_dir(self.directory, node_id, disk=self.disk,
+                                              rejoin_empty=rejoin_empty)
         try:
             self.log = RaftLog(self.directory, durable=durable, disk=self.disk,
                                segment_bytes_max=segment_bytes_max)
             self.snapshots = SnapshotStore(self.directory, source, durable=durable, fork=fork,
                                            disk=self.disk, inherited_fds=self._fds_to_close)
+            self._log_load_report()
             reconcile(self.log, self.snapshots.current, self.snapshots.path)
             self.log.ensure_segment()
             self.datadir.mark_initialised(self.disk)
@@ -71,15 +75,45 @@ class RaftStorage(os.PathLike[str]):
             self.datadir.release()
             raise
         self.journal = StorageJournal(self)
+        self.sync_latency = Histogram()  # one batch: write + fdatasync (fsync mode)
         self.write_error: str | None = None
         self._unhealthy_logged_at = -UNHEALTHY_LOG_EVERY_S
         self._closed = False
+
+    def _log_load_report(self) -> None:
+        report = self.log.report
+        if report.torn_segment:
+            log.warning("cut a torn tail: %d bytes at the end of %s (%s): the last write before "
+                        "a crash, never acknowledged", report.torn_bytes_cut, report.torn_segment,
+                        report.torn_problem, extra={"action": "storage_torn_tail_cut"})
+        if self.datadir.rejoining:
+            log.warning("rejoining empty: this node lost its data; it will not vote or stand for "
+                        "election until it has caught up with a leader",
+                        extra={"action": "rejoin_started"})
+        snapshot = self.snapshots.current
+        log.info("storage loaded: %d segment(s), entries %d..%d, term %d, commit %d, snapshot "
+                 "%s, durability %s%s", report.segments, self.log.first_index,
+                 self.log.last_index, self.log.term, self.log.commit_index,
+                 snapshot.index if snapshot else "none", self.durability,
+                 ", after a clean stop" if report.clean_stop else "",
+                 extra={"action": "storage_loaded"})
 
     def __fspath__(self) -> str:
         return self.snapshots.path
 
     def _fds_to_close(self) -> list[int]:
         return [self.datadir.lock_fd] if self.datadir.lock_fd >= 0 else []
+
+    @property
+    def rejoining(self) -> bool:
+        """Lost its data and came back empty: a learner (no vote, no candidacy) until caught
+        up with a leader (`hooks`)."""
+        return self.datadir.rejoining
+
+    def finish_rejoin(self) -> None:
+        self.datadir.finish_rejoin(self.disk)
+        log.warning("caught up with the leader after rejoining empty: a voter again",
+                    extra={"action": "rejoin_caught_up"})
 
     @property
     def load_report(self) -> LoadReport:
@@ -94,8 +128,12 @@ class RaftStorage(os.PathLike[str]):
 
     def sync(self) -> bool:
         """Make every buffered change durable; False (and unhealthy) if it cannot."""
+        if not self.log.dirty and self.write_error is None:
+            return True
+        started = self.monotonic()
         try:
             self.log.sync()
+            self.sync_latency.observe(self.monotonic() - started)
         except StorageUnavailable as error:
             self.failed(str(error))
             return False

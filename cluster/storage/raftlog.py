@@ -80,8 +80,9 @@ class LoadReport:
 class RaftLog:
     def __init__(self, directory: str, *, durable: bool = True, disk: Disk | None = None,
                  segment_bytes_max: int = SEGMENT_BYTES_MAX,
-                 cache_bytes_max: int = CACHE_BYTES_MAX) -> None:
+                 cache_bytes_max: int = CACHE_BYTES_MAX, read_only: bool = False) -> None:
         self.directory = directory
+        self.read_only = read_only  # for `raftcron storage check`: report, change nothing
         self.durable = durable
         self.disk: Disk = disk or OsDisk()
         self.segment_bytes_max = segment_bytes_max
@@ -396,7 +397,7 @@ class RaftLog:
                 raise LogDamaged(self._path(missing[0]), "is missing (the newest segment "
                                                          "lists it as part of the log)")
         self._cache_tail()
-        if clean is not None:
+        if clean is not None and not self.read_only:
             self.disk.unlink(os.path.join(self.directory, CLEAN_MARK))
             self.disk.sync_dir(self.directory)
 
@@ -437,7 +438,9 @@ class RaftLog:
         self.report.torn_bytes_cut = size - scan.good_end
         self.report.torn_segment = path
         self.report.torn_problem = scan.problem
-        if scan.good_end == 0:
+        if self.read_only:
+            pass
+        elif scan.good_end == 0:
             self.disk.unlink(path)
             self.disk.sync_dir(self.directory)
         else:

@@ -543,3 +543,68 @@ def test_a_time_that_passed_before_a_new_schedule_first_ticked_is_not_owed() -> 
         event["seq"] = seq
     found = violations(fresh(run), checkers.check_fires)
     assert any("no decision in the log fired it" in v for v in found)
+
+
+def _with_storage_faults(*records: dict[str, Any]) -> RunData:
+    run = good_run()
+    for offset, record in enumerate(records):
+        run.history.append({"t": BASE + 70_000 + offset, "kind": "storage_fault", **record})
+    return run
+
+
+def test_kills_mid_snapshot_whose_writer_died_and_refused_damage_pass_the_storage_checker() -> None:
+    run = _with_storage_faults(
+        {"id": "f8", "fault": "kill_main", "writer_seen": True, "writer_outlived": False},
+        {"id": "f9", "fault": "term_group", "writer_seen": True, "writer_outlived": False},
+        {"id": "f10", "fault": "damage", "how": "flip_segment", "file": "log-00000001.seg",
+         "exit_code": 65, "named": True},
+    )
+    result = checkers.check_storage(run)
+    assert result.ok, result.violations
+    assert result.counts["refused"] == 1 and result.counts["writer_seen"] == 2
+
+
+def test_a_snapshot_writer_that_outlived_its_node_fails_the_storage_checker() -> None:
+    run = _with_storage_faults(
+        {"id": "f8", "fault": "kill_main", "writer_seen": True, "writer_outlived": True})
+    assert any("outlived" in v for v in violations(run, checkers.check_storage))
+
+
+@pytest.mark.parametrize("exit_code, named", [(0, True), (None, True), (65, False)])
+def test_a_damaged_data_dir_that_was_not_refused_fails_the_storage_checker(
+        exit_code: int | None, named: bool) -> None:
+    run = _with_storage_faults(
+        {"id": "f10", "fault": "damage", "how": "delete_snapshot", "file": "snapshot",
+         "exit_code": exit_code, "named": named})
+    assert any("damage delete_snapshot of snapshot" in v
+               for v in violations(run, checkers.check_storage))
+
+
+def _with_power_cuts(*records: dict[str, Any]) -> RunData:
+    run = good_run()
+    for offset, record in enumerate(records):
+        run.history.append({"t": BASE + 70_000 + offset, **record})
+    return run
+
+
+POWER_CUT = {"kind": "power_cut", "id": "f11", "fault": "power_all", "node": "n1",
+             "dirty_files": 1, "dirty_bytes": 4096, "dirty_dirs": 0,
+             "torn_writes": [{"path": "log-00000001.seg", "offset": 9, "bytes": 256,
+                              "kept_bytes": 212}]}
+
+
+def test_power_cuts_after_which_the_node_came_back_pass_and_are_counted() -> None:
+    run = _with_power_cuts(POWER_CUT, {"kind": "power_restart", "id": "f11", "node": "n1",
+                                       "came_back": True, "exit_code": None})
+    result = checkers.check_storage(run)
+    assert result.ok, result.violations
+    assert result.counts["power_cuts"] == 1 and result.counts["torn_writes"] == 1
+    assert result.counts["dropped_bytes"] == 4096 and result.counts["came_back"] == 1
+
+
+def test_a_node_that_refused_to_start_after_a_power_cut_fails_the_storage_checker() -> None:
+    run = _with_power_cuts(POWER_CUT, {"kind": "power_restart", "id": "f11", "node": "n1",
+                                       "came_back": False, "exit_code": 65,
+                                       "log_tail": "log-00000001.seg: damaged"})
+    assert any("did not come back after a power cut (exit 65)" in v
+               for v in violations(run, checkers.check_storage))

@@ -1,5 +1,7 @@
-"""The tier-2 smoke: real nodes and workers survive a killed, a paused and an isolated leader
-and a whole-cluster restart with zero safety violations (`python -m chaos run --smoke`).
+"""The tier-2 smoke: real nodes and workers survive a killed leader, a leader whose main PID is
+killed mid-snapshot, a follower whose log was damaged (it must refuse to start), a paused and
+an isolated leader and a whole-cluster restart with zero safety violations
+(`python -m chaos run --smoke`).
 
 As root with `ip`, the nodes live in network namespaces; elsewhere the partition goes through
 the in-process relay: either way the partition is really injected, never skipped. The smoke
@@ -36,7 +38,7 @@ def test_the_smoke_run_finds_no_violation_and_leaves_nothing_behind(tmp_path: Pa
     print(done.stdout)
     print(done.stderr[-4000:], file=sys.stderr)
     assert done.returncode == 0, f"smoke failed (exit {done.returncode}):\n{done.stdout}"
-    assert "smoke" in done.stdout and "total faults injected: 4" in done.stdout
+    assert "smoke" in done.stdout and "total faults injected: 6" in done.stdout
     assert elapsed < SMOKE_TIMEOUT_S
     if os.geteuid() == 0 and shutil.which("ip"):
         assert leftover_namespaces() == []
