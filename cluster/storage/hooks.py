@@ -10,9 +10,10 @@ built with plain file names keep the library's own storage. What the hooks do fo
    - a follower's success ack (``__sendNextNodeIdx``) waits until the entries it covers are
      durable: acks are held and sent, in order, right after the next sync, which runs at the
      start of the next tick; so one sync covers every append of a poll round (group commit);
-   - the leader counts itself toward a majority in ``_onTick``; the same sync at the start of
-     every tick makes its own entries durable first; ``__onBecomeLeader`` syncs its no-op
-     (a single node counts itself in the same tick);
+   - the leader counts itself toward a majority in ``_onTick``; it syncs right after
+     ``_checkCommandsToApply`` appended and sent entries (so its fdatasync runs while the
+     followers write theirs), and the sync at the start of every tick covers anything else;
+     ``__onBecomeLeader`` syncs its no-op (a single node counts itself in the same tick);
    - term and vote are synced by the journal before PySyncObj acts on them.
 3. ``__loadDumpFile`` is replaced, and runs at the first tick when the storage holds a snapshot
    (the library's own test, ``os.path.isfile``, sees only the real filesystem, not the
@@ -159,6 +160,18 @@ def _learner_step(self: Any, storage: RaftStorage) -> None:
         self._SyncObj__votedForNodeId = LEARNER_VOTE
 
 
+def _make_check_commands_to_apply(library: Callable[..., Any]) -> Callable[..., Any]:
+    def check_commands_to_apply(self: Any) -> None:
+        """The leader appends client commands here and sends them at once; syncing right after
+        (before the tick waits on the network) overlaps its fdatasync with the followers'."""
+        library(self)
+        storage = storage_of(self)
+        if storage is not None and self._isLeader() and storage.log.has_unsynced_entries \
+                and not storage.sync():
+            _stand_down(self)
+    return check_commands_to_apply
+
+
 def _make_on_become_leader(library: Callable[..., Any]) -> Callable[..., Any]:
     def on_become_leader(self: Any) -> None:
         library(self)
@@ -195,6 +208,7 @@ _PATCHES_OF_SYNCOBJ: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]
     "_SyncObj__sendNextNodeIdx": _make_send_next_node_idx,
     "_onTick": _make_on_tick,
     "_SyncObj__onBecomeLeader": _make_on_become_leader,
+    "_checkCommandsToApply": _make_check_commands_to_apply,
     "_SyncObj__loadDumpFile": _make_load_dump_file,
 }
 _PATCHES_OF_MODULE: dict[str, Callable[[Any], Callable[..., Any]]] = {
