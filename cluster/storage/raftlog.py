@@ -205,9 +205,12 @@ class RaftLog:
         if not self.dirty:
             return
         if self._current == 0 or self._sizes[self._current] >= self.segment_bytes_max:
-            if self._current and not self.durable:
-                self._sync_file(self._current)  # only the newest segment may have a torn tail
-            self._new_segment()
+            try:
+                if self._current and not self.durable:
+                    self._sync_file(self._current)  # only the newest segment may be torn
+                self._new_segment()
+            except OSError as error:  # creating a file or syncing a folder: nothing written
+                raise StorageUnavailable(f"{self.directory}: new segment: {error}") from error
         frames = list(self._pending)
         if self.commit_index != self._commit_written:
             frames.append(records.index_frame(records.KIND_COMMIT, self.commit_index))
@@ -219,7 +222,10 @@ class RaftLog:
         self._evict()
         if self._compacted:
             self._compacted = False
-            self._drop_dead_segments()
+            try:
+                self._drop_dead_segments()
+            except OSError as error:  # the batch is durable; dead segments wait for the next
+                raise StorageUnavailable(f"{self.directory}: dead segments: {error}") from error
 
     def ensure_segment(self) -> None:
         """A new log's first segment, made (and durable) before anything is stored in it."""
