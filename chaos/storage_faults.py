@@ -68,8 +68,12 @@ def _compact_and_wait_for_writer(nemesis: Nemesis, node_id: str) -> list[int]:
     with contextlib.suppress(Exception):  # a busy node may snapshot anyway: look for it
         nemesis.cluster.request(node, "POST", "/v1/cluster/compact", {}, token=ADMIN)
     found: list[int] = []
-    wait_until(lambda: bool(found.extend(snapshot_writers(node.pid or 0)) or found),
-               WRITER_WAIT_S, poll_s=0.005)
+
+    def writer_seen() -> bool:
+        found.extend(snapshot_writers(node.pid or 0))
+        return bool(found)
+
+    wait_until(writer_seen, WRITER_WAIT_S, poll_s=0.005)
     return sorted(set(found))
 
 

@@ -126,7 +126,7 @@ class StorageJournal:
         return self.log.voted_for
 
     def onOneSecondTimer(self) -> None:
-        self.storage.sync_quietly()  # the commit index, when nothing else wrote it
+        self.storage.sync()  # the commit index, when nothing else wrote it
 
     def reset_to(self, prev: Entry, last: Entry) -> None:
         """The log becomes exactly a snapshot's two entries (one batch: atomic)."""

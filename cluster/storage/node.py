@@ -142,9 +142,6 @@ class RaftStorage(os.PathLike[str]):
             self.write_error = None
         return True
 
-    def sync_quietly(self) -> None:
-        self.sync()
-
     def failed(self, problem: str) -> None:
         self.write_error = problem
         now = self.monotonic()

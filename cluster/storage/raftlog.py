@@ -31,7 +31,6 @@ import os
 import zlib
 from array import array
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from cluster.storage import records
@@ -107,7 +106,6 @@ class RaftLog:
         self._sequence = 0
         self._compacted = False
         self.report = LoadReport()
-        self.on_cut: Callable[[LoadReport], None] | None = None
         self._load()
 
     # --- reading ---------------------------------------------------------------------------
@@ -456,8 +454,6 @@ class RaftLog:
                 file.sync()
             finally:
                 file.close()
-        if self.on_cut is not None:
-            self.on_cut(self.report)
 
     def _check_segment_header(self, path: str, number: int, frame: records.Frame) -> None:
         magic, version, found = (records.decode_segment_header(frame.body)

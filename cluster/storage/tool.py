@@ -24,7 +24,13 @@ from cluster.storage import datadir as datadir_module
 from cluster.storage import records
 from cluster.storage.disk import OsDisk
 from cluster.storage.journal import disagreement
-from cluster.storage.raftlog import LogDamaged, RaftLog, StorageError, segment_name
+from cluster.storage.raftlog import (
+    LogDamaged,
+    RaftLog,
+    StorageError,
+    segment_name,
+    segment_number,
+)
 from cluster.storage.snapshots import SNAPSHOT_NAME, decode, encode
 
 
@@ -126,7 +132,7 @@ def _open_checked(directory: str, node_id: str, names: list[str]) -> None:
 def repair(directory: str, node_id: str, *, discard_after_damage: bool) -> int:
     lock_fd = _lock(directory)
     try:
-        numbers = sorted(n for n in map(_number, os.listdir(directory)) if n is not None)
+        numbers = sorted(n for n in map(segment_number, os.listdir(directory)) if n is not None)
         sequence: int | None = None
         for position, number in enumerate(numbers):
             path = os.path.join(directory, segment_name(number))
@@ -159,12 +165,6 @@ def repair(directory: str, node_id: str, *, discard_after_damage: bool) -> int:
         return 0
     finally:
         os.close(lock_fd)
-
-
-def _number(name: str) -> int | None:
-    from cluster.storage.raftlog import segment_number
-
-    return segment_number(name)
 
 
 def migrate(directory: str, node_id: str) -> int:
