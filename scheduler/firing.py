@@ -185,7 +185,7 @@ def fire(
             schedule.buffered = None
             for job_id in sorted(schedule.active):
                 job = state.table.get(job_id)
-                if job is not None and not job.final:
+                if isinstance(job, Job) and not job.final:
                     state.cancel_job(job, REPLACED)
     # A manual key is taken only now, after any cancellation, so it names the job it creates.
     key = (

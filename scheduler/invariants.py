@@ -8,6 +8,7 @@ The checks read everything (O(n)): for tests and audits, not for the hot path.
 from __future__ import annotations
 
 from scheduler import jobs as j
+from scheduler.frozen import FrozenJob, readable
 from scheduler.state import SchedulerState
 
 
@@ -23,8 +24,16 @@ def _job_rules(state: SchedulerState) -> list[str]:
     out = []
     now_ms = state.now_ms
     tokens: dict[int, int] = {}
-    for job in state.table:
+    for record in state.table:
+        job = readable(record)
         where = f"job {job.id}"
+        if job.final != isinstance(record, FrozenJob):
+            out.append(f"{where}: {job.status} but {type(record).__name__} between commands")
+        if isinstance(record, FrozenJob):
+            header = (record.id, record.status, record.finished_ms, record.queue, record.schedule)
+            fields = (job.id, job.status, job.finished_ms, job.queue, job.schedule)
+            if header != fields:
+                out.append(f"{where}: frozen with fields {header}, its record says {fields}")
         if job.id >= state.next_job_id:
             out.append(f"{where}: id not below next_job_id {state.next_job_id}")
         if job.status not in j.STATUSES:

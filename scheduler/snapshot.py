@@ -1,7 +1,10 @@
 """Snapshot and restore: the whole state as msgpack bytes, and a digest of it.
 
 The snapshot carries records only (jobs, schedules, workflows, tables in their dict order);
-every index (ready queues, heaps, status sets) is rebuilt on restore. Two replicas that applied
+every index (ready queues, heaps, status sets) is rebuilt on restore. A job is a row of the
+fields its indexes read and its packed record (`scheduler.frozen`): a finished job's record is
+written and restored as the bytes it already is, so neither direction decodes a million
+retained jobs. Version 1 (every job as a list of fields) is still read. Two replicas that applied
 the same commands produce identical bytes, and `restore(snapshot(s))` continues exactly as `s`
 would have: the indexes are only ever consulted in total orders, so how a heap was built never
 shows.
@@ -17,13 +20,14 @@ import msgpack
 
 from scheduler import jobs as j
 from scheduler.events import EventLog
-from scheduler.jobs import Attempt, Job
+from scheduler.frozen import STATUS, FrozenJob, job_from_list, pack
+from scheduler.jobs import Job
 from scheduler.requests import RequestLog
 from scheduler.schedules import schedule_restore, schedule_snapshot
-from scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 from scheduler.state import SchedulerState, Workflow
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+VERSIONS_READ = (1, 2)
 
 
 def snapshot(state: SchedulerState) -> bytes:
@@ -33,7 +37,10 @@ def snapshot(state: SchedulerState) -> bytes:
         state.fence,
         state.next_job_id,
         state.next_workflow_id,
-        [_job_to_list(job) for job in state.table.jobs.values()],
+        [
+            job.row() if isinstance(job, FrozenJob) else _row(job)
+            for job in state.table.jobs.values()
+        ],
         [[key, *entry] for key, entry in state.table.keys.items()],
         [[*schedule_snapshot(s), list(s.active)] for s in state.schedules.values()],
         list(state.pending_schedules),
@@ -64,32 +71,61 @@ def _restore(blob: bytes) -> SchedulerState:
     # Streamed: the jobs array is read one job at a time, so a million jobs never exist twice
     # over (as msgpack lists and as Jobs). Unpacking it whole doubled a restoring node's RSS.
     unpacker = msgpack.Unpacker(
-        _Chunks(blob), read_size=1 << 20, raw=False, strict_map_key=False,
+        _Chunks(blob),
+        read_size=1 << 20,
+        raw=False,
+        strict_map_key=False,
         max_buffer_size=max(len(blob), 1 << 20),
     )
     if unpacker.read_array_header() != _SNAPSHOT_FIELDS:
         raise ValueError("a snapshot holds 14 fields")
     version = unpacker.unpack()
-    if version != SNAPSHOT_VERSION:
-        raise ValueError(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
+    if version not in VERSIONS_READ:
+        raise ValueError(
+            f"snapshot version {version} is not one this release reads ({VERSIONS_READ})"
+        )
     state = SchedulerState()
     state.now_ms = unpacker.unpack()
     state.fence = unpacker.unpack()
     state.next_job_id = unpacker.unpack()
     state.next_workflow_id = unpacker.unpack()
     table = state.table
+    active: list[Job] = []
+    finished: list[tuple[int, int]] = []
+    jobs, count_by_status = table.jobs, table.count_by_status
+    names: dict[str, str] = {}  # one string object per queue or schedule name
+    # The hot loop of a restore (a million retained jobs): fields are read from the row, never
+    # from the records, and a finished job's record is kept as the bytes it is.
     for _ in range(unpacker.read_array_header()):
-        job = _job_from_list(unpacker.unpack())
-        table.jobs[job.id] = job
-        table.count_by_status[job.status] += 1
+        row = unpacker.unpack()
+        if version == 1:
+            row = _row_from_v1(row)
+        job_id, status, finished_ms, queue, schedule, record = row
+        status = STATUS[status]  # also rejects an unknown status (KeyError)
+        if status in j.FINAL:
+            queue = names.setdefault(queue, queue)
+            schedule = None if schedule is None else names.setdefault(schedule, schedule)
+            jobs[job_id] = FrozenJob(job_id, status, finished_ms, queue, schedule, record)
+            finished.append((finished_ms, job_id))
+        else:
+            job = jobs[job_id] = job_from_list(msgpack.unpackb(record, raw=False))
+            active.append(job)
+        count_by_status[status] += 1
     keys, schedules, pending, workflows, requests, event_log, counters, leader = (
         unpacker.unpack() for _ in range(8)
     )
     if unpacker.tell() != len(blob):
         raise ValueError("a snapshot has bytes after its last field")
-    # Rebuild the indexes in canonical orders (finish order for retention, creation for keys).
-    for job in sorted(table.jobs.values(), key=lambda job: (job.finished_ms or 0, job.id)):
+    # Rebuild the indexes in canonical orders: active jobs by id, then finished ones in finish
+    # order (retention's order); creation order for keys.
+    for job in active:
         table._index(job)
+    finished.sort()
+    table.finished.extend(finished)
+    for _, job_id in finished:
+        status_index = table.by_status.get(jobs[job_id].status)  # succeeded has none
+        if status_index is not None:
+            status_index[job_id] = None
     for key, job_id, created_ms, long in keys:
         table.keys[key] = (job_id, created_ms, long)
     for created_ms, key in sorted((entry[1], key) for key, entry in table.keys.items()):
@@ -131,127 +167,13 @@ def digest(state: SchedulerState) -> str:
     return hashlib.sha256(snapshot(state)).hexdigest()[:32]
 
 
-def _job_to_list(job: Job) -> list[Any]:
-    return [
-        job.id,
-        job.key,
-        job.task,
-        job.queue,
-        job.payload,
-        job.priority,
-        job.status,
-        job.attempts,
-        job.max_attempts,
-        job.attempt_limit,
-        job.run_at_ms,
-        None if job.backoff == DEFAULT_BACKOFF else job.backoff.to_wire(),
-        job.timeout_ms,
-        job.schedule,
-        job.fire_time_ms,
-        job.workflow_id,
-        job.workflow_node,
-        list(job.depends_on),
-        job.waiting_on,
-        job.children,
-        job.result,
-        job.error,
-        job.created_ms,
-        job.finished_ms,
-        job.token,
-        job.lease_until_ms,
-        job.lease_ms,
-        job.worker,
-        [a.to_list() for a in job.history],
-        job.cancel_reason,
-    ]
+def _row(job: Job) -> list[Any]:
+    return [job.id, job.status, job.finished_ms, job.queue, job.schedule, pack(job)]
 
 
-def _job_from_list(item: list[Any]) -> Job:
-    (
-        job_id,
-        key,
-        task,
-        queue,
-        payload,
-        priority,
-        status,
-        attempts,
-        max_attempts,
-        attempt_limit,
-        run_at_ms,
-        backoff,
-        timeout_ms,
-        schedule,
-        fire_time_ms,
-        workflow_id,
-        workflow_node,
-        depends_on,
-        waiting_on,
-        children,
-        result,
-        error,
-        created_ms,
-        finished_ms,
-        token,
-        lease_until_ms,
-        lease_ms,
-        worker,
-        history,
-        cancel_reason,
-    ) = item
-    job = Job(job_id, intern(task), created_ms)
-    job.key = key
-    job.queue = intern(queue)
-    job.payload = payload
-    job.priority = priority
-    job.status = _STATUS[status]
-    job.attempts = attempts
-    job.max_attempts = max_attempts
-    job.attempt_limit = attempt_limit
-    job.run_at_ms = run_at_ms
-    job.backoff = DEFAULT_BACKOFF if backoff is None else BackoffSpec.parse(backoff)
-    job.timeout_ms = timeout_ms
-    job.schedule = None if schedule is None else intern(schedule)
-    job.fire_time_ms = fire_time_ms
-    job.workflow_id = workflow_id
-    job.workflow_node = workflow_node
-    job.depends_on = tuple(depends_on)
-    job.waiting_on = waiting_on
-    job.children = children
-    job.result = result
-    job.error = error
-    job.finished_ms = finished_ms
-    job.token = token
-    job.lease_until_ms = lease_until_ms
-    job.lease_ms = lease_ms
-    job.worker = None if worker is None else intern(worker)
-    job.history = tuple(_attempt(a) for a in history)
-    job.cancel_reason = cancel_reason
-    return job
-
-
-_STATUS = {status: status for status in j.STATUSES}  # also rejects an unknown status (KeyError)
-
-
-def intern(text: str, _seen: dict[str, str] = {}) -> str:  # noqa: B006 - a deliberate cache
-    """One object per distinct name: a million restored jobs share their queue and task strings."""
-    if len(_seen) > 100_000:
-        _seen.clear()
-    return _seen.setdefault(text, text)
-
-
-def _attempt(data: list[Any]) -> Attempt:
-    number, token, worker, node, start_ms, end_ms, outcome, error = data
-    return Attempt(
-        number,
-        token,
-        intern(worker),
-        None if node is None else intern(node),
-        start_ms,
-        end_ms,
-        None if outcome is None else intern(outcome),
-        error,
-    )
+def _row_from_v1(fields: list[Any]) -> list[Any]:
+    """Version 1 wrote a job as its list of fields: the record a version 2 row packs."""
+    return _row(job_from_list(fields))
 
 
 def _workflow_to_list(workflow: Workflow) -> list[Any]:

@@ -34,6 +34,7 @@ from scheduler.commands import (
 )
 from scheduler.errors import Invalid, Ok, Rejected, Result
 from scheduler.events import EventLog
+from scheduler.frozen import FrozenJob
 from scheduler.jobs import Attempt, Job
 from scheduler.requests import RequestLog
 from scheduler.schedules import Schedule
@@ -94,6 +95,8 @@ class SchedulerState:
         except Invalid as error:
             # Handlers validate before they mutate, so an Invalid here has changed nothing.
             return Rejected.from_invalid(error)
+        finally:
+            self.table.freeze_finished()
         if request_id is not None and isinstance(result, Ok):
             fingerprint = command_fingerprint(command)
             self.requests.remember(request_id, command.TAG, fingerprint, result.value, self.now_ms)
@@ -151,7 +154,7 @@ class SchedulerState:
     def emit(self, kind: str, *, at_ms: int | None = None, **fields: Any) -> None:
         self.events.add(self.now_ms if at_ms is None else at_ms, kind, fields)
 
-    def job(self, job_id: int) -> Job:
+    def job(self, job_id: int) -> Job | FrozenJob:
         job = self.table.get(job_id)
         if job is None:
             raise Invalid("job_id", f"no job {job_id}", code="not_found")
@@ -217,7 +220,8 @@ class SchedulerState:
         if spec.depends_on:
             job.depends_on = spec.depends_on
             for parent_id in spec.depends_on:
-                parent = self.table.jobs[parent_id]
+                parent = self.table.live(parent_id)
+                assert parent is not None  # checked by the caller
                 parent.add_child(job.id)
                 if parent.status != j.SUCCEEDED:
                     job.waiting_on += 1
@@ -288,7 +292,9 @@ class SchedulerState:
             workflow.job_ids[node.name] = job.id
         for node in spec.nodes:
             for parent in node.after:
-                self.table.jobs[ids[parent]].add_child(ids[node.name])
+                parent_job = self.table.live(ids[parent])
+                assert parent_job is not None  # created above, in this command
+                parent_job.add_child(ids[node.name])
         return workflow
 
     # -- claiming and the worker's answers ---------------------------------------------------
@@ -305,6 +311,7 @@ class SchedulerState:
             if queue is None:
                 break
             job = table.jobs[queue.pop()]
+            assert isinstance(job, Job)  # queued: never frozen
             self._start_attempt(job, command)
             claimed.append([job.id, job.token])
         return Ok({"jobs": claimed, "acks": acks})
@@ -343,6 +350,7 @@ class SchedulerState:
                 f"token {token} no longer holds a lease: job {job_id} is {job.status}",
                 "token",
             )
+        assert isinstance(job, Job)  # running: never frozen
         return job
 
     def _heartbeat(self, command: Heartbeat) -> Result:
@@ -411,7 +419,7 @@ class SchedulerState:
         if job.status == j.SUCCEEDED:
             for child_id in job.children:
                 child = self.table.get(child_id)
-                if child is not None and child.status == j.BLOCKED:
+                if isinstance(child, Job) and child.status == j.BLOCKED:
                     child.waiting_on -= 1
                     if child.waiting_on == 0:
                         child.run_at_ms = max(child.run_at_ms, self.now_ms)
@@ -419,7 +427,7 @@ class SchedulerState:
         else:
             for child_id in job.children:
                 child = self.table.get(child_id)
-                if child is not None and not child.final:
+                if isinstance(child, Job) and not child.final:
                     # Recursion depth is bounded by the DAG depth (<= WORKFLOW_JOBS_MAX).
                     self.cancel_job(child, j.UPSTREAM_FAILED)
 
@@ -432,7 +440,7 @@ class SchedulerState:
 
     def _cancel(self, command: CancelJob) -> Result:
         job = self.job(command.job_id)
-        if job.final:
+        if isinstance(job, FrozenJob) or job.final:
             return Rejected("conflict", f"job {job.id} is already {job.status}", "job_id")
         before = self.table.count_by_status[j.CANCELLED]
         self.cancel_job(job, command.reason or "cancelled by request")
@@ -457,10 +465,12 @@ class SchedulerState:
                     "job_id",
                 )
         self._revive(job, manual=True)
-        return Ok({"status": job.status})
+        return Ok({"status": self.job(job_id).status})
 
-    def _revive(self, job: Job, *, manual: bool) -> None:
+    def _revive(self, frozen: Job | FrozenJob, *, manual: bool) -> None:
         """Bring a failed or cancelled job back; its upstream_failed descendants come back too."""
+        job = self.table.live(frozen.id)
+        assert job is not None
         if manual:
             job.attempt_limit = job.attempts + job.max_attempts
         job.finished_ms = None
@@ -527,7 +537,7 @@ class SchedulerState:
         self.requests.expire(self.now_ms)
         return removed
 
-    def remove_job(self, job: Job) -> None:
+    def remove_job(self, job: Job | FrozenJob) -> None:
         self.table.remove(job)
         if job.workflow_id is not None:
             workflow = self.workflows.get(job.workflow_id)
@@ -544,6 +554,7 @@ class SchedulerState:
         extended = 0
         for job_id in self.table.by_status[j.RUNNING]:
             job = self.table.jobs[job_id]
+            assert isinstance(job, Job)  # running: never frozen
             assert job.lease_ms is not None and job.lease_until_ms is not None
             if job.lease_until_ms < base_ms + job.lease_ms:
                 job.lease_until_ms = base_ms + job.lease_ms

@@ -1,9 +1,10 @@
 """The job table and every index over it, kept true by one set of transitions.
 
-Owns: `jobs` (id order), the ready queues (a heap per queue, ordered by priority, then due time,
-then id), the heaps of delayed jobs and of leases, the finished-job FIFO for retention, the
-idempotency-key table, and the counts per status. Every status change goes through
-`set_status`, so an index cannot drift from the records.
+Owns: `jobs` (id order; finished jobs frozen, see `scheduler.frozen`), the ready queues (a
+heap per queue, ordered by priority, then due time, then id), the heaps of delayed jobs and of
+leases, the finished-job FIFO for retention, the idempotency-key table, and the counts per
+status. Every status change goes through `set_status`, so an index cannot drift from the
+records; a job that changes after it finished goes through `live` first.
 
 Heaps hold (key, id) pairs and are cleaned lazily: an entry whose job has moved on is skipped
 when it reaches the top. Their order is a total order ending in the job id, so which job is
@@ -18,6 +19,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from scheduler import jobs as j
+from scheduler.frozen import FrozenJob, freeze
 from scheduler.jobs import Job
 
 
@@ -59,7 +61,8 @@ class ReadyQueue:
 
 class JobTable:
     def __init__(self) -> None:
-        self.jobs: dict[int, Job] = {}
+        self.jobs: dict[int, Job | FrozenJob] = {}
+        self.finished_now: list[Job] = []  # final since the last `freeze_finished`
         self.ready: dict[str, ReadyQueue] = {}
         self.delayed: list[tuple[int, int]] = []  # (run_at_ms, id) of scheduled jobs
         self.leases: list[tuple[int, int]] = []  # (lease_until_ms, id) of running jobs
@@ -76,11 +79,28 @@ class JobTable:
     def __len__(self) -> int:
         return len(self.jobs)
 
-    def __iter__(self) -> Iterator[Job]:
+    def __iter__(self) -> Iterator[Job | FrozenJob]:
         return iter(self.jobs.values())
 
-    def get(self, job_id: int) -> Job | None:
+    def get(self, job_id: int) -> Job | FrozenJob | None:
         return self.jobs.get(job_id)
+
+    def live(self, job_id: int) -> Job | None:
+        """The job to change: a frozen one is decoded and put back in its place (the dict
+        keeps its position), to be frozen again when the command ends if it is still final."""
+        job = self.jobs.get(job_id)
+        if isinstance(job, FrozenJob):
+            job = self.jobs[job_id] = job.thawed()
+            self.finished_now.append(job)
+        return job
+
+    def freeze_finished(self) -> None:
+        """Freeze the jobs that are final at the end of a command (called by `apply`)."""
+        jobs = self.jobs
+        for job in self.finished_now:
+            if job.final and jobs.get(job.id) is job:
+                jobs[job.id] = freeze(job)
+        self.finished_now.clear()
 
     # -- adding and removing -------------------------------------------------------------
 
@@ -91,7 +111,7 @@ class JobTable:
         self.count_by_status[status] += 1
         self._index(job)
 
-    def remove(self, job: Job) -> None:
+    def remove(self, job: Job | FrozenJob) -> None:
         """Forget a finished job (retention); its key entry expires on its own schedule."""
         assert job.final, f"removing job {job.id} in status {job.status}"
         del self.jobs[job.id]
@@ -108,12 +128,19 @@ class JobTable:
         job.status = status
         self.count_by_status[status] += 1
         self._index(job)
+        if status in j.FINAL:
+            self.finished_now.append(job)
 
-    def _index(self, job: Job) -> None:
+    def _index(self, job: Job | FrozenJob) -> None:
         status = job.status
         index = self.by_status.get(status)
         if index is not None:
             index[job.id] = None
+        if status in j.FINAL:
+            assert job.finished_ms is not None
+            self.finished.append((job.finished_ms, job.id))
+            return
+        assert isinstance(job, Job)  # only final jobs are ever frozen
         if status == j.QUEUED:
             queue = self.ready.get(job.queue)
             if queue is None:
@@ -124,9 +151,6 @@ class JobTable:
         elif status == j.RUNNING:
             assert job.lease_until_ms is not None
             heapq.heappush(self.leases, (job.lease_until_ms, job.id))
-        elif status in j.FINAL:
-            assert job.finished_ms is not None
-            self.finished.append((job.finished_ms, job.id))
 
     def _unindex(self, job: Job) -> None:
         index = self.by_status.get(job.status)
@@ -145,7 +169,7 @@ class JobTable:
         while heap and heap[0][0] <= now_ms:
             run_at_ms, job_id = heapq.heappop(heap)
             job = self.jobs.get(job_id)
-            if job is not None and job.status == j.SCHEDULED and job.run_at_ms == run_at_ms:
+            if isinstance(job, Job) and job.status == j.SCHEDULED and job.run_at_ms == run_at_ms:
                 due[job_id] = job
         return sorted(due.values(), key=lambda job: (job.run_at_ms, job.id))
 
@@ -162,7 +186,7 @@ class JobTable:
         while heap and heap[0][0] <= now_ms:
             _, job_id = heapq.heappop(heap)
             job = self.jobs.get(job_id)
-            if job is None or job.status != j.RUNNING or job.lease_until_ms is None:
+            if not isinstance(job, Job) or job.status != j.RUNNING or job.lease_until_ms is None:
                 continue
             if job.lease_until_ms > now_ms:
                 heapq.heappush(heap, (job.lease_until_ms, job_id))
@@ -170,10 +194,10 @@ class JobTable:
             expired[job_id] = job
         return sorted(expired.values(), key=lambda job: (job.lease_until_ms or 0, job.id))
 
-    def pop_retired(self, cutoff_ms: int) -> list[Job]:
+    def pop_retired(self, cutoff_ms: int) -> list[Job | FrozenJob]:
         """Finished jobs whose finish time is at or before cutoff_ms, in (finished_ms, id) order."""
         order = self.finished
-        retired: dict[int, Job] = {}
+        retired: dict[int, Job | FrozenJob] = {}
         while order and order[0][0] <= cutoff_ms:
             finished_ms, job_id = order.popleft()
             job = self.jobs.get(job_id)
@@ -183,7 +207,7 @@ class JobTable:
 
     # -- idempotency keys ------------------------------------------------------------------
 
-    def job_for_key(self, key: str) -> Job | None:
+    def job_for_key(self, key: str) -> Job | FrozenJob | None:
         entry = self.keys.get(key)
         return None if entry is None else self.jobs.get(entry[0])
 

@@ -24,6 +24,7 @@ from scheduler.commands import (
     Tick,
 )
 from scheduler.errors import Ok, Rejected, Result
+from scheduler.frozen import readable
 from scheduler.jobs import Job
 from scheduler.schedulespec import ScheduleSpec
 from scheduler.specs import JobSpec
@@ -67,9 +68,10 @@ class Driver:
         return result.value
 
     def job(self, job_id: int) -> Job:
+        """The job's fields now (a decoded copy if it is finished and frozen)."""
         job = self.state.table.get(job_id)
         assert job is not None, f"no job {job_id}"
-        return job
+        return readable(job)
 
     # -- conveniences ---------------------------------------------------------------------------
 

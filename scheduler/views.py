@@ -11,12 +11,14 @@ from typing import Any
 
 from scheduler import calendar
 from scheduler import jobs as j
+from scheduler.frozen import FrozenJob, readable
 from scheduler.jobs import Attempt, Job
 from scheduler.schedules import Schedule, next_fire_ms
 from scheduler.state import SchedulerState
 
 
-def job_view(job: Job, *, history: bool = True) -> dict[str, Any]:
+def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]:
+    job = readable(record)
     view: dict[str, Any] = {
         "id": job.id,
         "key": job.key,
@@ -62,8 +64,9 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
     }
 
 
-def claimed_job_view(job: Job, token: int) -> dict[str, Any]:
+def claimed_job_view(record: Job | FrozenJob, token: int) -> dict[str, Any]:
     """What a worker needs to run a job it just claimed."""
+    job = readable(record)  # finished (and frozen) already, if it was cancelled meanwhile
     return {
         "id": job.id,
         "key": job.key,
@@ -135,14 +138,14 @@ def list_jobs(
     limit: int = 100,
     before_id: int | None = None,
     scan_max: int = 200_000,
-) -> tuple[list[Job], int | None]:
+) -> tuple[list[Job | FrozenJob], int | None]:
     """Jobs newest first, filtered; returns (jobs, cursor for the next page or None)."""
     table = state.table
     if status is not None and status in table.by_status:
         candidates: Any = sorted(table.by_status[status], reverse=True)
     else:
         candidates = reversed(table.jobs)
-    found: list[Job] = []
+    found: list[Job | FrozenJob] = []
     scanned = 0
     for job_id in candidates:
         if before_id is not None and job_id >= before_id:

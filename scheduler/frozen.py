@@ -1,0 +1,276 @@
+"""Finished jobs kept packed: a million retained jobs in a fraction of the memory.
+
+A job in a final status changes only if it is retried or gains a child, so the table keeps it
+as a `FrozenJob`: the few fields its indexes and filters read (id, status, finished_ms, queue,
+schedule) plus the job's whole record as msgpack bytes. That is about 0.4 KB where a `Job` with
+its attempt history is about 1.2 KB, and a snapshot writes those bytes as they are and a restore
+keeps them as they are: neither decodes a finished job (the measured cost of both, at a million
+retained jobs, was decoding them).
+
+Reading any other field of a frozen job decodes its record (`readable` does it once for a
+view); changing one needs `JobTable.live`, which puts a decoded `Job` back in the table. A frozen
+job refuses writes (no slot, read-only properties), so a change that skipped `live` fails loudly
+instead of being lost. The packed record is a pure function of the job's fields, so a replica
+that froze a job and one that restored it from a snapshot hold the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from scheduler import jobs as j
+from scheduler.jobs import Attempt, Job
+from scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
+
+_FIELDS = (
+    "id",
+    "key",
+    "task",
+    "queue",
+    "payload",
+    "priority",
+    "status",
+    "attempts",
+    "max_attempts",
+    "attempt_limit",
+    "run_at_ms",
+    "backoff",
+    "timeout_ms",
+    "schedule",
+    "fire_time_ms",
+    "workflow_id",
+    "workflow_node",
+    "depends_on",
+    "waiting_on",
+    "children",
+    "result",
+    "error",
+    "created_ms",
+    "finished_ms",
+    "token",
+    "lease_until_ms",
+    "lease_ms",
+    "worker",
+    "history",
+    "cancel_reason",
+)
+assert sorted(_FIELDS) == sorted(Job.__slots__), "every Job field is packed, in a fixed order"
+_READABLE = frozenset(_FIELDS) | {"current_attempt"}
+
+
+class FrozenJob:
+    """A finished job: its indexed fields, and the rest packed (see the module docstring)."""
+
+    __slots__ = ("_finished_ms", "_id", "_packed", "_queue", "_schedule", "_status")
+
+    def __init__(
+        self,
+        job_id: int,
+        status: str,
+        finished_ms: int,
+        queue: str,
+        schedule: str | None,
+        packed: bytes,
+    ) -> None:
+        self._id = job_id
+        self._status = status
+        self._finished_ms = finished_ms
+        self._queue = queue
+        self._schedule = schedule
+        self._packed = packed
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def status(self) -> str:
+        return self._status
+
+    @property
+    def finished_ms(self) -> int:
+        return self._finished_ms
+
+    @property
+    def queue(self) -> str:
+        return self._queue
+
+    @property
+    def schedule(self) -> str | None:
+        return self._schedule
+
+    @property
+    def final(self) -> bool:
+        return True
+
+    @property
+    def packed(self) -> bytes:
+        return self._packed
+
+    def row(self) -> list[Any]:
+        """The job as a snapshot writes it (`scheduler.snapshot`)."""
+        return [
+            self._id,
+            self._status,
+            self._finished_ms,
+            self._queue,
+            self._schedule,
+            self._packed,
+        ]
+
+    def thawed(self) -> Job:
+        """A decoded copy, not in any table: changing it changes nothing."""
+        return job_from_list(msgpack.unpackb(self._packed, raw=False))
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for names that are not slots or properties above.
+        if name in _READABLE:
+            return getattr(self.thawed(), name)
+        raise AttributeError(f"job {self._id} is frozen ({self._status}); {name!r} needs it live")
+
+
+def freeze(job: Job) -> FrozenJob:
+    assert job.final and job.finished_ms is not None, f"freezing job {job.id} in {job.status}"
+    return FrozenJob(job.id, job.status, job.finished_ms, job.queue, job.schedule, pack(job))
+
+
+def readable(job: Job | FrozenJob) -> Job:
+    """The job to read many fields of: a frozen one decoded once (a copy)."""
+    return job.thawed() if isinstance(job, FrozenJob) else job
+
+
+def packed(job: Job | FrozenJob) -> bytes:
+    return job.packed if isinstance(job, FrozenJob) else pack(job)
+
+
+def pack(job: Job) -> bytes:
+    data: bytes = msgpack.packb(job_to_list(job), use_bin_type=True)
+    return data
+
+
+def job_to_list(job: Job) -> list[Any]:
+    return [
+        job.id,
+        job.key,
+        job.task,
+        job.queue,
+        job.payload,
+        job.priority,
+        job.status,
+        job.attempts,
+        job.max_attempts,
+        job.attempt_limit,
+        job.run_at_ms,
+        None if job.backoff == DEFAULT_BACKOFF else job.backoff.to_wire(),
+        job.timeout_ms,
+        job.schedule,
+        job.fire_time_ms,
+        job.workflow_id,
+        job.workflow_node,
+        list(job.depends_on),
+        job.waiting_on,
+        job.children,
+        job.result,
+        job.error,
+        job.created_ms,
+        job.finished_ms,
+        job.token,
+        job.lease_until_ms,
+        job.lease_ms,
+        job.worker,
+        [a.to_list() for a in job.history],
+        job.cancel_reason,
+    ]
+
+
+def job_from_list(item: list[Any]) -> Job:
+    (
+        job_id,
+        key,
+        task,
+        queue,
+        payload,
+        priority,
+        status,
+        attempts,
+        max_attempts,
+        attempt_limit,
+        run_at_ms,
+        backoff,
+        timeout_ms,
+        schedule,
+        fire_time_ms,
+        workflow_id,
+        workflow_node,
+        depends_on,
+        waiting_on,
+        children,
+        result,
+        error,
+        created_ms,
+        finished_ms,
+        token,
+        lease_until_ms,
+        lease_ms,
+        worker,
+        history,
+        cancel_reason,
+    ) = item
+    job = Job.__new__(Job)  # every field is set below: __init__'s defaults would be overwritten
+    job.id = job_id
+    job.task = intern(task)
+    job.created_ms = created_ms
+    job.key = key
+    job.queue = intern(queue)
+    job.payload = payload
+    job.priority = priority
+    job.status = STATUS[status]
+    job.attempts = attempts
+    job.max_attempts = max_attempts
+    job.attempt_limit = attempt_limit
+    job.run_at_ms = run_at_ms
+    job.backoff = DEFAULT_BACKOFF if backoff is None else BackoffSpec.parse(backoff)
+    job.timeout_ms = timeout_ms
+    job.schedule = None if schedule is None else intern(schedule)
+    job.fire_time_ms = fire_time_ms
+    job.workflow_id = workflow_id
+    job.workflow_node = workflow_node
+    job.depends_on = tuple(depends_on)
+    job.waiting_on = waiting_on
+    job.children = children
+    job.result = result
+    job.error = error
+    job.finished_ms = finished_ms
+    job.token = token
+    job.lease_until_ms = lease_until_ms
+    job.lease_ms = lease_ms
+    job.worker = None if worker is None else intern(worker)
+    job.history = tuple(_attempt(a) for a in history)
+    job.cancel_reason = cancel_reason
+    return job
+
+
+STATUS = {status: status for status in j.STATUSES}  # also rejects an unknown status (KeyError)
+
+
+def intern(text: str, _seen: dict[str, str] = {}) -> str:  # noqa: B006 - a deliberate cache
+    """One object per distinct name: a million jobs share their queue and task strings."""
+    if len(_seen) > 100_000:
+        _seen.clear()
+    return _seen.setdefault(text, text)
+
+
+def _attempt(data: list[Any]) -> Attempt:
+    number, token, worker, node, start_ms, end_ms, outcome, error = data
+    return Attempt(
+        number,
+        token,
+        intern(worker),
+        None if node is None else intern(node),
+        start_ms,
+        end_ms,
+        None if outcome is None else intern(outcome),
+        error,
+    )

@@ -1,0 +1,116 @@
+"""Finished jobs are kept frozen (packed) and behave exactly as live ones.
+
+The representation must never show: a frozen job reads the same, a change to it goes through
+`JobTable.live` (a write that skipped it fails loudly), snapshots are byte-identical whether a
+job was frozen by a live replica or by a restore, and version-1 snapshots still load.
+"""
+
+import msgpack
+import pytest
+
+from scheduler.commands import RetryJob, SubmitJobs
+from scheduler.frozen import FrozenJob, readable
+from scheduler.invariants import violations
+from scheduler.snapshot import restore, snapshot
+from scheduler.specs import JobSpec
+from scheduler.testing import Driver
+from scheduler.views import job_view
+
+T0 = 1_800_000_000_000
+
+
+def finished(driver: Driver, *, fail: bool = False) -> int:
+    job_id = driver.submit(payload={"n": 1}, max_attempts=1)
+    [(claimed, token)] = driver.claim()
+    assert claimed == job_id
+    if fail:
+        driver.fail(job_id, token, "boom", retryable=False)
+    else:
+        driver.complete(job_id, token, {"ok": True})
+    return job_id
+
+
+@pytest.fixture
+def driver() -> Driver:
+    d = Driver()
+    d.tick(T0)
+    return d
+
+
+def test_a_job_is_frozen_when_the_command_that_finished_it_ends(driver):
+    job_id = finished(driver)
+    record = driver.state.table.get(job_id)
+    assert isinstance(record, FrozenJob)
+    view = job_view(record)
+    assert view["status"] == "succeeded"
+    assert view["payload"] == {"n": 1} and view["result"] == {"ok": True}
+    assert [a["outcome"] for a in view["history"]] == ["succeeded"]
+    assert record.attempts == 1  # any field reads through, decoded
+    assert violations(driver.state) == []
+
+
+def test_a_frozen_job_refuses_writes_and_changing_methods(driver):
+    record = driver.state.table.get(finished(driver))
+    with pytest.raises(AttributeError):
+        record.error = "changed"
+    with pytest.raises(AttributeError):
+        record.status = "queued"
+    with pytest.raises(AttributeError, match="needs it live"):
+        record.add_child(99)
+
+
+def test_a_retried_job_comes_back_live_and_is_frozen_again_when_it_ends(driver):
+    job_id = finished(driver, fail=True)
+    assert isinstance(driver.state.table.get(job_id), FrozenJob)
+    assert driver.ok(RetryJob(driver.request_id(), job_id)) == {"status": "queued"}
+    record = driver.state.table.get(job_id)
+    assert not isinstance(record, FrozenJob) and record.status == "queued"
+    assert violations(driver.state) == []
+    [(claimed, token)] = driver.claim()
+    driver.complete(claimed, token)
+    record = driver.state.table.get(job_id)
+    assert isinstance(record, FrozenJob) and record.status == "succeeded"
+    assert [a["outcome"] for a in job_view(record)["history"]] == ["failed", "succeeded"]
+
+
+def test_a_child_of_a_finished_parent_is_recorded_on_the_frozen_parent(driver):
+    parent = finished(driver)
+    spec = JobSpec.parse({"task": "noop", "depends_on": [parent]})
+    [[child, created]] = driver.ok(SubmitJobs(driver.request_id(), (spec,)))["jobs"]
+    assert created
+    record = driver.state.table.get(parent)
+    assert isinstance(record, FrozenJob)
+    assert readable(record).children == [child]
+    assert driver.job(child).status == "queued"  # the parent had succeeded
+    assert violations(driver.state) == []
+
+
+def test_snapshots_do_not_depend_on_whether_a_job_was_frozen_live_or_by_a_restore(driver):
+    for _ in range(5):
+        finished(driver)
+    finished(driver, fail=True)
+    driver.submit()
+    blob = snapshot(driver.state)
+    restored = restore(blob)
+    assert snapshot(restored) == blob
+    live_records = list(driver.state.table)
+    restored_records = list(restored.table)
+    assert [type(r) for r in live_records] == [type(r) for r in restored_records]
+    assert [job_view(r) for r in live_records] == [job_view(r) for r in restored_records]
+    assert violations(restored) == []
+
+
+def test_a_version_1_snapshot_still_loads(driver):
+    for _ in range(3):
+        finished(driver)
+    driver.submit()
+    blob = snapshot(driver.state)
+    # Version 1 wrote each job as its list of fields: exactly what a row's packed record holds.
+    fields = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    assert fields[0] == 2
+    fields[0] = 1
+    fields[5] = [msgpack.unpackb(row[5], raw=False) for row in fields[5]]
+    restored = restore(msgpack.packb(fields, use_bin_type=True))
+    assert snapshot(restored) == blob
+    assert isinstance(restored.table.get(1), FrozenJob)
+    assert violations(restored) == []
