@@ -50,19 +50,25 @@ ENTRY_BYTES_MAX = 1024 * 1024  # one coalesced log entry
 class Unavailable(Exception):
     """The cluster could not commit in time (no leader, no quorum): HTTP 503, retry later."""
 
-    def __init__(self, message: str, *, indeterminate: bool) -> None:
+    def __init__(self, message: str, *, indeterminate: bool, reason: str = "") -> None:
         super().__init__(message)
         self.indeterminate = indeterminate
+        self.reason = reason  # PySyncObj's failure, lower case ("missing_leader"), if it gave one
 
 
 class NotApplied(Unavailable):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, indeterminate=False)
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message, indeterminate=False, reason=reason)
 
 
 class Indeterminate(Unavailable):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, indeterminate=True)
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message, indeterminate=True, reason=reason)
+
+
+# Failures that end when a leader is known again: a retry waits for that, not for a backoff.
+_LEADERLESS = frozenset({"missing_leader", "not_leader", "leader_changed"})
+LEADER_POLL_S = 0.01
 
 
 class TooLarge(Exception):
@@ -213,10 +219,12 @@ class Proposer:
                 continue
             if reason in _DEFINITE:
                 pending.future.set_exception(
-                    NotApplied(f"not applied: {name}" + (f" ({error})" if error else ""))
+                    NotApplied(
+                        f"not applied: {name}" + (f" ({error})" if error else ""), reason=name
+                    )
                 )
             else:
-                pending.future.set_exception(Indeterminate(f"outcome unknown: {name}"))
+                pending.future.set_exception(Indeterminate(f"outcome unknown: {name}", reason=name))
 
     def _count(self, name: str) -> None:
         self.failures[name] = self.failures.get(name, 0) + 1
@@ -256,8 +264,23 @@ class Proposer:
                     raise
                 if on_retry is not None:
                     on_retry(error)
-                await asyncio.sleep(delay_s)
+                if error.reason in _LEADERLESS:
+                    await self._until_leader(delay_s)
+                else:
+                    await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 0.5)
+
+    async def _until_leader(self, most_s: float) -> None:
+        """Wait until this node knows a leader, for at most `most_s`.
+
+        An election takes tens of milliseconds once it starts; a blind doubling backoff after
+        "no leader" (0.05 + 0.1 + 0.2 + 0.4 s) put up to 0.75 s of sleep on top of a failover.
+        """
+        give_up = time.monotonic() + most_s
+        while True:
+            await asyncio.sleep(LEADER_POLL_S)
+            if self.node.leader_id() is not None or time.monotonic() >= give_up:
+                return
 
 
 def _reason_name(reason: int) -> str:

@@ -1,0 +1,82 @@
+"""A write that met "no leader" is retried as soon as a leader is known, not after a backoff.
+
+Driven on a virtual clock (the bridge's sleep and monotonic replaced), so the test measures
+nothing about the machine: it checks when the retry is made relative to when the leader
+appeared. With a doubling backoff (0.05, 0.1, 0.2, 0.4 s) a leader elected at 0.36 s was only
+tried at 0.75 s.
+"""
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from cluster import bridge
+from scheduler.commands import Barrier
+from scheduler.errors import Ok
+
+ELECTED_AT_S = 0.36
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize("reason", ["missing_leader", "leader_changed", "not_leader"])
+def test_a_leaderless_failure_is_retried_once_a_leader_is_known(monkeypatch, reason):
+    clock = VirtualClock()
+    monkeypatch.setattr(bridge.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(bridge.asyncio, "sleep", clock.sleep)
+    node: Any = SimpleNamespace(leader_id=lambda: "n2" if clock.now >= ELECTED_AT_S else None)
+    attempts: list[float] = []
+
+    async def propose(command: Any) -> Any:
+        attempts.append(clock.now)
+        if clock.now < ELECTED_AT_S:
+            error = bridge.Indeterminate if reason == "leader_changed" else bridge.NotApplied
+            raise error(f"not applied: {reason}", reason=reason)
+        return Ok({})
+
+    async def run() -> Any:
+        proposer = bridge.Proposer(
+            node, asyncio.get_running_loop(), commit_timeout_s=5.0, batch_commands_max=16
+        )
+        proposer.propose = propose  # type: ignore[method-assign]
+        return await proposer.submit(Barrier("retry-1"))
+
+    assert asyncio.run(run()) == Ok({})
+    assert attempts[-1] >= ELECTED_AT_S
+    assert attempts[-1] - ELECTED_AT_S <= 2 * bridge.LEADER_POLL_S, attempts
+
+
+def test_other_failures_still_back_off(monkeypatch):
+    clock = VirtualClock()
+    monkeypatch.setattr(bridge.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(bridge.asyncio, "sleep", clock.sleep)
+    node: Any = SimpleNamespace(leader_id=lambda: "n2")
+    attempts: list[float] = []
+
+    async def propose(command: Any) -> Any:
+        attempts.append(clock.now)
+        if len(attempts) < 4:
+            raise bridge.NotApplied("not applied: queue_full", reason="queue_full")
+        return Ok({})
+
+    async def run() -> Any:
+        proposer = bridge.Proposer(
+            node, asyncio.get_running_loop(), commit_timeout_s=5.0, batch_commands_max=16
+        )
+        proposer.propose = propose  # type: ignore[method-assign]
+        return await proposer.submit(Barrier("retry-2"))
+
+    assert asyncio.run(run()) == Ok({})
+    gaps = [round(b - a, 3) for a, b in zip(attempts, attempts[1:])]
+    assert gaps == [0.05, 0.1, 0.2]  # a full queue is not helped by retrying sooner
