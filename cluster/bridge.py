@@ -131,6 +131,9 @@ class Proposer:
             return await asyncio.wait_for(asyncio.shield(future), self.commit_timeout_s)
         except TimeoutError:
             self._count("timeout")
+            # Nobody awaits it any more: its late failure is expected, not worth asyncio's
+            # "exception was never retrieved" at error level.
+            future.add_done_callback(_retrieve)
             raise Indeterminate(f"not committed within {self.commit_timeout_s:g} s") from None
 
     def _flush(self) -> None:
@@ -281,6 +284,11 @@ class Proposer:
             await asyncio.sleep(LEADER_POLL_S)
             if self.node.leader_id() is not None or time.monotonic() >= give_up:
                 return
+
+
+def _retrieve(future: asyncio.Future[Result]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _reason_name(reason: int) -> str:

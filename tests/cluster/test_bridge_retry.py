@@ -7,6 +7,7 @@ tried at 0.75 s.
 """
 
 import asyncio
+import itertools
 from types import SimpleNamespace
 from typing import Any
 
@@ -78,5 +79,37 @@ def test_other_failures_still_back_off(monkeypatch):
         return await proposer.submit(Barrier("retry-2"))
 
     assert asyncio.run(run()) == Ok({})
-    gaps = [round(b - a, 3) for a, b in zip(attempts, attempts[1:])]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(attempts)]
     assert gaps == [0.05, 0.1, 0.2]  # a full queue is not helped by retrying sooner
+
+
+def test_a_failure_after_the_caller_gave_up_is_not_logged_as_never_retrieved(caplog):
+    """An entry that failed after its caller's commit timeout left a future whose exception
+    nobody read: asyncio logged "Future exception was never retrieved" at error level."""
+    import gc
+
+    from pysyncobj import FAIL_REASON
+
+    callbacks: list[Any] = []
+    machine = SimpleNamespace(apply=lambda payload, callback: callbacks.append(callback))
+    node: Any = SimpleNamespace(machine=machine, leader_id=lambda: "n1")
+
+    async def run() -> None:
+        proposer = bridge.Proposer(
+            node, asyncio.get_running_loop(), commit_timeout_s=0.05, batch_commands_max=16
+        )
+        with pytest.raises(bridge.Indeterminate):
+            await proposer.propose(Barrier("late-1"))
+        assert callbacks, "the entry was handed to the node"
+        callbacks[0](None, FAIL_REASON.DISCARDED)
+        for _ in range(100):  # the failure reaches the loop via call_soon_threadsafe
+            await asyncio.sleep(0)
+            if proposer.failures.get("discarded"):
+                break
+        assert proposer.failures.get("discarded") == 1
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(run())
+        callbacks.clear()
+        gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
