@@ -20,7 +20,13 @@ import os
 from dataclasses import dataclass
 
 from cluster.storage.disk import Disk, OsDisk
-from cluster.storage.raftlog import LogDamaged, StorageError, segment_number
+from cluster.storage.raftlog import (
+    CLEAN_MARK,
+    HEAD_MARK,
+    LogDamaged,
+    StorageError,
+    segment_number,
+)
 
 MARK_NAME = "raftcron.storage"
 MARK_FORMAT = "raftcron-storage"
@@ -117,6 +123,11 @@ def _rejoin_empty(disk: Disk, path: str, node_id: str, lock_fd: int,
         raise StorageError(
             f"{path} still holds a log or a snapshot: --rejoin-empty is for a node whose data "
             f"is gone; move the data dir away first (it may be what the cluster needs)")
+    # The marks of the log that is gone describe it, not the log this node starts now: the
+    # head mark would call the new, empty log short.
+    for name in (HEAD_MARK, CLEAN_MARK):
+        if name in names:
+            disk.unlink(os.path.join(path, name))
     _write_mark(disk, path, node_id, initialised=False, rejoining=True)
     return DataDir(path, node_id, lock_fd, new=True, rejoining=True)
 

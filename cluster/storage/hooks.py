@@ -30,6 +30,7 @@ functions relied on here; `install()` runs with it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -113,6 +114,8 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
         held = _held_acks(self)
         while held:
             library_send(self, **held.pop(0))
+        if storage.snapshots.on_chunk is None:
+            storage.snapshots.on_chunk = functools.partial(_report_chunk, self)
         if storage.rejoining:
             _learner_step(self, storage)
         try:
@@ -122,6 +125,15 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
             _stand_down(self)
             syncobj_module.time.sleep(timeToWait)
     return on_tick
+
+
+def _report_chunk(self: Any, received: int) -> None:
+    """Tell the leader a snapshot chunk arrived. PySyncObj ignores a message type it does not
+    know, but reading it keeps the leader's connection alive: without it a follower said
+    nothing for the whole transfer and the leader dropped it after connection_timeout_s."""
+    leader = self._SyncObj__raftLeader
+    if leader is not None:
+        self._SyncObj__transport.send(leader, {"type": "snapshot_progress", "received": received})
 
 
 def library_send(self: Any, **ack: Any) -> None:

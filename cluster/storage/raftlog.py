@@ -11,12 +11,13 @@ itself toward a majority); `set_hard_state` syncs at once, because Raft acts on 
 Replaying the segments in order rebuilds the log: a truncation or a compaction is atomic
 because it is one frame. A new segment starts with a copy of the hard state and the live
 segment list, so older segments can be deleted once the entries they hold are compacted away
-(after the list without them is durable). With ``durable=False`` only the newest segment's
-tail is ever unsynced: a segment is synced when the next one starts, and the compaction before
-segments are deleted; so a power loss costs the last writes, never the log. Loading checks
-everything: a torn last batch is cut (the caller logs it); any other damage, a missing
-segment, a gap in the indexes or a segment that changed since a clean stop raises `LogDamaged`
-naming the file and the damage.
+(after the list without them is durable); ``log.head`` names the newest segment made, so a
+deleted newest segment is damage, not a shorter log. With ``durable=False`` only the newest
+segment's tail is ever unsynced: a segment is synced when the next one starts, and the
+compaction before segments are deleted; so a power loss costs the last writes, never the log.
+Loading checks everything: a torn last batch is cut (the caller logs it); any other damage,
+a missing segment, a gap in the indexes or a segment that changed since a clean stop raises
+`LogDamaged` naming the file and the damage.
 
 Memory: commands are read back from the files by offset (an index of four numbers per entry);
 only recent commands are cached, not the whole log between compactions.
@@ -39,6 +40,11 @@ from cluster.storage.disk import Disk, File, OsDisk
 SEGMENT_BYTES_MAX = 64 << 20
 CACHE_BYTES_MAX = 32 << 20
 CLEAN_MARK = "log.clean"
+# The newest segment ever made, written (synced, renamed) right after making it: without it a
+# deleted newest segment would look like a log that never reached it, and the node would start
+# short. A crash before it is written leaves the previous name, which is never wrong (it only
+# says "at least"); a missing mark is tolerated, so only a second deletion could hide the first.
+HEAD_MARK = "log.head"
 
 
 class StorageError(Exception):
@@ -288,6 +294,7 @@ class RaftLog:
             self.disk.unlink(path)
             raise
         self._current = number
+        self._write_mark(HEAD_MARK, {"segment": segment_name(number)})
 
     def _drop_dead_segments(self) -> None:
         """Delete segments before the one holding the oldest live entry (never the newest)."""
@@ -321,12 +328,17 @@ class RaftLog:
         if not self._current:
             return
         data = self.disk.read(self._path(self._current))
-        mark = json.dumps({"segment": segment_name(self._current), "size": len(data),
-                           "crc32": zlib.crc32(data)}).encode()
-        temporary = os.path.join(self.directory, CLEAN_MARK + ".tmp")
-        self.disk.write_file(temporary, [mark], sync=True)
-        self.disk.rename(temporary, os.path.join(self.directory, CLEAN_MARK))
-        self.disk.sync_dir(self.directory)
+        self._write_mark(CLEAN_MARK, {"segment": segment_name(self._current),
+                                      "size": len(data), "crc32": zlib.crc32(data)})
+
+    def _write_mark(self, name: str, fields: dict[str, object]) -> None:
+        temporary = os.path.join(self.directory, name + ".tmp")
+        try:
+            self.disk.write_file(temporary, [json.dumps(fields).encode()], sync=True)
+            self.disk.rename(temporary, os.path.join(self.directory, name))
+            self.disk.sync_dir(self.directory)
+        except OSError as error:
+            raise StorageUnavailable(f"{temporary}: write failed: {error}") from error
 
     # --- cache -----------------------------------------------------------------------------
 
@@ -356,6 +368,10 @@ class RaftLog:
         names = self.disk.listdir(self.directory)
         numbers = sorted(n for n in map(segment_number, names) if n is not None)
         clean = self._read_clean_mark(names)
+        head = self._read_head_mark(names)
+        if head is not None and head > (numbers[-1] if numbers else 0):
+            raise LogDamaged(self._path(head), f"is missing: the log reached it ({HEAD_MARK} "
+                                               f"names it), and no newer segment is there")
         for older, newer in itertools.pairwise(numbers):
             if newer != older + 1:  # segments go only from the oldest and the newest end
                 raise LogDamaged(self._path(older + 1), f"is missing ({segment_name(older)} and "
@@ -368,13 +384,17 @@ class RaftLog:
             newest = position == len(numbers) - 1
             if newest and clean is not None:
                 self._check_clean_mark(clean, number, data)
-            if not data and (not newest or clean is not None):
+            # The head mark is written after the segment's header was synced: a segment it
+            # names had a whole header, so an empty or headless one is damage, not a crash.
+            made_whole = head is not None and number <= head
+            if not data and (not newest or clean is not None or made_whole):
                 raise LogDamaged(path, "is empty: a segment starts with its header")
             scan = records.scan(data, 0, sequence)
             if not data:  # a crash between creating the newest segment and writing its header
                 scan = records.Scan([], 0, "an empty segment (its header was never written)")
             if scan.problem is not None:
-                if not newest or scan.damaged or clean is not None:
+                if not newest or scan.damaged or clean is not None or (
+                        made_whole and scan.good_end == 0):
                     raise LogDamaged(path, scan.problem)
                 self._cut_torn_tail(number, path, scan, len(data))
                 if scan.good_end == 0:
@@ -428,6 +448,19 @@ class RaftLog:
         except ValueError as error:
             raise LogDamaged(path, f"is not a valid clean-stop mark ({error})") from None
         return mark
+
+    def _read_head_mark(self, names: list[str]) -> int | None:
+        if HEAD_MARK not in names:
+            return None
+        path = os.path.join(self.directory, HEAD_MARK)
+        try:
+            mark = json.loads(self.disk.read(path))
+            number = segment_number(mark["segment"]) if isinstance(mark, dict) else None
+            if not isinstance(number, int):
+                raise ValueError("no segment name")
+        except (ValueError, KeyError, TypeError) as error:
+            raise LogDamaged(path, f"is not a valid newest-segment mark ({error})") from None
+        return number
 
     def _check_clean_mark(self, mark: dict[str, object], number: int, data: bytes) -> None:
         path = self._path(number)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cluster.storage import records
-from cluster.storage.raftlog import CLEAN_MARK, LogDamaged
+from cluster.storage.raftlog import CLEAN_MARK, HEAD_MARK, LogDamaged
 
 from .logmodel import Place, entries, expected, fill
 
@@ -211,3 +211,58 @@ def test_the_clean_stop_mark_is_used_once(place: Place) -> None:
     fill(again, 3, 3, term=1)
     again.close(clean=False)  # a crash after the restart: no mark judges this segment
     assert entries(place.open()) == expected(1, 3, 1)
+
+
+def test_a_deleted_newest_segment_is_damage_not_a_shorter_log(place: Place) -> None:
+    """After a crash (no clean-stop mark) the older segments alone looked like a whole log that
+    never reached the newest: the node started short, its latest entries and vote gone."""
+    place.segment_bytes_max = 600
+    log = place.open()
+    fill(log, 1, 12, term=1, sync_each=True, size=100)
+    log.close(clean=False)
+    names = place.segments()
+    assert len(names) >= 3
+    place.disk.unlink(place.path(names[-1]))
+    with pytest.raises(LogDamaged) as damaged:
+        place.open()
+    assert damaged.value.path == place.path(names[-1])
+    assert "is missing" in damaged.value.problem
+
+
+@pytest.mark.parametrize("size", [0, 10])
+def test_a_newest_segment_cut_to_before_its_header_after_it_was_made_is_damage(
+        place: Place, size: int) -> None:
+    """Its header was synced before the head mark named it: with no header left, this is not
+    the torn creation of a segment (that one is removed), it is a segment that lost its data."""
+    place.segment_bytes_max = 600
+    log = place.open()
+    fill(log, 1, 12, term=1, sync_each=True, size=100)
+    log.close(clean=False)
+    newest = newest_segment(place)
+    cut_file(place, newest, size)
+    with pytest.raises(LogDamaged) as damaged:
+        place.open()
+    assert damaged.value.path == newest
+
+
+def test_a_lost_head_mark_is_tolerated_and_written_again(place: Place) -> None:
+    place.segment_bytes_max = 600
+    log = place.open()
+    fill(log, 1, 6, term=1, sync_each=True, size=100)
+    log.close(clean=False)
+    place.disk.unlink(place.path(HEAD_MARK))
+    again = place.open()
+    assert entries(again) == expected(1, 6, 1, size=100)
+    fill(again, 7, 12, term=1, sync_each=True, size=100)
+    assert place.disk.exists(place.path(HEAD_MARK))
+    assert entries(place.crash(again)) == expected(1, 12, 1, size=100)
+
+
+def test_a_head_mark_that_does_not_parse_is_damage(place: Place) -> None:
+    log = place.open()
+    fill(log, 1, 3, term=1)
+    log.close(clean=False)
+    place.disk.write_file(place.path(HEAD_MARK), [b"{not json"], sync=True)
+    with pytest.raises(LogDamaged) as damaged:
+        place.open()
+    assert damaged.value.path == place.path(HEAD_MARK)
