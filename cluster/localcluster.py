@@ -139,7 +139,7 @@ class LocalCluster:
         self.env = dict(env or {})
         self.python = python
         self.log_level = log_level
-        self.password = secrets.token_hex(16)
+        self.password: str | None = secrets.token_hex(16)
         self.nodes: list[LocalNode] = []
         self.closed = False
         atexit.register(self.close)
@@ -197,9 +197,10 @@ class LocalCluster:
             f"raft_address = {toml_value(node.raft_address)}",
             f"http_address = {toml_value(node.http_address)}",
             f"data_dir = {toml_value('data')}",
-            f"cluster_password = {toml_value(self.password)}",
             f"log_level = {toml_value(self.log_level)}",
         ]
+        if self.password is not None:  # a test may clear it to see a node run without one
+            lines.append(f"cluster_password = {toml_value(self.password)}")
         for peer in self.nodes:
             if peer is node:
                 continue
