@@ -3,7 +3,8 @@
 Every error names the key (`peers[1].raft_address: ...`) and nothing starts on a bad config.
 A node with peers refuses to start without a cluster password: PySyncObj unpickles whatever
 arrives on its Raft port, so without the password anyone who reaches that port runs code on
-the node. A node without peers binds no Raft port at all (cluster/raftguard.py). Paths are relative to the config file's folder.
+the node. A node without peers binds no Raft port at all (cluster/raftguard.py). Paths are
+relative to the config file's folder.
 """
 
 from __future__ import annotations

@@ -143,7 +143,16 @@ def test_worker_defaults_and_bad_values(monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.delenv(name, raising=False)
     args = parse(["--connect", "http://a:1"])
     assert args.queues == ["default"] and args.concurrency == 4 and args.lease_ms == 30000
-    assert "shell" in cli.build_worker(args).tasks
+    assert "shell" not in cli.build_worker(args).tasks  # opt-in: --allow-shell
+    assert "shell" in cli.build_worker(parse(["--connect", "http://a:1", "--allow-shell"])).tasks
+    monkeypatch.setenv("RAFTCRON_ALLOW_SHELL", "1")
+    assert "shell" in cli.build_worker(parse(["--connect", "http://a:1"])).tasks
+    assert "shell" not in cli.build_worker(parse(["--connect", "http://a:1", "--no-shell"])).tasks
+    with pytest.raises(ValueError, match="RAFTCRON_API_TOKEN"):
+        cli.build_worker(parse(["--connect", "http://a:1", "--shell-env", "RAFTCRON_API_TOKEN"]))
+    monkeypatch.delenv("RAFTCRON_ALLOW_SHELL")
+    with pytest.raises(ValueError, match="not allowed"):
+        cli.build_worker(parse(["--connect", "http://a:1", "--shell-env", "DB_URL"]))
     with pytest.raises(SystemExit):
         parse(["--lease-ms", "10"])
     monkeypatch.setenv("RAFTCRON_CONCURRENCY", "zero")
