@@ -121,6 +121,7 @@ class LocalCluster:
         *,
         nodes: int = 3,
         tokens: dict[str, str] | None = None,
+        api: dict[str, object] | None = None,
         raft: dict[str, object] | None = None,
         storage: dict[str, object] | None = None,
         host: str = "127.0.0.1",
@@ -133,6 +134,7 @@ class LocalCluster:
         self.base_dir = Path(base_dir).resolve()
         self.size = nodes
         self.tokens = dict(tokens or {})
+        self.api = dict(api or {})  # other [api] settings (TLS, connection limits...)
         self.raft = dict(raft or {})
         self.storage = dict(storage or {})
         self.host = host
@@ -211,9 +213,12 @@ class LocalCluster:
                 f"raft_address = {toml_value(peer.raft_address)}",
                 f"http_address = {toml_value(peer.http_address)}",
             ]
+        if self.tokens or self.api:
+            lines += ["", "[api]"]
+            lines += [f"{key} = {toml_value(value)}" for key, value in self.api.items()]
         if self.tokens:
             tokens = ", ".join(f"{toml_value(t)} = {toml_value(r)}" for t, r in self.tokens.items())
-            lines += ["", "[api]", f"tokens = {{ {tokens} }}"]
+            lines += [f"tokens = {{ {tokens} }}"]
         if self.raft:
             lines += ["", "[raft]"]
             lines += [f"{key} = {toml_value(value)}" for key, value in self.raft.items()]

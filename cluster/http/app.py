@@ -12,7 +12,15 @@ import logging
 from aiohttp import web
 
 from cluster.http import claims, dashboard, jobs, ops, schedules
-from cluster.http.common import BODY_BYTES_MAX, SERVICES, ApiError, Handler, Services, check_token
+from cluster.http.common import (
+    BODY_BYTES_MAX,
+    CALLER,
+    SERVICES,
+    ApiError,
+    Handler,
+    Services,
+    check_token,
+)
 
 log = logging.getLogger("raftcron.http")
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/"})
@@ -23,7 +31,7 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     svc = request.app[SERVICES]
     try:
         if request.path not in OPEN_PATHS and not request.path.startswith("/ui/"):
-            check_token(svc.config, request, getattr(handler, "grant", "read"))
+            request[CALLER] = check_token(svc.config, request, getattr(handler, "grant", "read"))
         response = await handler(request)
     except ApiError as error:
         response = error.response()

@@ -13,9 +13,12 @@ from aiohttp import web
 
 from cluster import metrics
 from cluster.http.common import (
+    CALLER,
+    PEER_ROLE,
     ApiError,
     commit,
     json_response,
+    peer_token,
     query_flag,
     query_int,
     requires,
@@ -79,9 +82,13 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
     }
 
 
+@requires("status")
 async def get_cluster(request: web.Request) -> web.Response:
     view = cluster_view(request)
     if query_flag(request, "members"):
+        caller = request.get(CALLER)
+        if caller is not None and caller.role == PEER_ROLE:
+            raise ApiError(403, "forbidden", "role 'peer' may not ask the members (read)")
         await _ask_members(request, view)
     return json_response(view)
 
@@ -92,10 +99,9 @@ async def _ask_members(request: web.Request, view: dict[str, Any]) -> None:
     A member that does not answer within a second is marked unreachable; nothing waits longer.
     """
     config = services(request).config
-    token = next(
-        (t for t, role in sorted(config.tokens.items()) if role in ("admin", "read")), None
-    )
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    # The nodes' own credential, never a user's token (which this would send to every peer).
+    token = peer_token(config)
+    headers = {"Authorization": f"Bearer {token}"} if token and config.tokens else {}
     timeout = aiohttp.ClientTimeout(total=1.0)
 
     async def ask(member: dict[str, Any]) -> None:
