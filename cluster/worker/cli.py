@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cluster import logs
+from cluster import logs, tls
 from cluster.worker.runtime import Worker
 from cluster.worker.tasks import default_registry
 from scheduler import limits
@@ -128,6 +128,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_env("RAFTCRON_API_TOKEN"),
         help="bearer token with the worker role (env RAFTCRON_API_TOKEN)",
     )
+    for flag, env, what in tls.FLAGS:
+        add(flag, metavar="FILE", default=_env(env), help=f"{what} (env {env})")
     add(
         "--allow-shell",
         action="store_true",
@@ -179,6 +181,9 @@ def build_worker(args: argparse.Namespace) -> Worker:
         tasks=default_registry,
         shell=args.allow_shell and not args.no_shell,
         shell_env=() if args.no_shell else _list(args.shell_env),
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
     )
 
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cluster import tls
 from cluster.client import ApiError, AsyncClient, Unavailable, new_request_id, normalize_urls
 from cluster.worker.acks import Ack, AckBuffer, failure_ack
 from cluster.worker.execution import WORKER_STOPPING, Execution
@@ -69,6 +70,9 @@ class Worker:
         shell: bool = False,
         shell_env: Sequence[str] = (),
         ack_delay_ms: int = 20,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -84,6 +88,8 @@ class Worker:
         self.timeout_ms = timeout_ms
         self.token = token
         self.ack_delay_ms = ack_delay_ms
+        self.tls_files = (ca_file, cert_file, key_file)
+        tls.client_context(*self.tls_files)  # bad files: a ValueError now, not at first claim
         self.tasks = TaskRegistry()
         if tasks is not None:
             self.tasks.update(tasks)
@@ -161,7 +167,10 @@ class Worker:
         if self._pending_stop is not None:
             self._request_stop(self._pending_stop)
         self.acks = AckBuffer()
-        self.client = AsyncClient(self.urls, token=self.token)
+        ca_file, cert_file, key_file = self.tls_files
+        self.client = AsyncClient(
+            self.urls, token=self.token, ca_file=ca_file, cert_file=cert_file, key_file=key_file
+        )
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="raftcron-job"
         )
