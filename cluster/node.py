@@ -24,6 +24,7 @@ from cluster.http.app import build_app
 from cluster.http.claims import ClaimWaiters
 from cluster.http.common import Services
 from cluster.http.listener import HttpListener
+from cluster.http.trail import AuditTrail
 from cluster.metrics import ROLES, NodeStats
 from cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
 from cluster.storage.raftlog import StorageError
@@ -56,7 +57,10 @@ class Node:
             tick_ms=config.raft.tick_ms,
             fire_lateness=self.stats.fire_lateness,
         )
-        self.services = Services(config, self.raft, self.proposer, self.waiters, self.stats)
+        self.services = Services(
+            config, self.raft, self.proposer, self.waiters, self.stats,
+            trail=AuditTrail(config.data_dir, config.node_id),
+        )
         self.runner: web.AppRunner | None = None
         self.listener: HttpListener | None = None
 

@@ -37,7 +37,7 @@ BODY_READ_S = 30
 # never a user's token, and may do nothing else.
 PEER_ROLE = "peer"
 ROLE_GRANTS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "status", "submit", "work", "manage"}),
+    "admin": frozenset({"read", "status", "submit", "work", "manage", "audit"}),
     "submit": frozenset({"read", "status", "submit"}),
     "worker": frozenset({"read", "status", "work"}),
     "read": frozenset({"read", "status"}),
@@ -73,6 +73,7 @@ class Services:
     proposer: Proposer
     claims: Any  # cluster.http.claims.ClaimWaiters
     stats: Any  # cluster.metrics.NodeStats
+    trail: Any = None  # cluster.http.trail.AuditTrail (None: nothing is recorded)
 
 
 SERVICES: web.AppKey[Services] = web.AppKey("services", Services)
@@ -241,11 +242,13 @@ def path_int(request: web.Request, name: str) -> int:
     return int(raw)
 
 
-def requires(grant: str) -> Callable[[Handler], Handler]:
-    """Mark a route with the grant its token needs (routes without a mark need "read")."""
+def requires(grant: str, *, audited: bool = False) -> Callable[[Handler], Handler]:
+    """Mark a route with the grant its token needs (routes without a mark need "read");
+    ``audited``: recorded in the audit trail although its grant is not an admin one."""
 
     def mark(handler: Handler) -> Handler:
         handler.grant = grant  # type: ignore[attr-defined]
+        handler.audited = audited  # type: ignore[attr-defined]
         return handler
 
     return mark
@@ -255,6 +258,14 @@ def requires(grant: str) -> Callable[[Handler], Handler]:
 
 
 def check_token(config: NodeConfig, request: web.Request, grant: str) -> Caller:
+    caller = identify(config, request)
+    request[CALLER] = caller
+    authorize(caller, grant)
+    return caller
+
+
+def identify(config: NodeConfig, request: web.Request) -> Caller:
+    """Who the bearer token says the caller is; 401 without a known token (auth on)."""
     if not config.tokens:
         return Caller(None, None)
     header = request.headers.get("Authorization", "")
@@ -274,16 +285,20 @@ def check_token(config: NodeConfig, request: web.Request, grant: str) -> Caller:
     peer = peer_token(config)
     if peer is not None and secrets.compare_digest(peer.encode(), given):
         caller = Caller(PEER_ROLE, PEER_ROLE)
-    if caller is None or caller.role is None:
+    if caller is None:
         raise ApiError(
             401,
             "unauthorized",
             "the token is not known to this node",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if grant not in ROLE_GRANTS[caller.role]:
+    return caller
+
+
+def authorize(caller: Caller, grant: str) -> None:
+    """403 unless the caller's role has the grant (no role: auth is off, all may)."""
+    if caller.role is not None and grant not in ROLE_GRANTS[caller.role]:
         raise ApiError(
             403, "forbidden",
             f"role {caller.role!r} may not {grant} (needs a token with that grant)"
         )
-    return caller

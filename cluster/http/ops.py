@@ -156,6 +156,16 @@ async def compact(request: web.Request) -> web.Response:
     return json_response({"node": node.config.node_id, "compaction": "started"}, status=202)
 
 
+@requires("audit")
+async def get_audit_trail(request: web.Request) -> web.Response:
+    """This node's audit trail, newest first (cluster/http/trail.py says why per node)."""
+    svc = services(request)
+    limit = query_int(request, "limit", default=100, low=1, high=1_000)
+    before_seq = query_int(request, "before_seq", default=None, low=1, high=2**62)
+    entries = [] if svc.trail is None else svc.trail.newest(limit or 100, before_seq)
+    return json_response({"node": svc.config.node_id, "entries": entries})
+
+
 async def get_audit(request: web.Request) -> web.Response:
     return json_response(_audit_view(request, request.match_info["id"]))
 
@@ -249,6 +259,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/cluster", get_cluster),
         web.post("/v1/cluster/audits", start_audit),
         web.get("/v1/cluster/audits/{id}", get_audit),
+        web.get("/v1/audit", get_audit_trail),
         web.post("/v1/cluster/compact", compact),
         web.get("/v1/events", get_events),
         web.get("/healthz", healthz),
