@@ -59,6 +59,8 @@ UNKNOWN_CONNECTIONS_MAX = 32
 ACCEPT_PAUSE_S = 0.25
 REBIND_RETRY_S = 0.5
 REAP_PERIOD_S = 0.1
+ACCEPTS_PER_EVENT = 16
+LISTEN_BACKLOG = 128
 _LENGTH = struct.Struct("i")  # the library's frame header: native signed 32-bit length
 
 # Out of descriptors or memory: accepting again at once would spin; wait and retry.
@@ -244,11 +246,18 @@ class GuardedServer(TcpServer):  # type: ignore[misc]
             return
         if not event & POLL_EVENT_TYPE.READ:
             return
+        # Several per event: one per poll let a burst of connects overflow the backlog.
+        for _ in range(ACCEPTS_PER_EVENT):
+            if not self._accept_one():
+                return
+
+    def _accept_one(self) -> bool:
+        """Accept one connection; False when there is nothing (more) to accept now."""
         try:
             sock, _ = self._TcpServer__socket.accept()
         except OSError as error:
             self._on_accept_error(error)
-            return
+            return False
         try:
             send_size, recv_size = self._TcpServer__sendBufferSize, self._TcpServer__recvBufferSize
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_size)
@@ -261,8 +270,13 @@ class GuardedServer(TcpServer):  # type: ignore[misc]
                 recvBufferSize=recv_size, keepalive=self._TcpServer__keepalive)
         except OSError:
             sock.close()  # reset before we set it up: only this connection is lost
-            return
+            return True
         self._TcpServer__onNewConnectionCallback(conn)
+        return self.paused_until is None and self._TcpServer__fileno is not None
+
+    def bind(self) -> None:
+        super().bind()
+        self._TcpServer__socket.listen(LISTEN_BACKLOG)  # the library's 5 drops SYNs in a burst
 
     def _on_accept_error(self, error: OSError) -> None:
         if error.errno in QUIET_ERRNOS:

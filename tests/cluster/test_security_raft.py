@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from cluster import raftguard
 from cluster.localcluster import FAST_RAFT, ClusterError, LocalCluster, LocalNode
 
 FLOOD_BYTES = 40 * 1024 * 1024
@@ -252,3 +253,35 @@ def test_a_node_out_of_descriptors_keeps_its_raft_listener(
     cluster.wait_for(applied_on_limited, 30, "the job replicated to the limited node")
     with socket.create_connection(host_port(limited.raft_address), timeout=5):
         pass
+
+
+def test_unidentified_raft_connections_are_capped(cluster_factory: Any) -> None:
+    """Beyond the cap, a new connection evicts the oldest at once, long before the timeout."""
+    timeout_s = 20.0
+    cluster = cluster_factory.open(raft={**FAST_RAFT, "connection_timeout_s": timeout_s})
+    node = cluster.nodes[0]
+    idle: list[socket.socket] = []
+    try:
+        started = time.monotonic()
+        for _ in range(100):
+            idle.append(socket.create_connection(host_port(node.raft_address), timeout=5))
+
+        def evicted() -> int | None:
+            closed = sum(1 for sock in idle if _closed_now(sock))
+            return closed if closed >= 100 - raftguard.UNKNOWN_CONNECTIONS_MAX else None
+
+        cluster.wait_for(evicted, 10, "connections over the cap evicted")
+        assert time.monotonic() - started < timeout_s
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def _closed_now(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
