@@ -135,6 +135,7 @@ def library_mismatches() -> list[str]:
 
 
 _checked = False
+_refused = [0]  # unauthenticated frames refused for their length, for rate-limited logging
 
 
 def check() -> None:
@@ -186,8 +187,11 @@ class GuardedConnection(TcpConnection):  # type: ignore[misc]
         if not self.verified and len(self._inbox) >= _LENGTH.size:
             length = _LENGTH.unpack_from(self._inbox)[0]
             if not 0 < length <= HANDSHAKE_FRAME_MAX:
-                logger.warning("action=raft_frame_refused length=%d limit=%d", length,
-                               HANDSHAKE_FRAME_MAX, extra={"action": "raft_frame_refused"})
+                _refused[0] += 1
+                if _refused[0] == 1 or _refused[0] % 1000 == 0:  # a flood must not flood the log
+                    logger.warning("action=raft_frame_refused length=%d limit=%d count=%d",
+                                   length, HANDSHAKE_FRAME_MAX, _refused[0],
+                                   extra={"action": "raft_frame_refused"})
                 self.disconnect()
                 return False
             if len(self._inbox) > _LENGTH.size + length:

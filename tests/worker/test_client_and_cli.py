@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,3 +168,11 @@ def test_the_worker_command_refuses_to_start_without_nodes_or_with_a_bad_import(
     monkeypatch.delenv("RAFTCRON_CONNECT", raising=False)
     assert cli.main([]) == 2
     assert cli.main(["--connect", "http://a:1", "--import", "no_such_module_here"]) == 2
+
+
+def test_tls_files_that_do_not_load_are_refused_naming_the_flag(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.pem")
+    with pytest.raises(ValueError, match="--ca-file"):
+        cli.build_worker(parse(["--connect", "https://a:1", "--ca-file", missing]))
+    with pytest.raises(ValueError, match="go together"):
+        cli.build_worker(parse(["--connect", "https://a:1", "--cert-file", missing]))
