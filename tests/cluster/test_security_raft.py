@@ -20,6 +20,7 @@ from cluster import raftguard
 from cluster.localcluster import FAST_RAFT, ClusterError, LocalCluster, LocalNode
 
 FLOOD_BYTES = 40 * 1024 * 1024
+PROBE_COMMITS_MIN = 20  # commits measured while the flood goes on
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -121,17 +122,23 @@ class CommitProbe(threading.Thread):
                 self.failures.append(f"{status} {body}")
 
 
-def flood(address: str, total_bytes: int, deadline: float) -> int:
-    """Announce a 2 GiB frame and stream bytes, reconnecting when dropped; bytes sent."""
+def flood(address: str, total_bytes: int, deadline: float, probe: CommitProbe) -> int:
+    """Announce a 2 GiB frame and stream bytes, reconnecting when dropped, until total_bytes
+    are sent and the probe has seen PROBE_COMMITS_MIN commits meanwhile; bytes sent."""
     chunk = os.urandom(1024 * 1024)
     sent = 0
-    for _ in range(5_000):
-        if sent >= total_bytes or time.monotonic() > deadline:
+
+    def more() -> bool:
+        wanted = sent < total_bytes or probe.count < PROBE_COMMITS_MIN
+        return wanted and time.monotonic() < deadline
+
+    for _ in range(50_000):
+        if not more():
             break
         try:
             with socket.create_connection(host_port(address), timeout=CONNECT_TIMEOUT_S) as sock:
                 sock.sendall(struct.pack("i", 2**31 - 1))
-                while sent < total_bytes and time.monotonic() < deadline:
+                while more():
                     sock.sendall(chunk)
                     sent += len(chunk)
         except OSError:
@@ -165,12 +172,12 @@ def test_garbage_oversized_and_truncated_frames_neither_crash_nor_stall_commits(
         deadline = time.monotonic() + 90
         for node in cluster.nodes:
             garbage(node.raft_address)
-        sent = flood(leader.raft_address, FLOOD_BYTES, deadline)
+        sent = flood(leader.raft_address, FLOOD_BYTES, deadline, probe)
     finally:
         probe.stop.set()
         probe.join(timeout=30)
     assert sent >= FLOOD_BYTES, f"the flood stopped early ({sent} bytes sent)"
-    assert probe.count > 10 and not probe.failures, probe.failures[:5]
+    assert probe.count >= PROBE_COMMITS_MIN and not probe.failures, probe.failures[:5]
     print(f"flood: {sent} bytes, {probe.count} commits, worst {probe.worst_s:.3f} s")
     assert probe.worst_s < 1.0, f"worst commit latency {probe.worst_s:.2f} s during the flood"
     # Each truncated connection is closed by the node within connection_timeout_s (1 s here).
