@@ -19,6 +19,7 @@ import asyncio
 import logging
 import resource
 import ssl
+import time
 from typing import Any
 
 from aiohttp import web
@@ -67,6 +68,46 @@ class _OverCap(asyncio.Protocol):
         transport.close()
 
 
+class _Counted(asyncio.Protocol):
+    """Forwards to aiohttp's handler and keeps the listener's count of open connections.
+
+    Counted from the moment the protocol is made: asyncio accepts a burst of connections and
+    makes all their protocols before any of them is connected, so counting connected ones
+    alone lets a burst through. One that never connects (a failed TLS handshake calls neither
+    connection_made nor connection_lost) stops counting after the handshake timeout."""
+
+    def __init__(self, inner: Any, listener: HttpListener) -> None:
+        self.inner, self.listener = inner, listener
+        self.created = time.monotonic()
+        self.connected = False
+        listener.pending.add(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.listener.pending.discard(self)
+        self.listener.connected += 1
+        self.connected = True
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.listener.pending.discard(self)
+        if self.connected:
+            self.connected = False
+            self.listener.connected -= 1
+        self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()  # type: ignore[no-any-return]
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
 class HttpListener:
     def __init__(self, runner: web.AppRunner, address: str, settings: ApiSettings) -> None:
         self.runner = runner
@@ -76,18 +117,24 @@ class HttpListener:
         self.refused = 0
         self.tls = server_tls_context(settings)
         self.server: asyncio.Server | None = None
+        self.connected = 0
+        self.pending: set[_Counted] = set()
+
+    def open_connections(self) -> int:
+        stale = time.monotonic() - self.settings.idle_timeout_s - 1.0
+        self.pending = {p for p in self.pending if p.created > stale}
+        return self.connected + len(self.pending)
 
     def _protocol(self) -> asyncio.BaseProtocol:
         server = self.runner.server
         assert server is not None
-        if len(server.connections) >= self.cap:
+        if self.open_connections() >= self.cap:
             self.refused += 1
             if self.refused == 1 or self.refused % 1000 == 0:
                 log.warning("http connections at the cap (%d): refused %d so far", self.cap,
                             self.refused, extra={"action": "http_over_cap"})
             return _OverCap()
-        protocol: Any = server()
-        return protocol  # type: ignore[no-any-return]
+        return _Counted(server(), self)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
