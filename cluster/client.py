@@ -28,6 +28,8 @@ from urllib.parse import quote
 
 import aiohttp
 
+from cluster import tls
+
 T = TypeVar("T")
 log = logging.getLogger("raftcron.client")
 
@@ -107,9 +109,15 @@ class AsyncClient:
         token: str | None = None,
         request_timeout_s: float = 10.0,
         retry_deadline_s: float = 30.0,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         self.urls = normalize_urls(urls)
         self.token = token
+        # https:// nodes are verified against ca_file (or RAFTCRON_CA_FILE, or the system
+        # store); cert_file/key_file answer a node that asks for client certificates.
+        self.tls = tls.client_context(ca_file, cert_file, key_file)
         self.request_timeout_s = request_timeout_s
         self.retry_deadline_s = retry_deadline_s
         self.current = 0  # index of the node tried first
@@ -134,7 +142,8 @@ class AsyncClient:
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-            self._session = aiohttp.ClientSession(headers=headers)
+            connector = aiohttp.TCPConnector(ssl=self.tls) if self.tls is not None else None
+            self._session = aiohttp.ClientSession(headers=headers, connector=connector)
         return self._session
 
     def _fail_over(self, index: int, reason: str) -> None:

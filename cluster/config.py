@@ -3,11 +3,13 @@
 Every error names the key (`peers[1].raft_address: ...`) and nothing starts on a bad config.
 A node with peers refuses to start without a cluster password: PySyncObj unpickles whatever
 arrives on its Raft port, so without the password anyone who reaches that port runs code on
-the node. Paths are relative to the config file's folder.
+the node. A node without peers binds no Raft port at all (cluster/raftguard.py). Paths are
+relative to the config file's folder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import re
@@ -66,6 +68,25 @@ class StorageSettings:
 
 
 @dataclass(frozen=True)
+class ApiSettings:
+    """The HTTP listener (DESIGN.md §8.3). ``max_connections`` is further capped by half the
+    process's descriptor limit; ``idle_timeout_s`` closes a connection that has not sent a
+    whole request head that long after it opened (slowloris) or sat idle between requests;
+    TLS is on when ``tls_cert_file`` is set (with ``tls_key_file``), and mutual when
+    ``tls_client_ca_file`` is set too."""
+
+    max_connections: int = 1024
+    idle_timeout_s: float = 20.0  # above aiohttp clients' 15 s keep-alive: they close first
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     node_id: str
     raft_address: str
@@ -75,6 +96,8 @@ class NodeConfig:
     peers: tuple[Peer, ...] = ()
     tokens: dict[str, str] = field(default_factory=dict)  # token -> role
     allow_unauthenticated: bool = False
+    token_names: dict[str, str] = field(default_factory=dict)  # token -> its name (audit)
+    api: ApiSettings = ApiSettings()
     raft: RaftTuning = RaftTuning()
     storage: StorageSettings = StorageSettings()
     log_level: str = "info"
@@ -140,7 +163,7 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
             "is required when the node has peers (or set RAFTCRON_CLUSTER_PASSWORD): without it, "
             "anyone who reaches the Raft port can run code on this node",
         )
-    tokens, allow_unauthenticated = _api(raw.get("api", {}))
+    tokens, names, allow_unauthenticated, api = _api(raw.get("api", {}), base_dir)
     if not tokens and not allow_unauthenticated and not _is_loopback(http_address):
         raise ConfigError(
             "api.tokens",
@@ -159,6 +182,8 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
         peers=peers,
         tokens=tokens,
         allow_unauthenticated=allow_unauthenticated,
+        token_names=names,
+        api=api,
         raft=_tuning(raw.get("raft", {})),
         storage=_storage(raw.get("storage", {})),
         log_level=log_level,
@@ -224,25 +249,107 @@ def _peers(value: object) -> tuple[Peer, ...]:
     return tuple(peers)
 
 
-def _api(value: object) -> tuple[dict[str, str], bool]:
+API_TOKENS_ENV = "RAFTCRON_API_TOKENS"  # "name:role:token,..." (or "role:token,...")
+_TOKEN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@\-]{0,63}$")
+_API_KEYS = {"tokens", "tokens_file", "allow_unauthenticated", "max_connections",
+             "idle_timeout_s", "tls_cert_file", "tls_key_file", "tls_client_ca_file"}
+
+
+def _api(
+    value: object, base_dir: Path
+) -> tuple[dict[str, str], dict[str, str], bool, ApiSettings]:
+    """Tokens (config, ``tokens_file``, ``RAFTCRON_API_TOKENS``), auth switch, listener."""
     if not isinstance(value, dict):
         raise ConfigError("api", "must be a table")
-    _no_unknown(value, {"tokens", "allow_unauthenticated"}, "api.")
-    tokens = value.get("tokens", {})
-    if not isinstance(tokens, dict):
-        raise ConfigError("api.tokens", 'must be a table of token = "role"')
-    for token, role in tokens.items():
-        if len(token) < 8:
-            raise ConfigError(f"api.tokens.{token[:4]}...", "a token must be at least 8 characters")
-        if role not in ROLES:
-            raise ConfigError(
-                f"api.tokens.{token[:4]}...",
-                f"role must be one of {', '.join(ROLES)}, not {role!r}",
-            )
+    _no_unknown(value, _API_KEYS, "api.")
+    roles: dict[str, str] = {}
+    names: dict[str, str] = {}
+    _add_tokens(value.get("tokens", {}), "api.tokens", roles, names)
+    tokens_file = value.get("tokens_file")
+    if tokens_file is not None:
+        path = _file(tokens_file, "api.tokens_file", base_dir)
+        try:
+            table = tomllib.loads(path.read_text())
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError("api.tokens_file", f"cannot read {path}: {error}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError("api.tokens_file", f"{path} is not valid TOML: {error}") from None
+        _no_unknown(table, {"tokens"}, f"{path}: ")
+        _add_tokens(table.get("tokens", {}), f"{path}: tokens", roles, names)
+    env_tokens = os.environ.get(API_TOKENS_ENV, "").strip()
+    if env_tokens:
+        _add_env_tokens(env_tokens, roles, names)
     allow = value.get("allow_unauthenticated", False)
     if not isinstance(allow, bool):
         raise ConfigError("api.allow_unauthenticated", "must be true or false")
-    return dict(tokens), allow
+    max_connections = value.get("max_connections", ApiSettings.max_connections)
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or not (
+            1 <= max_connections <= 1_000_000):
+        raise ConfigError("api.max_connections", "must be an integer from 1 to 1000000")
+    idle = value.get("idle_timeout_s", ApiSettings.idle_timeout_s)
+    if isinstance(idle, bool) or not isinstance(idle, int | float) or not 0.1 <= idle <= 3600:
+        raise ConfigError("api.idle_timeout_s", "must be a number of seconds from 0.1 to 3600")
+    tls = {key: None if value.get(key) is None else _file(value[key], f"api.{key}", base_dir)
+           for key in ("tls_cert_file", "tls_key_file", "tls_client_ca_file")}
+    if (tls["tls_cert_file"] is None) != (tls["tls_key_file"] is None):
+        raise ConfigError("api.tls_key_file" if tls["tls_cert_file"] else "api.tls_cert_file",
+                          "tls_cert_file and tls_key_file go together")
+    if tls["tls_client_ca_file"] is not None and tls["tls_cert_file"] is None:
+        raise ConfigError("api.tls_client_ca_file", "needs tls_cert_file and tls_key_file")
+    api = ApiSettings(max_connections=max_connections, idle_timeout_s=float(idle), **tls)
+    return roles, names, allow, api
+
+
+def _file(value: object, key: str, base_dir: Path) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, "must be a file path")
+    path = (base_dir / value).resolve()
+    if not path.is_file():
+        raise ConfigError(key, f"no such file: {path}")
+    return path
+
+
+def _add_tokens(table: object, key: str, roles: dict[str, str], names: dict[str, str]) -> None:
+    """``token = "role"`` or ``token = { role = "...", name = "..." }`` entries."""
+    if not isinstance(table, dict):
+        raise ConfigError(key, 'must be a table of token = "role" or { role, name }')
+    for token, spec in table.items():
+        where = f"{key}.{token[:4]}..."
+        if isinstance(spec, dict):
+            _no_unknown(spec, {"role", "name"}, f"{where}.")
+            role, name = spec.get("role"), spec.get("name")
+        else:
+            role, name = spec, None
+        _add_token(token, role, name, where, roles, names)
+
+
+def _add_env_tokens(text: str, roles: dict[str, str], names: dict[str, str]) -> None:
+    for index, item in enumerate(part.strip() for part in text.split(",")):
+        where = f"{API_TOKENS_ENV}[{index}]"
+        fields = item.split(":")
+        if len(fields) == 2:
+            _add_token(fields[1], fields[0], None, where, roles, names)
+        elif len(fields) == 3:
+            _add_token(fields[2], fields[1], fields[0], where, roles, names)
+        else:
+            raise ConfigError(where, "must be role:token or name:role:token")
+
+
+def _add_token(token: str, role: object, name: object, where: str,
+               roles: dict[str, str], names: dict[str, str]) -> None:
+    if len(token) < 8:
+        raise ConfigError(where, "a token must be at least 8 characters")
+    if role not in ROLES:
+        raise ConfigError(where, f"role must be one of {', '.join(ROLES)}, not {role!r}")
+    if name is None:
+        # A name that identifies the token in the audit trail without revealing it.
+        name = f"{role}-{hashlib.sha256(token.encode()).hexdigest()[:8]}"
+    if not isinstance(name, str) or not _TOKEN_NAME_RE.match(name):
+        raise ConfigError(where, "name must be 1-64 letters, digits, '_', '.', '@' or '-'")
+    if token in roles:
+        raise ConfigError(where, "this token is given twice")
+    roles[token] = str(role)
+    names[token] = name
 
 
 def _storage(value: object) -> StorageSettings:

@@ -101,6 +101,7 @@ class Demo:
                     "4",
                     "--name",
                     "demo-worker",
+                    "--allow-shell",  # the demo's schedules are shell jobs
                 ],
             )
             self._banner(leader)

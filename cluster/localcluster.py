@@ -24,6 +24,7 @@ import re
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -67,6 +68,7 @@ class LocalNode:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    tls: bool = False  # the node serves HTTPS
     starts: int = 0  # how many times this node was started
     expected_exit: bool = False  # the harness killed or stopped it
     crash_reported: bool = False
@@ -74,7 +76,7 @@ class LocalNode:
 
     @property
     def url(self) -> str:
-        return f"http://{self.http_address}"
+        return f"{'https' if self.tls else 'http'}://{self.http_address}"
 
     @property
     def pid(self) -> int | None:
@@ -121,6 +123,7 @@ class LocalCluster:
         *,
         nodes: int = 3,
         tokens: dict[str, str] | None = None,
+        api: dict[str, object] | None = None,
         raft: dict[str, object] | None = None,
         storage: dict[str, object] | None = None,
         host: str = "127.0.0.1",
@@ -133,13 +136,15 @@ class LocalCluster:
         self.base_dir = Path(base_dir).resolve()
         self.size = nodes
         self.tokens = dict(tokens or {})
+        self.api = dict(api or {})  # other [api] settings (TLS, connection limits...)
+        self.client_tls: ssl.SSLContext | None = None  # how the harness verifies HTTPS nodes
         self.raft = dict(raft or {})
         self.storage = dict(storage or {})
         self.host = host
         self.env = dict(env or {})
         self.python = python
         self.log_level = log_level
-        self.password = secrets.token_hex(16)
+        self.password: str | None = secrets.token_hex(16)
         self.nodes: list[LocalNode] = []
         self.closed = False
         atexit.register(self.close)
@@ -182,6 +187,7 @@ class LocalCluster:
                     config_path=folder / f"{node_id}.toml",
                     data_dir=folder / "data",
                     log_path=folder / f"{node_id}.log",
+                    tls="tls_cert_file" in self.api,
                 )
             )
         for node in self.nodes:
@@ -197,9 +203,10 @@ class LocalCluster:
             f"raft_address = {toml_value(node.raft_address)}",
             f"http_address = {toml_value(node.http_address)}",
             f"data_dir = {toml_value('data')}",
-            f"cluster_password = {toml_value(self.password)}",
             f"log_level = {toml_value(self.log_level)}",
         ]
+        if self.password is not None:  # a test may clear it to see a node run without one
+            lines.append(f"cluster_password = {toml_value(self.password)}")
         for peer in self.nodes:
             if peer is node:
                 continue
@@ -210,9 +217,12 @@ class LocalCluster:
                 f"raft_address = {toml_value(peer.raft_address)}",
                 f"http_address = {toml_value(peer.http_address)}",
             ]
+        if self.tokens or self.api:
+            lines += ["", "[api]"]
+            lines += [f"{key} = {toml_value(value)}" for key, value in self.api.items()]
         if self.tokens:
             tokens = ", ".join(f"{toml_value(t)} = {toml_value(r)}" for t, r in self.tokens.items())
-            lines += ["", "[api]", f"tokens = {{ {tokens} }}"]
+            lines += [f"tokens = {{ {tokens} }}"]
         if self.raft:
             lines += ["", "[raft]"]
             lines += [f"{key} = {toml_value(value)}" for key, value in self.raft.items()]
@@ -498,6 +508,7 @@ class LocalCluster:
             token=token,
             timeout_s=timeout_s,
             headers=headers,
+            tls=self.client_tls if node.tls else None,
         )
 
     def call(
@@ -671,8 +682,10 @@ def http_request(
     token: str | None = None,
     timeout_s: float = 10,
     headers: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Response:
-    """A stdlib HTTP request to host:port: (status, parsed JSON or text, headers)."""
+    """A stdlib HTTP request to host:port (HTTPS with `tls`): (status, parsed JSON or
+    text, headers)."""
     host, port = address.rsplit(":", 1)
     sent = dict(headers or {})
     if token is not None:
@@ -682,7 +695,11 @@ def http_request(
         # bytes as they are, an iterator of bytes chunked, anything else as JSON
         data = body if isinstance(body, bytes | Iterator) else json.dumps(body).encode()
         sent.setdefault("Content-Type", "application/json")
-    connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+    connection = (
+        http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+        if tls is None
+        else http.client.HTTPSConnection(host, int(port), timeout=timeout_s, context=tls)
+    )
     try:
         connection.request(method, path, body=data, headers=sent)
         response = connection.getresponse()

@@ -19,10 +19,12 @@ from aiohttp import web
 from cluster import config as configuration
 from cluster import logs
 from cluster.bridge import Proposer
-from cluster.config import NodeConfig, split_address
+from cluster.config import NodeConfig
 from cluster.http.app import build_app
 from cluster.http.claims import ClaimWaiters
 from cluster.http.common import Services
+from cluster.http.listener import HttpListener
+from cluster.http.trail import AuditTrail
 from cluster.metrics import ROLES, NodeStats
 from cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
 from cluster.storage.raftlog import StorageError
@@ -55,8 +57,12 @@ class Node:
             tick_ms=config.raft.tick_ms,
             fire_lateness=self.stats.fire_lateness,
         )
-        self.services = Services(config, self.raft, self.proposer, self.waiters, self.stats)
+        self.services = Services(
+            config, self.raft, self.proposer, self.waiters, self.stats,
+            trail=AuditTrail(config.data_dir, config.node_id),
+        )
         self.runner: web.AppRunner | None = None
+        self.listener: HttpListener | None = None
 
     def _on_state_changed(self, old: int, new: int) -> None:  # on the Raft thread
         if 2 in (old, new):
@@ -72,23 +78,35 @@ class Node:
 
     async def start(self) -> None:
         self.ticker.start()
-        self.runner = web.AppRunner(build_app(self.services), access_log=None, handle_signals=False)
+        # keepalive_timeout: aiohttp closes a connection idle that long, also one that has not
+        # sent a whole first request head (the listener's docstring says why that matters).
+        self.runner = web.AppRunner(
+            build_app(self.services),
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=self.config.api.idle_timeout_s,
+        )
         await self.runner.setup()
-        host, port = split_address(self.config.http_address)
-        site = web.TCPSite(self.runner, host, port, reuse_address=True)
-        await site.start()
+        self.listener = HttpListener(self.runner, self.config.http_address, self.config.api)
+        await self.listener.start()
         log.info(
-            "node %s serving http://%s, raft %s",
+            "node %s serving %s://%s (at most %d connections), raft %s",
             self.config.node_id,
+            "https" if self.config.api.tls else "http",
             self.config.http_address,
-            self.config.raft_address,
+            self.listener.cap,
+            self.config.raft_address if self.config.peers else "(no peers: not listening)",
             extra={"action": "node_started"},
         )
 
     async def stop(self) -> None:
         log.info("stopping", extra={"action": "node_stopping"})
+        if self.listener is not None:
+            self.listener.close()
         if self.runner is not None:
             await self.runner.cleanup()
+        if self.listener is not None:
+            await self.listener.wait_closed()
         await self.ticker.stop()
         self.raft.destroy()
 
@@ -100,6 +118,9 @@ async def _serve(config: NodeConfig, rejoin_empty: bool) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await node.start()
+    listener = node.listener
+    if listener is not None:  # SIGHUP: re-read the TLS certificate and key
+        loop.add_signal_handler(signal.SIGHUP, listener.reload_tls)
     await stop.wait()
     await node.stop()
 

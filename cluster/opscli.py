@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from cluster import tls
 from cluster.client import ApiError, Client, Unavailable
 from scheduler.calendar import RecurrenceError, parse_duration_ms
 
@@ -43,6 +44,9 @@ def add_common(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("RAFTCRON_API_TOKEN"),
         help="bearer token (env RAFTCRON_API_TOKEN)",
     )
+    for flag, env, what in tls.FLAGS:
+        parser.add_argument(flag, metavar="FILE", default=os.environ.get(env) or None,
+                            help=f"{what} (env {env})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--deadline",
@@ -176,8 +180,13 @@ def run(args: argparse.Namespace) -> int:
         "cluster": _cluster,
     }[args.command]
     try:
-        options = {"retry_deadline_s": args.deadline, "request_timeout_s": min(10.0, args.deadline)}
-        with Client(args.connect, token=args.api_token, **options) as client:
+        options = {"retry_deadline_s": args.deadline, "request_timeout_s": min(10.0, args.deadline),
+                   "ca_file": args.ca_file, "cert_file": args.cert_file, "key_file": args.key_file}
+        try:
+            client = Client(args.connect, token=args.api_token, **options)
+        except ValueError as error:  # a TLS file that does not load
+            raise UsageError(str(error)) from None
+        with client:
             handler(client, args)
     except UsageError as error:
         print(f"raftcron {args.command}: {error}", file=sys.stderr)

@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
-from cluster import raftpatch
+from cluster import raftguard, raftpatch
 from cluster.config import NodeConfig
 from cluster.storage.node import RaftStorage
 from scheduler import codec
@@ -222,7 +222,8 @@ class RaftNode:
         self.raft_ids = {peer.raft_address: peer.node_id for peer in config.members}
         others = [peer.raft_address for peer in config.peers]
         try:
-            self.sync = SyncObj(config.raft_address, others, conf=conf, consumers=[self.machine])
+            self.sync = SyncObj(config.raft_address, others, conf=conf, consumers=[self.machine],
+                                transportClass=raftguard.GuardedTransport)
         except BaseException:
             self.storage.close()
             raise

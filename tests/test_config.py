@@ -133,3 +133,46 @@ def test_a_bad_storage_setting_names_its_key(storage, key):
     with pytest.raises(ConfigError) as error:
         config.parse(with_changes(storage=storage), base_dir=ROOT)
     assert error.value.key == key
+
+
+def test_tokens_come_from_the_config_a_tokens_file_and_the_environment(tmp_path, monkeypatch):
+    (tmp_path / "tokens.toml").write_text(
+        'tokens = { "file-token-0123" = { role = "admin", name = "ops-alice" } }\n')
+    monkeypatch.setenv(config.API_TOKENS_ENV, "ci:submit:env-token-0123, read:env-read-0123")
+    loaded = config.parse(
+        with_changes(api={"tokens": {"inline-token-0123": "worker"}, "tokens_file": "tokens.toml"}),
+        base_dir=tmp_path,
+    )
+    assert loaded.tokens == {"inline-token-0123": "worker", "file-token-0123": "admin",
+                             "env-token-0123": "submit", "env-read-0123": "read"}
+    assert loaded.token_names["file-token-0123"] == "ops-alice"
+    assert loaded.token_names["env-token-0123"] == "ci"
+    # A token without a name is named by its role and a hash prefix, never by itself.
+    assert loaded.token_names["env-read-0123"].startswith("read-")
+    assert "env-read-0123" not in loaded.token_names["env-read-0123"]
+
+
+@pytest.mark.parametrize(
+    ("api", "env", "key"),
+    [
+        ({"tokens_file": "missing.toml"}, "", "api.tokens_file"),
+        ({}, "admin", "RAFTCRON_API_TOKENS[0]"),
+        ({}, "root:long-enough-token", "RAFTCRON_API_TOKENS[0]"),
+        ({}, "read:short", "RAFTCRON_API_TOKENS[0]"),
+        ({"tokens": {"long-enough-token": {"role": "read", "name": "bad name"}}}, "",
+         "api.tokens.long..."),
+        ({"tokens": {"long-enough-token": "read"}}, "admin:long-enough-token",
+         "RAFTCRON_API_TOKENS[0]"),
+        ({"max_connections": 0}, "", "api.max_connections"),
+        ({"idle_timeout_s": "1"}, "", "api.idle_timeout_s"),
+        ({"tls_cert_file": "config.toml"}, "", "api.tls_key_file"),
+        ({"tls_client_ca_file": "config.toml"}, "", "api.tls_client_ca_file"),
+        ({"tls_cert_file": "nope.pem", "tls_key_file": "nope.pem"}, "", "api.tls_cert_file"),
+    ],
+)
+def test_bad_api_settings_name_the_key(api, env, key, tmp_path, monkeypatch):
+    (tmp_path / "config.toml").write_text("")
+    monkeypatch.setenv(config.API_TOKENS_ENV, env)
+    with pytest.raises(ConfigError) as error:
+        config.parse(with_changes(api=api), base_dir=tmp_path)
+    assert error.value.key == key, str(error.value)

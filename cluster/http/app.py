@@ -2,7 +2,8 @@
 
 The middleware authenticates (bearer token -> role -> grant the route needs), turns every
 failure into the API's error shape (never an HTML page, never a stack trace), counts stale
-writes, and stamps each answer with the node that served it and its applied index.
+writes, records admin actions in the audit trail (cluster/http/trail.py), and stamps each
+answer with the node that served it and its applied index.
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import logging
 from aiohttp import web
 
 from cluster.http import claims, dashboard, jobs, ops, schedules
-from cluster.http.common import BODY_BYTES_MAX, SERVICES, ApiError, Handler, Services, check_token
+from cluster.http.common import (
+    BODY_BYTES_MAX,
+    CALLER,
+    SERVICES,
+    ApiError,
+    Handler,
+    Services,
+    check_token,
+)
+from cluster.http.trail import AUDITED_ACTIONS
 
 log = logging.getLogger("raftcron.http")
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/"})
@@ -48,6 +58,19 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         response = ApiError(
             500, "internal", "internal error; the node log has the details"
         ).response()
+    if svc.trail is not None and (
+        getattr(handler, "grant", None) in AUDITED_ACTIONS or getattr(handler, "audited", False)
+    ):
+        caller = request.get(CALLER)
+        svc.trail.record(
+            name=None if caller is None else caller.name,
+            role=None if caller is None else caller.role,
+            remote=request.remote,
+            method=request.method,
+            path=request.path_qs,
+            status=response.status,
+            request_id=request.headers.get("X-Request-Id"),
+        )
     response.headers["X-Raftcron-Node"] = svc.config.node_id
     response.headers["X-Raftcron-Applied-Index"] = str(svc.node.applied_index)
     key = f"{request.method} {response.status}"

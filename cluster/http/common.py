@@ -8,6 +8,9 @@ request_id if it was a write).
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
 import json
 import secrets
 import uuid
@@ -26,14 +29,41 @@ from scheduler.errors import Invalid, Ok, Rejected, Result
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BODY_BYTES_MAX = 8 * 1024 * 1024
+BODY_READ_S = 30
 
-# role -> what it may do. "read" = every GET; the rest are named per route.
+# role -> what it may do. "read" = every GET; the rest are named per route. "status" is the
+# cluster view (GET /v1/cluster), the one thing nodes ask each other over HTTP: the "peer"
+# role is the nodes' own credential (derived from the cluster password, see peer_token),
+# never a user's token, and may do nothing else.
+PEER_ROLE = "peer"
 ROLE_GRANTS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "submit", "work", "manage"}),
-    "submit": frozenset({"read", "submit"}),
-    "worker": frozenset({"read", "work"}),
-    "read": frozenset({"read"}),
+    "admin": frozenset({"read", "status", "submit", "work", "manage", "audit"}),
+    "submit": frozenset({"read", "status", "submit"}),
+    "worker": frozenset({"read", "status", "work"}),
+    "read": frozenset({"read", "status"}),
+    PEER_ROLE: frozenset({"status"}),
 }
+_PEER_CONTEXT = b"raftcron http peer credential v1"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who made a request: the token's name and role (None, None when auth is off)."""
+
+    name: str | None
+    role: str | None
+
+
+CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)
+
+
+def peer_token(config: NodeConfig) -> str | None:
+    """The bearer token nodes of one cluster use with each other: an HMAC of the cluster
+    password, so every member derives the same one and it reveals nothing of the password."""
+    if not config.cluster_password:
+        return None
+    key = config.cluster_password.encode()
+    return hmac.new(key, _PEER_CONTEXT, hashlib.sha256).hexdigest()
 
 
 @dataclass
@@ -43,6 +73,7 @@ class Services:
     proposer: Proposer
     claims: Any  # cluster.http.claims.ClaimWaiters
     stats: Any  # cluster.metrics.NodeStats
+    trail: Any = None  # cluster.http.trail.AuditTrail (None: nothing is recorded)
 
 
 SERVICES: web.AppKey[Services] = web.AppKey("services", Services)
@@ -90,9 +121,13 @@ async def read_json(request: web.Request) -> Any:
     if request.content_length is not None and request.content_length > BODY_BYTES_MAX:
         raise ApiError(413, "too_large", f"request body over {BODY_BYTES_MAX} bytes")
     try:
-        raw = await request.read()
+        async with asyncio.timeout(BODY_READ_S):  # a body trickled in forever holds a slot
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, "too_large", f"request body over {BODY_BYTES_MAX} bytes") from None
+    except TimeoutError:
+        raise ApiError(408, "timeout", f"request body not received within {BODY_READ_S} s",
+                       "body") from None
     if not raw:
         raise ApiError(400, "invalid", "a JSON body is required", "body")
     try:
@@ -207,11 +242,13 @@ def path_int(request: web.Request, name: str) -> int:
     return int(raw)
 
 
-def requires(grant: str) -> Callable[[Handler], Handler]:
-    """Mark a route with the grant its token needs (routes without a mark need "read")."""
+def requires(grant: str, *, audited: bool = False) -> Callable[[Handler], Handler]:
+    """Mark a route with the grant its token needs (routes without a mark need "read");
+    ``audited``: recorded in the audit trail although its grant is not an admin one."""
 
     def mark(handler: Handler) -> Handler:
         handler.grant = grant  # type: ignore[attr-defined]
+        handler.audited = audited  # type: ignore[attr-defined]
         return handler
 
     return mark
@@ -220,9 +257,17 @@ def requires(grant: str) -> Callable[[Handler], Handler]:
 # -- authentication ------------------------------------------------------------------------
 
 
-def check_token(config: NodeConfig, request: web.Request, grant: str) -> None:
+def check_token(config: NodeConfig, request: web.Request, grant: str) -> Caller:
+    caller = identify(config, request)
+    request[CALLER] = caller
+    authorize(caller, grant)
+    return caller
+
+
+def identify(config: NodeConfig, request: web.Request) -> Caller:
+    """Who the bearer token says the caller is; 401 without a known token (auth on)."""
     if not config.tokens:
-        return
+        return Caller(None, None)
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
@@ -232,18 +277,28 @@ def check_token(config: NodeConfig, request: web.Request, grant: str) -> None:
             "an 'Authorization: Bearer <token>' header is required",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    role = None
+    given = token.strip().encode()
+    caller = None
     for known, known_role in config.tokens.items():
-        if secrets.compare_digest(known.encode(), token.strip().encode()):
-            role = known_role
-    if role is None:
+        if secrets.compare_digest(known.encode(), given):
+            caller = Caller(config.token_names.get(known), known_role)
+    peer = peer_token(config)
+    if peer is not None and secrets.compare_digest(peer.encode(), given):
+        caller = Caller(PEER_ROLE, PEER_ROLE)
+    if caller is None:
         raise ApiError(
             401,
             "unauthorized",
             "the token is not known to this node",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if grant not in ROLE_GRANTS[role]:
+    return caller
+
+
+def authorize(caller: Caller, grant: str) -> None:
+    """403 unless the caller's role has the grant (no role: auth is off, all may)."""
+    if caller.role is not None and grant not in ROLE_GRANTS[caller.role]:
         raise ApiError(
-            403, "forbidden", f"role {role!r} may not {grant} (needs a token with that grant)"
+            403, "forbidden",
+            f"role {caller.role!r} may not {grant} (needs a token with that grant)"
         )

@@ -154,7 +154,7 @@ async def _optional_body(request: web.Request) -> dict[str, Any]:
     return object_body(await read_json(request))
 
 
-@requires("submit")
+@requires("submit", audited=True)
 async def cancel_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     body = only(await _optional_body(request), {"request_id", "reason"})
@@ -166,7 +166,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     return json_response({"id": job_id, **value})
 
 
-@requires("submit")
+@requires("submit", audited=True)
 async def retry_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     request_id = take_request_id(only(await _optional_body(request), {"request_id"}), request)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import uuid
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from cluster import metrics
+from cluster import metrics, tls
 from cluster.http.common import (
+    CALLER,
+    PEER_ROLE,
     ApiError,
     commit,
     json_response,
+    peer_token,
     query_flag,
     query_int,
     requires,
@@ -79,9 +83,13 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
     }
 
 
+@requires("status")
 async def get_cluster(request: web.Request) -> web.Response:
     view = cluster_view(request)
     if query_flag(request, "members"):
+        caller = request.get(CALLER)
+        if caller is not None and caller.role == PEER_ROLE:
+            raise ApiError(403, "forbidden", "role 'peer' may not ask the members (read)")
         await _ask_members(request, view)
     return json_response(view)
 
@@ -92,22 +100,31 @@ async def _ask_members(request: web.Request, view: dict[str, Any]) -> None:
     A member that does not answer within a second is marked unreachable; nothing waits longer.
     """
     config = services(request).config
-    token = next(
-        (t for t, role in sorted(config.tokens.items()) if role in ("admin", "read")), None
-    )
+    # The nodes' own credential, never a user's token (which this would send to every peer).
+    token = peer_token(config)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = aiohttp.ClientTimeout(total=1.0)
+    scheme, context = "http", None
+    if config.api.tls:
+        # Peers are verified against the client CA (or RAFTCRON_CA_FILE, or the system store)
+        # and, when they ask for one, shown this node's own certificate.
+        scheme, api = "https", config.api
+        context = tls.client_context(
+            None if api.tls_client_ca_file is None else str(api.tls_client_ca_file),
+            None if api.tls_client_ca_file is None else str(api.tls_cert_file),
+            None if api.tls_client_ca_file is None else str(api.tls_key_file),
+        ) or ssl.create_default_context()
 
     async def ask(member: dict[str, Any]) -> None:
         own: dict[str, Any] | None
         if member["self"]:
             own = view
         else:
-            url = f"http://{member['http_address']}/v1/cluster"
+            url = f"{scheme}://{member['http_address']}/v1/cluster"
             try:
                 async with (
                     aiohttp.ClientSession(timeout=timeout, headers=headers) as session,
-                    session.get(url) as answer,
+                    session.get(url, ssl=context if context is not None else True) as answer,
                 ):
                     own = await answer.json() if answer.status == 200 else None
             except (aiohttp.ClientError, TimeoutError, ValueError):
@@ -137,6 +154,16 @@ async def compact(request: web.Request) -> web.Response:
     node = services(request).node
     node.sync.forceLogCompaction()
     return json_response({"node": node.config.node_id, "compaction": "started"}, status=202)
+
+
+@requires("audit")
+async def get_audit_trail(request: web.Request) -> web.Response:
+    """This node's audit trail, newest first (cluster/http/trail.py says why per node)."""
+    svc = services(request)
+    limit = query_int(request, "limit", default=100, low=1, high=1_000)
+    before_seq = query_int(request, "before_seq", default=None, low=1, high=2**62)
+    entries = [] if svc.trail is None else svc.trail.newest(limit or 100, before_seq)
+    return json_response({"node": svc.config.node_id, "entries": entries})
 
 
 async def get_audit(request: web.Request) -> web.Response:
@@ -232,6 +259,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/cluster", get_cluster),
         web.post("/v1/cluster/audits", start_audit),
         web.get("/v1/cluster/audits/{id}", get_audit),
+        web.get("/v1/audit", get_audit_trail),
         web.post("/v1/cluster/compact", compact),
         web.get("/v1/events", get_events),
         web.get("/healthz", healthz),

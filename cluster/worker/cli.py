@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cluster import logs
+from cluster import logs, tls
 from cluster.worker.runtime import Worker
 from cluster.worker.tasks import default_registry
 from scheduler import limits
@@ -128,11 +128,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_env("RAFTCRON_API_TOKEN"),
         help="bearer token with the worker role (env RAFTCRON_API_TOKEN)",
     )
+    for flag, env, what in tls.FLAGS:
+        add(flag, metavar="FILE", default=_env(env), help=f"{what} (env {env})")
+    add(
+        "--allow-shell",
+        action="store_true",
+        default=str(_env("RAFTCRON_ALLOW_SHELL", "")).lower() in TRUE_WORDS,
+        help="serve the built-in shell task: whoever may submit to --queues then runs "
+        "commands on this worker (env RAFTCRON_ALLOW_SHELL=1; default off)",
+    )
+    add(
+        "--shell-env",
+        metavar="NAME,NAME",
+        default=_env("RAFTCRON_SHELL_ENV", ""),
+        help="worker environment variables shell commands also see, besides PATH, HOME and "
+        "LANG; never RAFTCRON_* (env RAFTCRON_SHELL_ENV)",
+    )
     add(
         "--no-shell",
         action="store_true",
         default=str(_env("RAFTCRON_NO_SHELL", "")).lower() in TRUE_WORDS,
-        help="do not serve the built-in shell task (env RAFTCRON_NO_SHELL=1)",
+        help="never serve the shell task, even with --allow-shell (env RAFTCRON_NO_SHELL=1)",
     )
     add(
         "--log-level",
@@ -163,7 +179,11 @@ def build_worker(args: argparse.Namespace) -> Worker:
         timeout_ms=args.timeout_ms,
         token=args.api_token,
         tasks=default_registry,
-        shell=not args.no_shell,
+        shell=args.allow_shell and not args.no_shell,
+        shell_env=() if args.no_shell else _list(args.shell_env),
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
     )
 
 

@@ -30,10 +30,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cluster import tls
 from cluster.client import ApiError, AsyncClient, Unavailable, new_request_id, normalize_urls
 from cluster.worker.acks import Ack, AckBuffer, failure_ack
 from cluster.worker.execution import WORKER_STOPPING, Execution
-from cluster.worker.shell import SHELL_TASK, run_shell
+from cluster.worker.shell import SHELL_TASK, shell_task
 from cluster.worker.tasks import Handler, TaskRegistry
 from scheduler import limits, parse
 from scheduler.errors import Invalid
@@ -66,8 +67,12 @@ class Worker:
         timeout_ms: int | None = None,
         token: str | None = None,
         tasks: TaskRegistry | None = None,
-        shell: bool = True,
+        shell: bool = False,
+        shell_env: Sequence[str] = (),
         ack_delay_ms: int = 20,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -83,11 +88,16 @@ class Worker:
         self.timeout_ms = timeout_ms
         self.token = token
         self.ack_delay_ms = ack_delay_ms
+        self.tls_files = (ca_file, cert_file, key_file)
+        tls.client_context(*self.tls_files)  # bad files: a ValueError now, not at first claim
         self.tasks = TaskRegistry()
         if tasks is not None:
             self.tasks.update(tasks)
+        if shell_env and not shell:
+            raise ValueError("shell_env (--shell-env) is given but the shell task is not allowed")
+        # Off unless asked: whoever may submit to these queues would run commands here.
         if shell and SHELL_TASK not in self.tasks:
-            self.tasks.add(SHELL_TASK, run_shell)
+            self.tasks.add(SHELL_TASK, shell_task(shell_env))
         self.running: dict[tuple[int, int], Execution] = {}
         self.counts: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -157,7 +167,10 @@ class Worker:
         if self._pending_stop is not None:
             self._request_stop(self._pending_stop)
         self.acks = AckBuffer()
-        self.client = AsyncClient(self.urls, token=self.token)
+        ca_file, cert_file, key_file = self.tls_files
+        self.client = AsyncClient(
+            self.urls, token=self.token, ca_file=ca_file, cert_file=cert_file, key_file=key_file
+        )
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="raftcron-job"
         )
@@ -170,6 +183,12 @@ class Worker:
             ",".join(self.urls),
             extra={"action": "worker_started", "worker": self.name, "pid": os.getpid()},
         )
+        if SHELL_TASK in self.tasks:
+            log.warning(
+                "the shell task is on: whoever may submit to queues %s runs commands here",
+                ",".join(self.queues),
+                extra={"action": "shell_allowed", "worker": self.name},
+            )
         flusher = asyncio.create_task(self._flush_acks())
         try:
             await self._claim_loop()

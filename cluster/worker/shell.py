@@ -2,8 +2,14 @@
 
 Payload: `{"argv": ["cmd", "arg", ...], "env": {"NAME": "value"}, "timeout_ms": 60000,
 "cwd": "/some/dir"}` (only `argv` is required; other fields are left for the command, which
-gets the whole payload as JSON on its stdin). The command's environment is the worker's, plus
-`env`, plus `RAFTCRON_JOB_ID`, `RAFTCRON_JOB_KEY`, `RAFTCRON_ATTEMPT`, `RAFTCRON_TOKEN`,
+gets the whole payload as JSON on its stdin).
+
+Whoever may submit a job to a queue this task is served on runs commands on the worker, so a
+worker serves it only when asked (`raftcron worker --allow-shell`). The command's environment
+is NOT the worker's: it holds only `SHELL_ENV_ALLOWED` (`PATH`, `HOME`, `LANG`) and the names
+the worker was given (`--shell-env`; never a `RAFTCRON_*` name, which are the worker's own
+settings, its API token among them), then the payload's `env`, then `RAFTCRON_JOB_ID`,
+`RAFTCRON_JOB_KEY`, `RAFTCRON_ATTEMPT`, `RAFTCRON_TOKEN` (the job's fencing token),
 `RAFTCRON_SCHEDULE` and `RAFTCRON_FIRE_TIME_MS` (empty when the job has none).
 
 The result is `{"exit_code", "stdout", "stderr", "stdout_bytes", "stderr_bytes", "truncated",
@@ -23,8 +29,10 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +46,8 @@ KILL_GRACE_S = 2.0
 PIPES_GRACE_S = 1.0  # after the command exits, how long its pipes may stay open
 EXIT_POLL_S = 0.1  # while the pipes are open, how often to look for the command's exit
 ARGV_ITEMS_MAX = 10_000
+SHELL_ENV_ALLOWED = ("PATH", "HOME", "LANG")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ShellFailed(JobError):
@@ -79,8 +89,20 @@ class ShellSpec:
         return cls(tuple(argv), dict(env), timeout_ms, cwd)
 
 
-def job_environment(ctx: JobContext, extra: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
+def shell_env_names(names: Sequence[str]) -> tuple[str, ...]:
+    """The names a worker passes on to shell commands, validated (ValueError names the bad one)."""
+    for name in names:
+        if not _ENV_NAME_RE.match(name):
+            raise ValueError(f"--shell-env: {name!r} is not an environment variable name")
+        if name.upper().startswith("RAFTCRON_"):
+            raise ValueError(f"--shell-env: {name!r} is a raftcron setting; it is never passed on")
+    return tuple(dict.fromkeys((*SHELL_ENV_ALLOWED, *names)))
+
+
+def job_environment(
+    ctx: JobContext, extra: dict[str, str], passed: Sequence[str] = SHELL_ENV_ALLOWED
+) -> dict[str, str]:
+    env = {name: os.environ[name] for name in passed if name in os.environ}
     env.update(extra)
     env.update(
         {
@@ -122,8 +144,18 @@ class Tail:
         return text
 
 
-async def run_shell(ctx: JobContext) -> dict[str, Any]:
-    """The handler of the `shell` task."""
+def shell_task(passed_env: Sequence[str] = ()) -> Callable[[JobContext], Awaitable[Any]]:
+    """The `shell` handler of a worker that passes on `passed_env` besides the allowed names."""
+    passed = shell_env_names(passed_env)
+
+    async def shell(ctx: JobContext) -> dict[str, Any]:
+        return await run_shell(ctx, passed)
+
+    return shell
+
+
+async def run_shell(ctx: JobContext, passed: Sequence[str] = SHELL_ENV_ALLOWED) -> dict[str, Any]:
+    """Run one shell job; `passed`: the worker's variables its command sees."""
     spec = ShellSpec.parse(ctx.payload)
     started = time.monotonic()
     try:
@@ -132,7 +164,7 @@ async def run_shell(ctx: JobContext) -> dict[str, Any]:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=job_environment(ctx, spec.env),
+            env=job_environment(ctx, spec.env, passed),
             cwd=spec.cwd,
             start_new_session=True,
         )

@@ -139,7 +139,8 @@ def start_worker(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[...
     started: list[WorkerProcess] = []
 
     def start(
-        queue: str, name: str, *, urls: list[str] | None = None, **flags: Any
+        queue: str, name: str, *, urls: list[str] | None = None, allow_shell: bool = True,
+        extra_env: dict[str, str] | None = None, **flags: Any
     ) -> WorkerProcess:
         flags.setdefault("lease_ms", 3000)  # tests that wait for an expiry pass 1000
         flags.setdefault("wait_ms", 1000)
@@ -158,10 +159,12 @@ def start_worker(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[...
             "--path",
             str(HERE),
         ]
+        if allow_shell:  # the tests' workers serve the shell task unless a test says not
+            argv.append("--allow-shell")
         for flag, value in flags.items():
             argv += [f"--{flag.replace('_', '-')}", str(value)]
         log_path = tmp_path / f"{name}.log"
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1", **(extra_env or {}))
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
                 argv,

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,7 +144,16 @@ def test_worker_defaults_and_bad_values(monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.delenv(name, raising=False)
     args = parse(["--connect", "http://a:1"])
     assert args.queues == ["default"] and args.concurrency == 4 and args.lease_ms == 30000
-    assert "shell" in cli.build_worker(args).tasks
+    assert "shell" not in cli.build_worker(args).tasks  # opt-in: --allow-shell
+    assert "shell" in cli.build_worker(parse(["--connect", "http://a:1", "--allow-shell"])).tasks
+    monkeypatch.setenv("RAFTCRON_ALLOW_SHELL", "1")
+    assert "shell" in cli.build_worker(parse(["--connect", "http://a:1"])).tasks
+    assert "shell" not in cli.build_worker(parse(["--connect", "http://a:1", "--no-shell"])).tasks
+    with pytest.raises(ValueError, match="RAFTCRON_API_TOKEN"):
+        cli.build_worker(parse(["--connect", "http://a:1", "--shell-env", "RAFTCRON_API_TOKEN"]))
+    monkeypatch.delenv("RAFTCRON_ALLOW_SHELL")
+    with pytest.raises(ValueError, match="not allowed"):
+        cli.build_worker(parse(["--connect", "http://a:1", "--shell-env", "DB_URL"]))
     with pytest.raises(SystemExit):
         parse(["--lease-ms", "10"])
     monkeypatch.setenv("RAFTCRON_CONCURRENCY", "zero")
@@ -158,3 +168,11 @@ def test_the_worker_command_refuses_to_start_without_nodes_or_with_a_bad_import(
     monkeypatch.delenv("RAFTCRON_CONNECT", raising=False)
     assert cli.main([]) == 2
     assert cli.main(["--connect", "http://a:1", "--import", "no_such_module_here"]) == 2
+
+
+def test_tls_files_that_do_not_load_are_refused_naming_the_flag(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.pem")
+    with pytest.raises(ValueError, match="--ca-file"):
+        cli.build_worker(parse(["--connect", "https://a:1", "--ca-file", missing]))
+    with pytest.raises(ValueError, match="go together"):
+        cli.build_worker(parse(["--connect", "https://a:1", "--cert-file", missing]))

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from cluster.worker import JobContext, PermanentError
-from cluster.worker.shell import STREAM_BYTES_MAX, ShellFailed, Tail, run_shell
+from cluster.worker.shell import (
+    STREAM_BYTES_MAX,
+    ShellFailed,
+    Tail,
+    run_shell,
+    shell_env_names,
+    shell_task,
+)
 from scheduler import limits, parse
 
 
@@ -22,7 +29,9 @@ async def _no_heartbeat(lease_ms: int | None) -> bool:
     return True
 
 
-def shell(payload: Any, **job: Any) -> dict[str, Any]:
+def shell(payload: Any, passed_env: tuple[str, ...] | None = None, **job: Any) -> dict[str, Any]:
+    handler = run_shell if passed_env is None else shell_task(passed_env)
+
     async def main() -> dict[str, Any]:
         claimed = {"id": 7, "task": "shell", "token": 42, "attempt": 2, "payload": payload}
         claimed.update(job)
@@ -33,7 +42,8 @@ def shell(payload: Any, **job: Any) -> dict[str, Any]:
             loop=asyncio.get_running_loop(),
             heartbeat=_no_heartbeat,
         )
-        return await run_shell(ctx)
+        result: dict[str, Any] = await handler(ctx)
+        return result
 
     return asyncio.run(main())
 
@@ -145,3 +155,34 @@ def _alive(pid: int) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+ENV_SCRIPT = "import json, os; print(json.dumps(dict(os.environ)))"
+JOB_VARIABLES = {"RAFTCRON_JOB_ID", "RAFTCRON_JOB_KEY", "RAFTCRON_ATTEMPT", "RAFTCRON_TOKEN",
+                 "RAFTCRON_SCHEDULE", "RAFTCRON_FIRE_TIME_MS"}
+
+
+def test_the_command_sees_none_of_the_workers_environment_but_the_allowed_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAFTCRON_API_TOKEN", "worker-secret-token")
+    monkeypatch.setenv("RAFTCRON_CONNECT", "http://10.0.0.1:8001")
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:pw@db/app")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    result = shell({"argv": [sys.executable, "-c", ENV_SCRIPT], "env": {"MINE": "1"}},
+                   passed_env=())
+    env = json.loads(result["stdout"])
+    assert set(env) <= {"PATH", "HOME", "LANG", "MINE", "LC_CTYPE"} | JOB_VARIABLES, env
+    assert env["PATH"] == os.environ["PATH"] and env["LANG"] == "C.UTF-8"
+    assert "worker-secret-token" not in result["stdout"]
+    assert "DATABASE_URL" not in env and "RAFTCRON_CONNECT" not in env
+
+
+def test_shell_env_passes_the_names_it_lists_and_refuses_raftcron_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgres://db/app")
+    env = json.loads(shell({"argv": [sys.executable, "-c", ENV_SCRIPT]},
+                           passed_env=("DATABASE_URL",))["stdout"])
+    assert env["DATABASE_URL"] == "postgres://db/app"
+    for bad in ("RAFTCRON_API_TOKEN", "raftcron_connect", "A-B", "", "1X"):
+        with pytest.raises(ValueError, match="--shell-env"):
+            shell_env_names([bad])

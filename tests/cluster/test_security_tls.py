@@ -1,0 +1,154 @@
+"""HTTPS on real nodes with a test CA made here by the `openssl` command (DESIGN.md §8.3): the
+client, the CLI and the nodes verify the server, plain HTTP gets nothing from a TLS port, a
+SIGHUP re-reads the certificate, and mutual TLS refuses a client without a certificate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.client import Client, Unavailable
+from cluster.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("openssl") is None and not os.environ.get("CI"),
+    reason="the openssl command makes the test CA (.ci/run installs it)",
+)
+
+
+class LocalCA:
+    """A CA, and certificates it signs for 127.0.0.1 (servers) or a name (clients)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.cert = folder / "ca.pem"
+        self.key = folder / "ca.key"
+        self._openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                      "-nodes", "-keyout", self.key, "-out", self.cert, "-days", "2",
+                      "-subj", "/CN=raftcron test CA")
+
+    def issue(self, name: str, *, server: bool) -> tuple[Path, Path]:
+        key, csr, cert = (self.folder / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
+        extensions = self.folder / f"{name}.ext"
+        extensions.write_text(
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n" if server
+            else "extendedKeyUsage=clientAuth\n")
+        self._openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                      "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+        self._openssl("x509", "-req", "-in", csr, "-CA", self.cert, "-CAkey", self.key,
+                      "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", extensions)
+        return cert, key
+
+    def context(self, client_cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.cert))
+        if client_cert is not None:
+            context.load_cert_chain(*client_cert)
+        return context
+
+    def _openssl(self, *args: Any) -> None:
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True,
+                       timeout=60)
+
+
+def served_certificate(address: str, context: ssl.SSLContext) -> str:
+    """A digest of the certificate a new connection to the node is shown."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return hashlib.sha256(der).hexdigest()
+
+
+def test_https_with_a_test_ca(cluster_factory: Any, tmp_path: Path) -> None:
+    ca = LocalCA(tmp_path / "ca")
+    cert, key = ca.issue("node", server=True)
+    cluster = LocalCluster(
+        tmp_path / "tls", nodes=3, raft=FAST_RAFT,
+        api={"tls_cert_file": str(cert), "tls_key_file": str(key)},
+        tokens={"admin-token-0123": "admin"},
+        env={"RAFTCRON_CA_FILE": str(ca.cert)},  # how the nodes verify each other
+    )
+    cluster.client_tls = ca.context()
+    cluster_factory.clusters.append(cluster)
+    cluster.start()
+    cluster.wait_ready()
+    node = cluster.nodes[0]
+    urls = [n.url for n in cluster.nodes]
+    assert all(url.startswith("https://") for url in urls)
+
+    with Client(urls, token="admin-token-0123", ca_file=str(ca.cert)) as client:
+        job = client.submit("t", {"n": 1})
+        assert client.job(job["id"])["id"] == job["id"]
+    # Without the CA the server cannot be verified: nothing is sent.
+    with Client(urls, token="admin-token-0123", retry_deadline_s=1.0) as client, \
+            pytest.raises(Unavailable, match="certificate"):
+        client.submit("t", {"n": 2})
+    # Plain HTTP on the TLS port gets no HTTP answer.
+    host, port = node.http_address.rsplit(":", 1)
+    plain = http.client.HTTPConnection(host, int(port), timeout=10)
+    with pytest.raises((http.client.HTTPException, OSError)):
+        plain.request("GET", "/healthz")
+        plain.getresponse().read()
+    plain.close()
+    # The nodes ask each other over HTTPS, verifying with the CA.
+    status, view, _ = cluster.request(node, "GET", "/v1/cluster?members=1",
+                                      token="admin-token-0123")
+    assert status == 200 and all(m["reachable"] for m in view["members"]), view
+    # The CLI verifies too.
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAFTCRON_API_TOKEN": "admin-token-0123"}
+    command = [sys.executable, "-m", "cluster.cli", "jobs", "show", str(job["id"]), "--connect",
+               ",".join(urls), "--deadline", "5"]
+    ok = subprocess.run([*command, "--ca-file", str(ca.cert)], env=env, capture_output=True,
+                        text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "certificate" in refused.stderr.lower()
+
+    # SIGHUP: the node serves the new certificate to new connections.
+    before = served_certificate(node.http_address, ca.context())
+    new_cert, new_key = ca.issue("node-renewed", server=True)
+    shutil.copyfile(new_cert, cert)
+    shutil.copyfile(new_key, key)
+    cluster.send_signal(node, signal.SIGHUP)
+    cluster.wait_for(lambda: served_certificate(node.http_address, ca.context()) != before, 20,
+                     "the renewed certificate served")
+
+
+def test_mutual_tls_refuses_a_client_without_a_certificate(
+        cluster_factory: Any, tmp_path: Path) -> None:
+    ca = LocalCA(tmp_path / "ca")
+    cert, key = ca.issue("node", server=True)
+    worker_cert = ca.issue("worker", server=False)
+    cluster = LocalCluster(
+        tmp_path / "mtls", nodes=1, raft=FAST_RAFT,
+        api={"tls_cert_file": str(cert), "tls_key_file": str(key),
+             "tls_client_ca_file": str(ca.cert)})
+    cluster.client_tls = ca.context(worker_cert)
+    cluster_factory.clusters.append(cluster)
+    cluster.start()
+    [node] = cluster.nodes
+    cluster.wait_ready()
+    assert cluster.request(node, "GET", "/healthz")[0] == 200
+    with pytest.raises((ssl.SSLError, OSError, http.client.HTTPException)):
+        host, port = node.http_address.rsplit(":", 1)
+        anonymous = http.client.HTTPSConnection(host, int(port), timeout=10,
+                                                context=ca.context())
+        anonymous.request("GET", "/healthz")
+        anonymous.getresponse().read()
+    with Client([node.url], ca_file=str(ca.cert), cert_file=str(worker_cert[0]),
+                key_file=str(worker_cert[1])) as client:
+        assert client.submit("t", {})["id"] >= 1

@@ -1,0 +1,87 @@
+"""cluster/raftguard.py in isolation: its guard refuses a changed transport, and an accept error
+pauses the listener instead of closing it (the real-node attacks are in
+tests/cluster/test_security_raft.py)."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pysyncobj.poller import createPoller
+from pysyncobj.tcp_server import TcpServer
+
+from cluster import raftguard
+
+
+@pytest.fixture(autouse=True)
+def _checked_afresh() -> Iterator[None]:
+    raftguard._checked = False
+    yield
+    raftguard._checked = False
+
+
+def test_the_overridden_transport_matches_the_reviewed_source() -> None:
+    assert raftguard.library_mismatches() == []
+    raftguard.check()
+
+
+def test_a_changed_transport_function_is_reported_and_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def bind(self: Any) -> None:
+        """An 'upstream change' to a function the guard relies on."""
+
+    monkeypatch.setattr(TcpServer, "bind", bind)
+    assert any("TcpServer.bind" in problem for problem in raftguard.library_mismatches())
+    with pytest.raises(raftguard.RaftGuardError, match=r"TcpServer\.bind"):
+        raftguard.check()
+
+
+class _FailingOnce:
+    """A listening socket whose next accept() fails with errno, then behaves."""
+
+    def __init__(self, real: socket.socket, code: int) -> None:
+        self.real, self.code = real, code
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self.code:
+            code, self.code = self.code, 0
+            raise OSError(code, "simulated")
+        return self.real.accept()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ECONNABORTED])
+def test_an_accept_error_leaves_the_listener_accepting(code: int) -> None:
+    poller = createPoller("auto")
+    accepted: list[Any] = []
+    server = raftguard.GuardedServer(poller, "127.0.0.1", 0, onNewConnection=accepted.append)
+    server.bind()
+    real = server._TcpServer__socket
+    port = real.getsockname()[1]
+    try:
+        server._TcpServer__socket = _FailingOnce(real, code)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            deadline = time.monotonic() + 10
+            while not accepted and time.monotonic() < deadline:
+                poller.poll(0.05)
+                server.on_tick(time.monotonic())
+            assert accepted, f"nothing accepted after {errno.errorcode[code]}"
+            assert server._TcpServer__fileno is not None  # still bound
+            client.sendall(struct.pack("i", 2**31 - 1))
+            conn = accepted[0]
+            while conn.state != 0 and time.monotonic() < deadline:  # 0: DISCONNECTED
+                poller.poll(0.05)
+            assert conn.state == 0, "an unauthenticated 2 GiB frame was not refused"
+    finally:
+        for conn in accepted:
+            conn.disconnect()
+        server._TcpServer__socket = real
+        server.unbind()
+
