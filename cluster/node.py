@@ -19,6 +19,8 @@ from aiohttp import web
 from cluster import config as configuration
 from cluster import logs
 from cluster.bridge import Proposer
+from cluster.clockpoll import ClockPoller
+from cluster.clocks import ClockBook
 from cluster.config import NodeConfig, split_address
 from cluster.http.app import build_app
 from cluster.http.claims import ClaimWaiters
@@ -49,10 +51,15 @@ class Node:
             commit_timeout_s=config.raft.commit_timeout_s,
             batch_commands_max=config.raft.batch_commands_max,
         )
+        members = [peer.node_id for peer in config.members]
+        self.stats.clocks = ClockBook(config.node_id, members,
+                                      max_skew_ms=config.clock.max_skew_ms)
+        self.clock_poller = ClockPoller(config, self.stats.clocks)
         self.ticker = Ticker(
             self.raft,
             self.proposer,
             tick_ms=config.raft.tick_ms,
+            clocks=self.stats.clocks,
             fire_lateness=self.stats.fire_lateness,
         )
         self.services = Services(config, self.raft, self.proposer, self.waiters, self.stats)
@@ -71,6 +78,7 @@ class Node:
         self.loop.call_soon_threadsafe(self.ticker.wake.set)
 
     async def start(self) -> None:
+        self.clock_poller.start()
         self.ticker.start()
         self.runner = web.AppRunner(build_app(self.services), access_log=None, handle_signals=False)
         await self.runner.setup()
@@ -90,6 +98,7 @@ class Node:
         if self.runner is not None:
             await self.runner.cleanup()
         await self.ticker.stop()
+        await self.clock_poller.stop()
         self.raft.destroy()
 
 
