@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cluster.client import ApiError, Client, Unavailable
+from scheduler import limits
 from scheduler.calendar import RecurrenceError, parse_duration_ms
 
 DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
@@ -176,6 +177,12 @@ def run(args: argparse.Namespace) -> int:
         "cluster": _cluster,
     }[args.command]
     try:
+        retry_s_max = limits.REQUEST_RETRY_MS / 1000
+        if not 0 < args.deadline <= retry_s_max:
+            # A retry after the cluster forgot the request id would be applied twice.
+            raise UsageError(f"--deadline must be more than 0 and at most {retry_s_max:g} s "
+                             "(how long the cluster remembers a request id), "
+                             f"not {args.deadline:g}")
         options = {"retry_deadline_s": args.deadline, "request_timeout_s": min(10.0, args.deadline)}
         with Client(args.connect, token=args.api_token, **options) as client:
             handler(client, args)

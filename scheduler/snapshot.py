@@ -23,7 +23,10 @@ from scheduler.schedules import schedule_restore, schedule_snapshot
 from scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 from scheduler.state import SchedulerState, Workflow
 
-SNAPSHOT_VERSION = 1
+# 2: request-id answers are kept msgpack-packed (scheduler/requests.py). Version 1 snapshots
+# (raftcron 0.1, which held the answers themselves) still load; a version-1 node cannot read 2.
+SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSIONS_READ = (1, 2)
 
 
 def snapshot(state: SchedulerState) -> bytes:
@@ -70,8 +73,8 @@ def _restore(blob: bytes) -> SchedulerState:
     if unpacker.read_array_header() != _SNAPSHOT_FIELDS:
         raise ValueError("a snapshot holds 14 fields")
     version = unpacker.unpack()
-    if version != SNAPSHOT_VERSION:
-        raise ValueError(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
+    if version not in SNAPSHOT_VERSIONS_READ:
+        raise ValueError(f"snapshot version {version} is not one of {SNAPSHOT_VERSIONS_READ}")
     state = SchedulerState()
     state.now_ms = unpacker.unpack()
     state.fence = unpacker.unpack()
@@ -105,7 +108,7 @@ def _restore(blob: bytes) -> SchedulerState:
     for item in workflows:
         workflow = _workflow_from_list(item)
         state.workflows[workflow.id] = workflow
-    state.requests = RequestLog.from_list(requests)
+    state.requests = RequestLog.from_list(requests, packed=version >= 2)
     state.events = EventLog.from_list(event_log)
     state.counters = counters
     state.leader = None if leader is None else (leader[0], leader[1])

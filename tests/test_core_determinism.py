@@ -148,7 +148,7 @@ def test_a_damaged_snapshot_is_refused(damage):
     bad = {
         "trailing": blob + b"\x00",
         "truncated": blob[:-1],
-        "version": blob[:1] + b"\x02" + blob[2:],  # the first field after the array header
+        "version": blob[:1] + b"\x09" + blob[2:],  # the first field after the array header
     }[damage]
     with pytest.raises(ValueError):
         restore(bad)

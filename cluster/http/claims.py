@@ -6,7 +6,10 @@ in one of the requested queues (`ClaimWaiters` is woken from the Raft thread whe
 entry leaves jobs queued), then proposes ONE claim. When the claim comes back empty (another
 worker was faster) and time remains, it waits and proposes again under `<request_id>/<n>`, so
 a worker that re-sends a lost request with the same request_id replays the same commands and
-gets the same jobs and tokens back.
+gets the same jobs and tokens back. A replay does not wait before a round this node already
+applied (it is answered from the request-id table at once: waiting would strand the jobs that
+round leased until their lease ended), and it hands back only the jobs still leased under the
+token it claimed them with (a lease that ended and went to another worker is not handed out).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from cluster.http.common import (
 )
 from scheduler import parse
 from scheduler.commands import ClaimJobs
+from scheduler.jobs import RUNNING, Job
 from scheduler.state import SchedulerState
 from scheduler.views import claimed_job_view
 
@@ -89,7 +93,10 @@ async def claim(request: web.Request) -> web.Response:
     acks: list[Any] = []
     claimed: list[list[int]] = []
     for round_number in range(CLAIM_ROUNDS_MAX):
-        if round_number or not command.acks:
+        round_id = f"{request_id}/{round_number}" if round_number else request_id
+        with machine.lock:
+            replayed = round_id in machine.state.requests.results
+        if (round_number or not command.acks) and not replayed:
             await _wait_for_work(svc.claims, machine, command.queues, deadline, request)
         if _gone(request):
             # The worker hung up: leasing it jobs now would strand them for a whole lease.
@@ -107,7 +114,7 @@ async def claim(request: web.Request) -> web.Response:
             )
         if round_number:
             command = ClaimJobs(
-                f"{request_id}/{round_number}",
+                round_id,
                 command.worker,
                 command.queues,
                 command.max,
@@ -124,14 +131,20 @@ async def claim(request: web.Request) -> web.Response:
         if claimed or command.max == 0 or time.monotonic() >= deadline:
             break
     with machine.lock:
+        table = machine.state.table
         jobs = [
-            claimed_job_view(machine.state.table.jobs[job_id], token)
+            claimed_job_view(table.jobs[job_id], token)
             for job_id, token in claimed
-            if job_id in machine.state.table.jobs
+            if _still_leased(table.jobs.get(job_id), token)
         ]
     return json_response(
         {"jobs": jobs, "acks": [{"id": job_id, "outcome": outcome} for job_id, outcome in acks]}
     )
+
+
+def _still_leased(job: Job | None, token: int) -> bool:
+    """A replayed claim's job is handed out only while the claim's token holds its lease."""
+    return job is not None and job.token == token and job.status == RUNNING
 
 
 def _gone(request: web.Request) -> bool:
