@@ -244,7 +244,7 @@ def test_a_claim_retried_after_a_later_round_leased_a_job_gets_that_job_and_only
             "lease_ms": 6_000, "wait_ms": 15_000,
             "acks": [{"id": held["id"], "token": held["token"], "outcome": "succeeded"}]}
     answers: list[Any] = []
-    import threading  # noqa: PLC0415  # one long-poll in flight while the test goes on
+    import threading  # one long-poll in flight while the test goes on
 
     first = threading.Thread(target=lambda: answers.append(
         cluster.request(leader, "POST", "/v1/claims", body, timeout_s=20)))
