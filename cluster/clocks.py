@@ -171,7 +171,7 @@ class TickDecision:
 
     now_ms: int | None
     view: ClockView
-    reason: str  # "ok", "skewed" (step down) or "no_evidence" (wait for the peers' clocks)
+    reason: str  # "ok", "skewed" (the majority's time only) or "no_evidence" (no Tick)
 
 
 def decide_tick(book: ClockBook, bound: TickBound, *, wall_ms: int, mono_s: float,
@@ -180,6 +180,7 @@ def decide_tick(book: ClockBook, bound: TickBound, *, wall_ms: int, mono_s: floa
     bound.observe_state(state_now_ms, mono_s)
     view = book.view(wall_ms=wall_ms, mono_s=mono_s)
     if view.skewed:
-        return TickDecision(None, view, "skewed")
+        # Its own clock is not trusted at all: at most the majority's time, when known.
+        return TickDecision(view.quorum_clock_ms, view, "skewed")
     limit = bound.limit_ms(view, wall_ms=wall_ms, mono_s=mono_s)
     return TickDecision(limit, view, "ok" if limit is not None else "no_evidence")

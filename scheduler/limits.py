@@ -62,7 +62,7 @@ FIRE_SCAN_MAX = 20_000
 # schedules found more than CATCHUP_LATE_MS late; the ticker ticks again at once for the rest.
 # (One schedule's catch-up after a day costs a few ms: 100k of them in one entry would stall
 # every replica for minutes.) Schedules due on time are never held back.
-CATCHUP_SCHEDULES_PER_TICK = 100
+CATCHUP_SCHEDULES_PER_TICK = 10
 CATCHUP_LATE_MS = 1_000
 
 # Retention (time-driven GC inside Tick)

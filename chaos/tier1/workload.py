@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from pysyncobj import SyncObj
 
-from chaos.sim.cluster import Proposal, SimNode
+from chaos.sim.cluster import Proposal
 from chaos.tier1.clocks import MAX_SKEW_MS, TICK_SLACK_MS
 from cluster.clocks import ClockBook, TickBound, TickDecision, decide_tick
-from cluster.replica import transfer_to_first
 from cluster.ticker import leadership_entry
 from scheduler import limits
 from scheduler.commands import (
@@ -79,7 +78,7 @@ class Ticker:
     sooner when the state has something due (`_next_wait_ms`); a failed or unanswered
     (commit timeout) proposal: sleep tick_ms and start over. Every Tick's time is
     cluster/clocks.py's `decide_tick` on this process's ClockBook (fed by chaos.tier1.clocks)
-    and TickBound: skewed, it steps down and proposes nothing; without evidence, nothing."""
+    and TickBound: skewed, only the majority's time; without evidence of it, nothing."""
 
     def __init__(self, run: Run, node_id: str) -> None:
         self.run, self.node_id = run, node_id
@@ -124,11 +123,7 @@ class Ticker:
         if not leading:
             self.led_term, self.wake_s = None, now_s + run.tick_s
             return
-        if decision.now_ms is None:  # skewed (then it steps down) or no evidence: no Tick
-            if decision.reason == "skewed":
-                targets = [SimNode(peer) for peer in decision.view.agreeing()]
-                if transfer_to_first(node, targets):
-                    run.note("clock-step-down", self.node_id, decision.view.skew_ms)
+        if decision.now_ms is None:  # no evidence of the majority's time: no Tick
             self.led_term, self.wake_s = None, now_s + run.tick_s
             return
         term = int(node.raftCurrentTerm)

@@ -30,11 +30,11 @@ def book_of(node_id: str, peers: dict[str, int], *, mono_s: float = 100.0,
     return book
 
 
-def test_a_leader_ten_days_ahead_is_skewed_and_proposes_no_tick() -> None:
+def test_a_leader_ten_days_ahead_is_skewed_and_ticks_only_the_majoritys_time() -> None:
     book = book_of("n1", {"n2": TRUE_MS, "n3": TRUE_MS + 20})
     decision = decide_tick(book, TickBound(SLACK_MS), wall_ms=TRUE_MS + 10 * DAY_MS,
                            mono_s=100.0, state_now_ms=TRUE_MS - 100)
-    assert decision.now_ms is None and decision.reason == "skewed"
+    assert decision.now_ms == TRUE_MS + 20 and decision.reason == "skewed"
     assert decision.view.skew_ms == 10 * DAY_MS
     assert decision.view.agreeing() == ["n2", "n3"]  # where it hands leadership
 

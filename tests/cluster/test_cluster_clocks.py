@@ -1,4 +1,5 @@
-"""A node whose wall clock is 10 days ahead cannot move the cluster's time (DESIGN.md §8.2).
+"""A node whose wall clock is 10 days ahead cannot move the cluster's time (DESIGN.md §8.2):
+leading or not, its Ticks carry the majority's time.
 
 Real `raftcron node` processes on loopback. n1's wall clock is offset by chaos.nemesis's
 CLOCK_HOOK (wall time only; monotonic time, which every Raft timeout reads, is true) and its
@@ -61,7 +62,7 @@ def cluster_view(cluster: LocalCluster, node: LocalNode) -> dict[str, Any] | Non
     return body if status == 200 and isinstance(body, dict) else None
 
 
-def test_a_node_ten_days_ahead_neither_leads_nor_moves_the_clusters_time(tmp_path: Path) -> None:
+def test_a_node_ten_days_ahead_does_not_move_the_clusters_time(tmp_path: Path) -> None:
     with FastClockCluster(tmp_path, raft=FAST_RAFT) as cluster:
         passed = False
         try:
@@ -69,13 +70,11 @@ def test_a_node_ten_days_ahead_neither_leads_nor_moves_the_clusters_time(tmp_pat
             nodes = {node.node_id: node for node in cluster.configure()}
             fast = nodes[FAST_NODE]
 
-            def skewed_and_led_by_another() -> dict[str, Any] | None:
+            def skewed_and_ticking() -> dict[str, Any] | None:
                 view = cluster_view(cluster, fast)
                 if view is None or not (view.get("clock") or {}).get("skewed"):
                     return None
-                others = [cluster_view(cluster, nodes[n]) for n in sorted(nodes) if n != FAST_NODE]
-                led = [v for v in others if v and v["role"] == "leader" and v["state"]["now_ms"]]
-                return view if led else None
+                return view if view["state"]["now_ms"] else None
 
             # Whatever the first elections did, the state's time is checked all along.
             deadline = time.monotonic() + 40
@@ -87,11 +86,11 @@ def test_a_node_ten_days_ahead_neither_leads_nor_moves_the_clusters_time(tmp_pat
                         ahead_ms = view["state"]["now_ms"] - time.time_ns() // 1_000_000
                         assert ahead_ms <= BOUND_MS, (
                             f"{node_id}'s state time is {ahead_ms} ms ahead of true time")
-                seen = seen or skewed_and_led_by_another()
+                seen = seen or skewed_and_ticking()
                 if seen is not None:
                     break
                 time.sleep(0.2)
-            assert seen is not None, "n1 never reported itself skewed under another leader"
+            assert seen is not None, "n1 never reported itself skewed while the cluster ticked"
             clock = seen["clock"]
             assert abs(clock["skew_ms"] - OFFSET_MS) < 5_000, clock
             offsets = {m["node_id"]: m["clock_offset_ms"] for m in seen["members"]}
