@@ -29,11 +29,13 @@ from urllib.parse import quote
 import aiohttp
 
 from cluster import tls
+from scheduler import limits
 
 T = TypeVar("T")
 log = logging.getLogger("raftcron.client")
 
 RETRY_STATUSES = frozenset({502, 503, 504})
+RETRY_DEADLINE_S_MAX = limits.REQUEST_RETRY_MS / 1000  # how long the cluster remembers an id
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 BACKOFF_S_FIRST = 0.05
 BACKOFF_S_MAX = 1.0
@@ -119,6 +121,10 @@ class AsyncClient:
         # store); cert_file/key_file answer a node that asks for client certificates.
         self.tls = tls.client_context(ca_file, cert_file, key_file)
         self.request_timeout_s = request_timeout_s
+        if not 0 < retry_deadline_s <= RETRY_DEADLINE_S_MAX:
+            # Past it the cluster may have forgotten the request id: a retry would apply twice.
+            raise ValueError(f"retry_deadline_s must be more than 0 and at most "
+                             f"{RETRY_DEADLINE_S_MAX:g}, not {retry_deadline_s!r}")
         self.retry_deadline_s = retry_deadline_s
         self.current = 0  # index of the node tried first
         self.failovers = 0

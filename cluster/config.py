@@ -87,6 +87,18 @@ class ApiSettings:
 
 
 @dataclass(frozen=True)
+class ClockSettings:
+    """How far this node trusts wall clocks (DESIGN.md §8.2, cluster/clocks.py): a node whose
+    clock is off from the majority's by more than ``max_skew_ms`` does not lead and proposes no
+    Tick; a Tick runs at most ``tick_slack_ms`` ahead of the majority's clocks (or of the
+    monotonic time elapsed since the last evidence, while the majority is not known)."""
+
+    max_skew_ms: int = 1_000
+    tick_slack_ms: int = 250
+    poll_ms: int = 500  # how often the peers' clocks are read
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     node_id: str
     raft_address: str
@@ -100,6 +112,7 @@ class NodeConfig:
     api: ApiSettings = ApiSettings()
     raft: RaftTuning = RaftTuning()
     storage: StorageSettings = StorageSettings()
+    clock: ClockSettings = ClockSettings()
     log_level: str = "info"
     source: Path | None = None
 
@@ -131,6 +144,7 @@ _TOP_KEYS = {
     "api",
     "raft",
     "storage",
+    "clock",
     "log_level",
 }
 
@@ -186,6 +200,7 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
         api=api,
         raft=_tuning(raw.get("raft", {})),
         storage=_storage(raw.get("storage", {})),
+        clock=_clock(raw.get("clock", {})),
         log_level=log_level,
         source=source,
     )
@@ -361,6 +376,30 @@ def _storage(value: object) -> StorageSettings:
         raise ConfigError("storage.durability",
                           f"must be one of {', '.join(DURABILITY_MODES)}, not {durability!r}")
     return StorageSettings(durability=durability)
+
+
+_CLOCK_RANGES = {  # key -> (lowest, highest) accepted, in ms
+    "max_skew_ms": (50, 3_600_000),
+    "tick_slack_ms": (0, 10_000),
+    "poll_ms": (50, 10_000),
+}
+
+
+def _clock(value: object) -> ClockSettings:
+    if not isinstance(value, dict):
+        raise ConfigError("clock", "must be a table")
+    _no_unknown(value, set(_CLOCK_RANGES), "clock.")
+    fields: dict[str, int] = {}
+    for name, (low, high) in _CLOCK_RANGES.items():
+        given = value.get(name, getattr(ClockSettings, name))
+        if isinstance(given, bool) or not isinstance(given, int) or not low <= given <= high:
+            raise ConfigError(f"clock.{name}",
+                              f"must be an integer from {low} to {high}, not {given!r}")
+        fields[name] = given
+    settings = ClockSettings(**fields)
+    if settings.tick_slack_ms >= settings.max_skew_ms:
+        raise ConfigError("clock.tick_slack_ms", "must be less than clock.max_skew_ms")
+    return settings
 
 
 def _tuning(value: object) -> RaftTuning:

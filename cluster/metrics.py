@@ -9,10 +9,12 @@ proposals, failed proposals).
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cluster.clocks import ClockBook, ClockView
 from scheduler import jobs as j
 from scheduler.state import SchedulerState
 from scheduler.views import queue_stats
@@ -77,6 +79,12 @@ class NodeStats:
     http_requests: dict[str, int] = field(default_factory=dict)  # "method status" -> count
     fire_lateness: Histogram = field(default_factory=Histogram)  # applied on the leader - fire time
     claim_latency: Histogram = field(default_factory=Histogram)  # claim proposed -> applied here
+    clocks: ClockBook | None = None  # the peers' clocks (cluster/clocks.py), set by the node
+
+    def clock_view(self) -> ClockView | None:
+        if self.clocks is None:
+            return None
+        return self.clocks.view(wall_ms=time.time_ns() // 1_000_000, mono_s=time.monotonic())
 
 
 def _escape(value: str) -> str:
@@ -235,9 +243,9 @@ def render(
         [({"schedule": s.name, "reason": "misfire"}, s.misfire_skipped) for s in schedules]
         + [({"schedule": s.name, "reason": "overlap"}, s.overlap_skipped) for s in schedules],
     )
-    out.metric(
-        "raftcron_state_now_ms", "gauge", "The replicated clock (Unix ms)", [({}, state.now_ms)]
-    )
+    out.metric("raftcron_state_now_seconds", "gauge", "The replicated clock (Unix time)",
+               [({}, state.now_ms / 1000)])
+    _clock_metrics(out, stats.clock_view(), node_id)
     out.histogram(
         "raftcron_fire_lateness_seconds",
         "Fire applied on this (leader) node minus its fire time",
@@ -272,6 +280,22 @@ def render(
         [({"method": key.split()[0], "status": key.split()[1]}, n) for key, n in requests],
     )
     return out.text()
+
+
+def _clock_metrics(out: Writer, view: ClockView | None, node_id: str) -> None:
+    if view is None:
+        return
+    if view.skew_ms is not None:
+        out.metric("raftcron_clock_skew_seconds", "gauge",
+                   "This node's wall clock minus the majority's (past [clock] max_skew_ms it "
+                   "does not lead)", [({"node": node_id}, view.skew_ms / 1000)])
+    out.metric("raftcron_clock_skewed", "gauge",
+               "1 while this node's clock is off from the majority's: it does not lead",
+               [({"node": node_id}, 1 if view.skewed else 0)])
+    out.metric("raftcron_clock_offset_seconds", "gauge",
+               "A member's wall clock minus this node's, as last read",
+               [({"node": node_id, "member": member}, offset_ms / 1000)
+                for member, offset_ms in sorted(view.offsets_ms.items())])
 
 
 def _storage_metrics(out: Writer, storage: RaftStorage, node_id: str) -> None:

@@ -19,6 +19,8 @@ from aiohttp import web
 from cluster import config as configuration
 from cluster import logs
 from cluster.bridge import Proposer
+from cluster.clockpoll import ClockPoller
+from cluster.clocks import ClockBook
 from cluster.config import NodeConfig
 from cluster.http.app import build_app
 from cluster.http.claims import ClaimWaiters
@@ -51,10 +53,15 @@ class Node:
             commit_timeout_s=config.raft.commit_timeout_s,
             batch_commands_max=config.raft.batch_commands_max,
         )
+        members = [peer.node_id for peer in config.members]
+        self.stats.clocks = ClockBook(config.node_id, members,
+                                      max_skew_ms=config.clock.max_skew_ms)
+        self.clock_poller = ClockPoller(config, self.stats.clocks)
         self.ticker = Ticker(
             self.raft,
             self.proposer,
             tick_ms=config.raft.tick_ms,
+            clocks=self.stats.clocks,
             fire_lateness=self.stats.fire_lateness,
         )
         self.services = Services(
@@ -77,6 +84,7 @@ class Node:
         self.loop.call_soon_threadsafe(self.ticker.wake.set)
 
     async def start(self) -> None:
+        self.clock_poller.start()
         self.ticker.start()
         # keepalive_timeout: aiohttp closes a connection idle that long, also one that has not
         # sent a whole first request head (the listener's docstring says why that matters).
@@ -108,6 +116,7 @@ class Node:
         if self.listener is not None:
             await self.listener.wait_closed()
         await self.ticker.stop()
+        await self.clock_poller.stop()
         self.raft.destroy()
 
 

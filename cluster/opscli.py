@@ -20,6 +20,7 @@ from typing import Any
 
 from cluster import tls
 from cluster.client import ApiError, Client, Unavailable
+from scheduler import limits
 from scheduler.calendar import RecurrenceError, parse_duration_ms
 
 DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
@@ -180,6 +181,12 @@ def run(args: argparse.Namespace) -> int:
         "cluster": _cluster,
     }[args.command]
     try:
+        retry_s_max = limits.REQUEST_RETRY_MS / 1000
+        if not 0 < args.deadline <= retry_s_max:
+            # A retry after the cluster forgot the request id would be applied twice.
+            raise UsageError(f"--deadline must be more than 0 and at most {retry_s_max:g} s "
+                             "(how long the cluster remembers a request id), "
+                             f"not {args.deadline:g}")
         options = {"retry_deadline_s": args.deadline, "request_timeout_s": min(10.0, args.deadline),
                    "ca_file": args.ca_file, "cert_file": args.cert_file, "key_file": args.key_file}
         try:

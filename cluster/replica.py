@@ -22,12 +22,13 @@ import gc
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import msgpack
-from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from cluster import raftguard, raftpatch
 from cluster.config import NodeConfig
@@ -190,6 +191,17 @@ def sync_conf(
 EXIT_STORAGE = 65  # EX_DATAERR: the data dir cannot be used as it is; the log says why
 
 
+def transfer_to_first(sync: SyncObj, targets: Sequence[object]) -> bool:
+    """Leadership to the first target PySyncObj accepts (caught up, connected); False: none."""
+    answers: list[object] = []  # PySyncObj calls back at once, before it returns
+    for target in targets:
+        answers.clear()
+        sync.transferLeadership(target, callback=lambda _result, error: answers.append(error))
+        if answers and answers[0] == FAIL_REASON.SUCCESS:
+            return True
+    return False
+
+
 def _exit_on_storage_failure(message: str) -> None:
     """A snapshot that does not load, found on the Raft thread: stop before acting on it."""
     logging.shutdown()
@@ -227,6 +239,33 @@ class RaftNode:
         except BaseException:
             self.storage.close()
             raise
+        self._raft_thread_calls: deque[Callable[[], None]] = deque()
+        self._wrap_tick()
+
+    def _wrap_tick(self) -> None:
+        """Run queued calls on the Raft thread, before its next tick: PySyncObj's state and
+        transport are not safe to touch from another thread."""
+        tick = self.sync._onTick
+        calls = self._raft_thread_calls
+
+        def on_tick(*args: Any, **kwargs: Any) -> Any:
+            while calls:
+                calls.popleft()()
+            return tick(*args, **kwargs)
+
+        self.sync._onTick = on_tick  # an instance attribute: the tick thread calls self._onTick
+
+    def step_down(self, candidates: list[str]) -> None:
+        """Hand leadership to the first of `candidates` (node ids) that is caught up (Raft
+        TimeoutNow), on the Raft thread; a no-op when this node no longer leads or none is
+        caught up (the ticker asks again at its next step)."""
+        addresses = {peer.node_id: peer.raft_address for peer in self.config.peers}
+        targets = [addresses[node_id] for node_id in candidates if node_id in addresses]
+
+        def transfer() -> None:
+            transfer_to_first(self.sync, targets)
+
+        self._raft_thread_calls.append(transfer)
 
     # PySyncObj exposes these as underscore methods; they are its documented API.
     def is_leader(self) -> bool:

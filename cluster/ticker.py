@@ -10,6 +10,15 @@ of piling them up.
 Deciding "am I leader" here is only an optimisation: a deposed leader's proposals cannot
 commit, and a Tick that reaches the log from a node that is not the recorded leader is ignored
 by the state machine.
+
+The time a Tick carries is not simply this node's wall clock (cluster/clocks.py, DESIGN.md
+§8.2): it is bounded by the majority's clocks (or by the monotonic time elapsed since the last
+evidence), so one wrong clock cannot move the cluster's time for good. A node whose clock is
+off from the majority's by more than `[clock] max_skew_ms` never proposes its own clock: while
+it leads, its Ticks carry the majority's time (nothing while that is unknown), and it says so
+in its log (`action=clock_skewed`), once per change. It does not hand leadership away: the
+Raft TimeoutNow transfer (`RaftNode.step_down`) forked the log in a tier-1 power-loss run
+(seed 17) and stays unused until that is understood.
 """
 
 from __future__ import annotations
@@ -20,9 +29,10 @@ import logging
 import time
 
 from cluster.bridge import Proposer, Unavailable
+from cluster.clocks import ClockBook, ClockView, TickBound, TickDecision, decide_tick
 from cluster.metrics import Histogram
 from cluster.replica import RaftNode
-from scheduler.commands import BeginLeadership, Tick
+from scheduler.commands import BeginLeadership, Command, Tick
 from scheduler.errors import Ok
 
 log = logging.getLogger("raftcron.ticker")
@@ -32,6 +42,18 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def leadership_entry(
+    led_term: int | None, term: int, node_id: str, now_ms: int
+) -> list[Command] | None:
+    """The entry a leader proposes before its next Tick: on a term it has not begun,
+    BeginLeadership and a first Tick as ONE entry (a claim applied between the two would get
+    its lease from the previous leader's, possibly minutes old, time and expire at this first
+    Tick); None once the term is begun. chaos/tier1 proposes through this very function."""
+    if led_term == term:
+        return None
+    return [BeginLeadership(now_ms, node_id, term), Tick(now_ms, node_id)]
+
+
 class Ticker:
     def __init__(
         self,
@@ -39,11 +61,21 @@ class Ticker:
         proposer: Proposer,
         *,
         tick_ms: int,
+        clocks: ClockBook | None = None,
+        bound: TickBound | None = None,
         fire_lateness: Histogram | None = None,
     ) -> None:
         self.node = node
         self.proposer = proposer
         self.tick_ms = tick_ms
+        if clocks is None:
+            members = [peer.node_id for peer in node.config.members]
+            clocks = ClockBook(node.config.node_id, members,
+                               max_skew_ms=node.config.clock.max_skew_ms)
+        self.clocks = clocks
+        self.bound = bound or TickBound(node.config.clock.tick_slack_ms)
+        self.last_view: ClockView | None = None  # for /v1/cluster and /metrics
+        self.skewed = False
         self.led_term: int | None = None  # the term whose BeginLeadership committed
         self.fire_lateness = fire_lateness or Histogram()
         self.ticks = 0
@@ -73,27 +105,55 @@ class Ticker:
                 log.exception("ticker step failed")
                 await asyncio.sleep(self.tick_ms / 1000)
 
+    def decide(self) -> TickDecision:
+        with self.node.machine.lock:
+            state_now_ms = self.node.machine.state.now_ms
+        decision = decide_tick(self.clocks, self.bound, wall_ms=wall_ms(),
+                               mono_s=time.monotonic(), state_now_ms=state_now_ms)
+        self.last_view = decision.view
+        skewed = decision.reason == "skewed"
+        if skewed != self.skewed:
+            self.skewed = skewed
+            skew_ms = decision.view.skew_ms
+            if skewed:
+                log.warning(
+                    "this node's clock is %d ms off from the majority's (max_skew_ms %d): "
+                    "its Ticks carry the majority's time only, until it agrees again",
+                    skew_ms, decision.view.max_skew_ms,
+                    extra={"action": "clock_skewed", "skew_ms": skew_ms},
+                )
+            else:
+                log.info("this node's clock agrees with the majority's again",
+                         extra={"action": "clock_agrees", "skew_ms": skew_ms})
+        return decision
+
     async def _step(self) -> None:
+        decision = self.decide()
         if not self.node.is_leader():
             self.led_term = None
             await self._sleep(self.tick_ms)
             return
+        if decision.now_ms is None:
+            log.debug("no Tick: the majority's clocks are not known (%s)", decision.reason)
+            self.led_term = None
+            await self._sleep(self.tick_ms)
+            return
+        now_ms: int = decision.now_ms
         term = self.node.term
         me = self.node.config.node_id
-        if self.led_term != term:
-            # One log entry: a claim applied between the two would get its lease from the
-            # previous leader's (possibly minutes old) time and expire at this first Tick.
-            now_ms = wall_ms()
-            await self.proposer.propose_together(
-                [BeginLeadership(now_ms, me, term), Tick(now_ms, me)]
-            )
+        entry = leadership_entry(self.led_term, term, me, now_ms)
+        if entry is not None:
+            await self.proposer.propose_together(entry)
             self.led_term = term
             log.info(
                 "leadership begun in term %d",
                 term,
                 extra={"action": "leadership_begun", "term": term},
             )
-        now_ms = wall_ms()
+            after = self.decide().now_ms
+            if after is None:
+                return
+            now_ms = after
         result = await self.proposer.propose(Tick(now_ms, me))
         self.ticks += 1
         if isinstance(result, Ok):
@@ -108,7 +168,11 @@ class Ticker:
         due_ms = self.next_due_ms()
         wait_ms = self.tick_ms
         if due_ms is not None:
-            wait_ms = max(1, min(wait_ms, due_ms - wall_ms() + 1))
+            # Against the time the next Tick may carry, not the wall clock: a clock ahead of
+            # the bound would otherwise tick every millisecond until the bound caught up.
+            ahead_ms = self.decide().now_ms
+            now_ms = wall_ms() if ahead_ms is None else ahead_ms
+            wait_ms = max(1, min(wait_ms, due_ms - now_ms + 1))
         return wait_ms
 
     def next_due_ms(self) -> int | None:

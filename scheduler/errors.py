@@ -27,6 +27,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "overlap": 409,
     "request_id_reused": 409,
     "not_ready": 503,
+    "busy": 503,
 }
 
 

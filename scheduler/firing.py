@@ -91,7 +91,9 @@ def _put(state: SchedulerState, command: PutSchedule) -> Result:
 
 
 def fire_due(state: SchedulerState) -> list[int]:
-    """Inside Tick: start pending schedules, then fire every schedule whose time has come.
+    """Inside Tick: start pending schedules, then fire every schedule whose time has come (at
+    most CATCHUP_SCHEDULES_PER_TICK of those late past CATCHUP_LATE_MS: the next Ticks do the
+    rest, so a catch-up after downtime is spread over log entries).
 
     Returns the fire times that created work (the shell measures fire lateness from them).
     """
@@ -104,11 +106,19 @@ def fire_due(state: SchedulerState) -> list[int]:
     state.pending_schedules.clear()
     fired: list[int] = []
     heap = state.schedule_heap
+    late_ms = now_ms - limits.CATCHUP_LATE_MS
+    caught_up = 0
     while heap and heap[0][0] <= now_ms:
         next_fire_ms, name = heapq.heappop(heap)
         found = state.schedules.get(name)
         if found is None or found.paused or found.next_fire_ms != next_fire_ms:
             continue  # a stale entry: deleted, paused or re-timed since it was filed
+        if next_fire_ms < late_ms:
+            if caught_up == limits.CATCHUP_SCHEDULES_PER_TICK:
+                # The rest waits for the next Tick (the heap is ordered: all of it is late).
+                heapq.heappush(heap, (next_fire_ms, name))
+                break
+            caught_up += 1
         schedule = found
         fired += _fire_due_times(state, schedule)
         _file(state, schedule)

@@ -58,6 +58,12 @@ RECENT_FIRES_KEPT = 10
 # is still handled (the newest times are found by a window search), but the count of missed
 # times is then a lower bound and the schedule says so (`misfires_truncated`).
 FIRE_SCAN_MAX = 20_000
+# Catch-up after downtime, spread over Ticks (DESIGN.md §8.2): a Tick fires at most this many
+# schedules found more than CATCHUP_LATE_MS late; the ticker ticks again at once for the rest.
+# (One schedule's catch-up after a day costs a few ms: 100k of them in one entry would stall
+# every replica for minutes.) Schedules due on time are never held back.
+CATCHUP_SCHEDULES_PER_TICK = 10
+CATCHUP_LATE_MS = 1_000
 
 # Retention (time-driven GC inside Tick)
 RETENTION_MS_DEFAULT = 7 * DAY_MS  # finished jobs
@@ -65,4 +71,8 @@ KEY_WINDOW_MS_DEFAULT = 1 * DAY_MS  # idempotency keys
 REQUEST_WINDOW_MS = (
     1 * HOUR_MS
 )  # request ids: retries of an indeterminate write come within seconds
-REQUESTS_KEPT_MAX = 200_000
+# A request id is never forgotten younger than this: the longest retry deadline a client may
+# set (cluster/client.py's default is 30 s; the CLI refuses a --deadline above this).
+REQUEST_RETRY_MS = 10 * MINUTE_MS
+REQUESTS_BYTES_MAX = 64 << 20  # past this, entries older than REQUEST_RETRY_MS go first
+REQUESTS_HARD_BYTES_MAX = 256 << 20  # past this (all young), new requests are refused busy

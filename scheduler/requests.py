@@ -4,7 +4,18 @@ A proposal that timed out may still commit, and PySyncObj may report a failure f
 applied; the shell therefore retries with the same `request_id`, and this table makes the retry
 harmless. Only successes are remembered: a rejection changed nothing, so evaluating the retry
 again is as safe as answering from memory, and it keeps "a rejected command changes nothing"
-literally true. Entries live `REQUEST_WINDOW_MS` and at most `REQUESTS_KEPT_MAX` of them.
+literally true. Barriers (consistent reads, audits) are never remembered: repeating a no-op is
+harmless, and a read must not push a write's answer out.
+
+Bounds (DESIGN.md §8.2), in state time, which follows the majority's clocks:
+* an entry lives `REQUEST_WINDOW_MS`;
+* past `bytes_max` (the answers' msgpack bytes plus a per-entry overhead) the oldest entries
+  go first, but never one younger than `REQUEST_RETRY_MS`, the longest retry deadline of a
+  client (a retry after its eviction would be applied twice);
+* past `hard_bytes_max` of such young entries the table is `full()`: the state refuses new
+  requests (`busy`, a 503 to retry) until time frees room; retries are still answered.
+
+Answers are kept msgpack-packed: compact, and their size is what the budget counts.
 """
 
 from __future__ import annotations
@@ -12,14 +23,31 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+import msgpack
+
 from scheduler import limits
+
+ENTRY_OVERHEAD_BYTES = 160  # the dict slot, the tuple, the id string and the order entry
+
+
+def _pack(value: Any) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
+def _unpack(packed: bytes) -> Any:
+    return msgpack.unpackb(packed, raw=False, strict_map_key=False)
 
 
 class RequestLog:
-    def __init__(self) -> None:
-        # id -> (command tag, fingerprint of the command, value, now_ms)
-        self.results: dict[str, tuple[int, int, Any, int]] = {}
+    def __init__(self, *, bytes_max: int = limits.REQUESTS_BYTES_MAX,
+                 hard_bytes_max: int = limits.REQUESTS_HARD_BYTES_MAX) -> None:
+        # id -> (command tag, fingerprint of the command, packed value, now_ms)
+        self.results: dict[str, tuple[int, int, bytes, int]] = {}
         self.order: deque[tuple[int, str]] = deque()  # (now_ms, id) in arrival order
+        self.bytes = 0
+        self.bytes_max = bytes_max
+        self.hard_bytes_max = hard_bytes_max
 
     def __len__(self) -> int:
         return len(self.results)
@@ -27,19 +55,35 @@ class RequestLog:
     def get(self, request_id: str) -> tuple[int, int, Any] | None:
         """(tag, fingerprint, first result value) of a request seen in the window, or None."""
         entry = self.results.get(request_id)
-        return None if entry is None else (entry[0], entry[1], entry[2])
+        return None if entry is None else (entry[0], entry[1], _unpack(entry[2]))
+
+    def full(self) -> bool:
+        """No room for a new request until entries age past the retry window."""
+        return self.bytes >= self.hard_bytes_max
 
     def remember(
         self, request_id: str, tag: int, fingerprint: int, value: Any, now_ms: int
     ) -> None:
-        self.results[request_id] = (tag, fingerprint, value, now_ms)
-        self.order.append((now_ms, request_id))
-        while len(self.results) > limits.REQUESTS_KEPT_MAX:
+        self._add(request_id, tag, fingerprint, _pack(value), now_ms)
+        young_ms = now_ms - limits.REQUEST_RETRY_MS
+        while self.bytes > self.bytes_max and self.order and self.order[0][0] <= young_ms:
             self._drop_oldest()
+
+    def _add(self, request_id: str, tag: int, fingerprint: int, packed: bytes,
+             now_ms: int) -> None:
+        old = self.results.get(request_id)
+        if old is not None:  # never for a state's own use (it answers repeats); from_list only
+            self.bytes -= _entry_bytes(request_id, old[2])
+        self.results[request_id] = (tag, fingerprint, packed, now_ms)
+        self.order.append((now_ms, request_id))
+        self.bytes += _entry_bytes(request_id, packed)
 
     def expire(self, now_ms: int) -> None:
         cutoff_ms = now_ms - limits.REQUEST_WINDOW_MS
         while self.order and self.order[0][0] <= cutoff_ms:
+            self._drop_oldest()
+        young_ms = now_ms - limits.REQUEST_RETRY_MS
+        while self.bytes > self.bytes_max and self.order and self.order[0][0] <= young_ms:
             self._drop_oldest()
 
     def _drop_oldest(self) -> None:
@@ -47,14 +91,19 @@ class RequestLog:
         entry = self.results.get(request_id)
         if entry is not None and entry[3] == now_ms:
             del self.results[request_id]
+            self.bytes -= _entry_bytes(request_id, entry[2])
 
     def to_list(self) -> list[Any]:
         return [[rid, *entry] for rid, entry in self.results.items()]
 
     @classmethod
-    def from_list(cls, data: list[Any]) -> RequestLog:
+    def from_list(cls, data: list[Any], *, packed: bool = True) -> RequestLog:
+        """From `to_list`; `packed=False`: snapshot format 1, which held the values."""
         log = cls()
         for rid, tag, fingerprint, value, now_ms in data:
-            log.results[rid] = (tag, fingerprint, value, now_ms)
-            log.order.append((now_ms, rid))
+            log._add(rid, tag, fingerprint, value if packed else _pack(value), now_ms)
         return log
+
+
+def _entry_bytes(request_id: str, packed: bytes) -> int:
+    return ENTRY_OVERHEAD_BYTES + len(request_id) + len(packed)

@@ -26,8 +26,11 @@ from scheduler.requests import RequestLog
 from scheduler.schedules import schedule_restore, schedule_snapshot
 from scheduler.state import SchedulerState, Workflow
 
+# 2: a job is a row with its packed record (scheduler/frozen.py), and request-id answers are
+# kept msgpack-packed (scheduler/requests.py). Version 1 snapshots (raftcron 0.1: jobs as lists
+# of fields, the answers themselves) still load; a version-1 node cannot read 2.
 SNAPSHOT_VERSION = 2
-VERSIONS_READ = (1, 2)
+SNAPSHOT_VERSIONS_READ = (1, 2)
 
 
 def snapshot(state: SchedulerState) -> bytes:
@@ -80,9 +83,9 @@ def _restore(blob: bytes) -> SchedulerState:
     if unpacker.read_array_header() != _SNAPSHOT_FIELDS:
         raise ValueError("a snapshot holds 14 fields")
     version = unpacker.unpack()
-    if version not in VERSIONS_READ:
+    if version not in SNAPSHOT_VERSIONS_READ:
         raise ValueError(
-            f"snapshot version {version} is not one this release reads ({VERSIONS_READ})"
+            f"snapshot version {version} is not one this release reads ({SNAPSHOT_VERSIONS_READ})"
         )
     state = SchedulerState()
     state.now_ms = unpacker.unpack()
@@ -141,7 +144,7 @@ def _restore(blob: bytes) -> SchedulerState:
     for item in workflows:
         workflow = _workflow_from_list(item)
         state.workflows[workflow.id] = workflow
-    state.requests = RequestLog.from_list(requests)
+    state.requests = RequestLog.from_list(requests, packed=version >= 2)
     state.events = EventLog.from_list(event_log)
     state.counters = counters
     state.leader = None if leader is None else (leader[0], leader[1])

@@ -78,7 +78,11 @@ class SchedulerState:
             # A state that never ticked has no time: a request remembered "at 0" would be
             # forgotten by the first Tick, and a lease granted from 0 would end at once.
             return Rejected("not_ready", "the cluster's clock has not started yet; retry shortly")
-        request_id: str | None = getattr(command, "request_id", None)
+        # A Barrier is a no-op: repeating it is harmless, and a consistent read or an audit
+        # must not take a write's place in the table (DESIGN.md §8.2).
+        request_id: str | None = (
+            None if isinstance(command, Barrier) else getattr(command, "request_id", None)
+        )
         if request_id is not None:
             seen = self.requests.get(request_id)
             if seen is not None:
@@ -90,6 +94,9 @@ class SchedulerState:
                         "request_id",
                     )
                 return Ok(value)
+            if self.requests.full():
+                return Rejected("busy", "too many recent requests to remember another; retry "
+                                "in a few seconds")
         try:
             result = self._dispatch(command)
         except Invalid as error:

@@ -176,3 +176,25 @@ def test_bad_api_settings_name_the_key(api, env, key, tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as error:
         config.parse(with_changes(api=api), base_dir=tmp_path)
     assert error.value.key == key, str(error.value)
+
+
+def test_clock_settings_default_to_a_second_of_skew_and_take_integers():
+    loaded = config.parse(with_changes(), base_dir=ROOT)
+    assert (loaded.clock.max_skew_ms, loaded.clock.tick_slack_ms, loaded.clock.poll_ms) == (
+        1_000, 250, 500)
+    loaded = config.parse(with_changes(clock={"max_skew_ms": 5_000, "poll_ms": 200}),
+                          base_dir=ROOT)
+    assert (loaded.clock.max_skew_ms, loaded.clock.poll_ms) == (5_000, 200)
+
+
+@pytest.mark.parametrize(
+    "clock, key",
+    [({"max_skew_ms": 0}, "clock.max_skew_ms"), ({"max_skew_ms": 1.5}, "clock.max_skew_ms"),
+     ({"max_skew_ms": True}, "clock.max_skew_ms"), ({"poll_ms": 10}, "clock.poll_ms"),
+     ({"tick_slack_ms": 1_000}, "clock.tick_slack_ms"), ({"skew": 1}, "clock.skew"),
+     ([], "clock")],
+)
+def test_a_bad_clock_setting_names_its_key(clock, key):
+    with pytest.raises(ConfigError) as error:
+        config.parse(with_changes(clock=clock), base_dir=ROOT)
+    assert error.value.key == key

@@ -2,6 +2,7 @@
 
 import pytest
 
+from scheduler import limits
 from scheduler.commands import (
     BackfillSchedule,
     DeleteSchedule,
@@ -318,3 +319,50 @@ def test_switching_buffer_one_to_replace_drops_the_buffered_fire_and_starts_one_
     assert keys == [f"s@manual-{first}", f"s@manual-{value['job_id']}"]
     assert d.state.schedules["s"].buffered is None
     assert violations(d.state) == []
+
+
+# -- catch-up after downtime is spread over Ticks (DESIGN.md §8.2) --------------------------------
+
+CATCHUP_SCHEDULES = 600
+
+
+def _after_a_day_down(d: Driver, policy: str) -> None:
+    for n in range(CATCHUP_SCHEDULES):
+        d.put_schedule(f"s{n}", every="1m", misfire=policy, max_catchup=5)
+    d.tick(advance_ms=1_000)  # the schedules start
+    d.tick(advance_ms=limits.DAY_MS)  # the whole cluster was down for a day
+
+
+@pytest.mark.parametrize("policy", ["fire_once", "fire_all", "skip"])
+def test_catch_up_after_a_day_down_is_spread_over_ticks_with_exact_counts(policy):
+    """S8 of the wave-2 audit: one Tick did every schedule's catch-up (minutes of apply at
+    100k schedules, on every replica at once). Now a Tick catches up a bounded number of
+    schedules; the Ticks after it (time standing still) do the rest, and every schedule's
+    counts are the ones a single unbounded Tick gives."""
+    spread = Driver()
+    _after_a_day_down(spread, policy)
+    ticks = 1
+    while spread.state.schedule_heap and spread.state.schedule_heap[0][0] <= spread.now_ms:
+        spread.tick(advance_ms=0)
+        ticks += 1
+        assert ticks <= CATCHUP_SCHEDULES
+    assert ticks >= CATCHUP_SCHEDULES // limits.CATCHUP_SCHEDULES_PER_TICK
+    whole = Driver()
+    limits_before = limits.CATCHUP_SCHEDULES_PER_TICK
+    try:
+        limits.CATCHUP_SCHEDULES_PER_TICK = CATCHUP_SCHEDULES  # the old single Tick
+        _after_a_day_down(whole, policy)
+    finally:
+        limits.CATCHUP_SCHEDULES_PER_TICK = limits_before
+    counts = [(s.name, s.fires, s.misfires, s.misfire_skipped, s.next_fire_ms)
+              for s in spread.state.schedules.values()]
+    assert counts == [(s.name, s.fires, s.misfires, s.misfire_skipped, s.next_fire_ms)
+                      for s in whole.state.schedules.values()]
+    assert len(spread.state.table) == len(whole.state.table) > 0 or policy == "skip"
+
+
+def test_a_tick_catches_up_at_most_its_bound_of_late_schedules():
+    d = Driver()
+    _after_a_day_down(d, "fire_once")
+    late = [s for s in d.state.schedules.values() if s.misfires]
+    assert len(late) == limits.CATCHUP_SCHEDULES_PER_TICK

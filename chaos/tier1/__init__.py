@@ -44,7 +44,8 @@ from chaos.tier1.faults import Nemesis, Profile
 from chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaBug, ReplicaMachine
 from chaos.tier1.requests import Outbox, Request
 from chaos.tier1.run import WALL0_MS, Probe, Run, SeedResult, main, run_seed
-from chaos.tier1.workload import Client, Ticker, Worker, leadership_entry
+from chaos.tier1.workload import Client, Ticker, Worker
+from cluster.ticker import leadership_entry
 
 __all__ = [
     "WALL0_MS", "Client", "LogRecorder", "Nemesis", "Outbox", "Probe", "Profile",

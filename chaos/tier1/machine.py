@@ -27,7 +27,7 @@ from chaos.sim.cluster import NodeSpec, SimCluster
 from cluster import raftpatch
 from cluster import replica as product_replica
 from cluster.config import NodeConfig, RaftTuning
-from cluster.replica import StateMachine, encode_batch, sync_conf
+from cluster.replica import AUDIT_PREFIX, StateMachine, encode_batch, sync_conf
 from cluster.storage.node import RaftStorage
 from scheduler import codec
 from scheduler.commands import Barrier
@@ -105,13 +105,16 @@ class ReplicaMachine:
         return self.consumer(node).state
 
     def propose(self, node: SyncObj, key: str, payload: bytes, callback: Any) -> None:
-        if key.startswith("barrier"):  # settle()'s barrier: a real no-op command
-            payload = encode_batch([codec.encode(Barrier(key))])
+        if key.startswith("barrier"):  # settle()'s barrier: a real no-op, as an audit
+            # (a Barrier takes no place in the request-id table; an audit is recorded by id)
+            payload = encode_batch([codec.encode(Barrier(AUDIT_PREFIX + key))])
         self.consumer(node).apply(payload, callback=callback)
 
     def applied_keys(self, node: SyncObj) -> list[str]:
-        """Request ids the replica answered Ok, in log order (its dedupe table)."""
-        return list(self.state(node).requests.results)
+        """Request ids the replica answered Ok, in log order (its dedupe table), then the
+        barriers (audits) it applied."""
+        audits = [key.removeprefix(AUDIT_PREFIX) for key in self.consumer(node).audits]
+        return [*self.state(node).requests.results, *audits]
 
     def state_digest(self, node: SyncObj) -> str:
         return digest(self.state(node))

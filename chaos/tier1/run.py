@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from chaos.sim.checks import settle
 from chaos.sim.cluster import Proposal
 from chaos.tier1.checks import Replay, audit, check_probe, replay
+from chaos.tier1.clocks import CLOCK_FAULTS_SPREAD_MS, SAMPLE_S, SimClocks, TimeChecker, sample
 from chaos.tier1.faults import Nemesis, Profile
 from chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaMachine, replica_bugs_raise
 from chaos.tier1.requests import REQUEST_DEADLINE_S, Outbox, Request
@@ -58,7 +59,12 @@ class Run:
         self.seed, self.cluster, self.machine, self.profile, self.rng = (
             seed, cluster, machine, profile, rng)
         self.start_s = cluster.now_s
-        self.offsets = dict(zip(cluster.node_ids, profile.offsets_ms, strict=True))
+        offsets = dict(zip(cluster.node_ids, profile.offsets_ms, strict=True))
+        # Clock leaps only where the fixed offsets leave a majority of true clocks.
+        self.clocks = SimClocks(offsets, faults=profile.clock_spread_ms <= CLOCK_FAULTS_SPREAD_MS,
+                                rng=random.Random(f"{seed}/clock"))
+        self.time_checker = TimeChecker()
+        self.next_sample_s = 0.0
         self.tick_s = profile.tuning.tick_ms / 1000
         self.outbox = Outbox(self)
         self.nemesis = Nemesis(self, power=machine.durability is not None)
@@ -92,7 +98,7 @@ class Run:
         return WALL0_MS + round((self.now_s - self.start_s) * 1000)
 
     def wall_ms(self, node_id: str) -> int:
-        return self.true_ms() + self.offsets[node_id]
+        return self.true_ms() + self.clocks.offset_ms(node_id, self.now_s)
 
     def rid(self) -> str:
         self.requests_made += 1
@@ -147,6 +153,10 @@ class Run:
             worker.step()
         self.outbox.step()
         self.cluster.step()
+        if self.now_s >= self.next_sample_s:
+            self.next_sample_s = self.now_s + SAMPLE_S
+            sample(self)
+        self.time_checker.check(self)
 
     def tick_all(self) -> None:
         for ticker in self.tickers:
@@ -225,6 +235,7 @@ def run_seed(seed: int, *, patched: bool = True, durability: str | None = None) 
             folded = replay(cluster.recorder.payloads())
             problems = [f"storage: {node_id} refused to start: {why}"
                         for node_id, why in sorted(cluster.refused.items())] + problems
+            problems += run.time_checker.violations
             if run.settled:  # the replicas agree on an index: the history can be judged
                 problems += audit(run, folded)
             return SeedResult(seed, tuple(problems), stats(run, folded), cluster.trace.digest,
@@ -245,6 +256,7 @@ def _phases(run: Run) -> list[str]:
 
     def chaos() -> None:
         run.client.step()
+        run.clocks.strike(run)
         if run.now_s >= next_fault_s[0]:
             run.nemesis.strike()
             next_fault_s[0] = run.now_s + run.rng.uniform(0.3, 1.5)
@@ -252,8 +264,18 @@ def _phases(run: Run) -> list[str]:
     run.run_for(run.profile.safety_s, chaos)
     # Heal: restart and reconnect everything, commit a barrier everywhere.
     run.nemesis.heal()
+    run.clocks.heal()
     if not settle(run.cluster, run.machine, timeout_s=15.0, barrier_key="barrier-heal"):
         return ["liveness: the cluster did not converge within 15 s of the heal"]
+    # Healed includes the clocks: every node has read every peer's clock again (a majority's
+    # time can rise as the nodes that were down are heard from, and the probe's lease must not
+    # straddle that).
+    members = set(run.cluster.node_ids)
+    if not run.run_until(lambda: all(set(t.book.view(wall_ms=run.wall_ms(t.node_id),
+                                                     mono_s=run.now_s).offsets_ms) == members
+                                     for t in run.tickers), 5.0):
+        return ["liveness: the nodes did not read each other's clocks within 5 s of the heal"]
+    run.run_for(run.tick_s * 2)  # and a Tick at the majority's time that follows
     run.phase = "liveness"
     return _liveness(run)
 
@@ -359,6 +381,8 @@ def stats(run: Run, folded: Replay) -> dict[str, int]:
         "backfills_too_old": sum(a.field == "from_ms" for a in refused),
         "triggers": sum(isinstance(a, Ok) and "buffered" in a.value for a in answers),
         "leases_after_leader_change": folded.checker.leases_after_leader_change,
+        "clock_faults": run.clocks.injected,
+        "ahead_ms_max": run.time_checker.worst_ahead_ms,
         "probe_rerun_ms": -1 if probe.rerun_s is None or probe.died_s is None
         else round((probe.rerun_s - probe.died_s) * 1000),
     }

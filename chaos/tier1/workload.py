@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 from pysyncobj import SyncObj
 
 from chaos.sim.cluster import Proposal
+from chaos.tier1.clocks import MAX_SKEW_MS, TICK_SLACK_MS
+from cluster.clocks import ClockBook, TickBound, TickDecision, decide_tick
+from cluster.ticker import leadership_entry
 from scheduler import limits
 from scheduler.commands import (
     Ack,
     BackfillSchedule,
-    BeginLeadership,
     ClaimJobs,
     Command,
     CompleteJob,
@@ -68,28 +70,15 @@ RETENTION_MS = limits.RETENTION_MS_DEFAULT
 # -- the leader's clock -----------------------------------------------------------------------
 
 
-def leadership_entry(
-    led_term: int | None, term: int, node_id: str, now_ms: int
-) -> list[Command] | None:
-    """The entry a leader proposes before its next Tick: on a term it has not begun,
-    BeginLeadership and a first Tick as ONE entry (a claim applied between them would get
-    its lease from the previous leader's time); None once the term is begun.
-
-    A copy of the rule in cluster/ticker.py's Ticker._step (proposed there as this very
-    function: once cluster/ticker.py defines it, import it from there and delete this one).
-    """
-    if led_term == term:
-        return None
-    return [BeginLeadership(now_ms, node_id, term), Tick(now_ms, node_id)]
-
-
 class Ticker:
     """cluster/ticker.py's Ticker on a simulated wall clock. Like it: asleep while not leader
     (checking every tick_ms, woken at once by a role change, after `wake_s`, the loop's
     delay); on a term not yet begun, [BeginLeadership, Tick] as one entry and, once it
     commits, a Tick right away; then one Tick in flight at a time, the next after tick_ms or
     sooner when the state has something due (`_next_wait_ms`); a failed or unanswered
-    (commit timeout) proposal: sleep tick_ms and start over."""
+    (commit timeout) proposal: sleep tick_ms and start over. Every Tick's time is
+    cluster/clocks.py's `decide_tick` on this process's ClockBook (fed by chaos.tier1.clocks)
+    and TickBound: skewed, only the majority's time; without evidence of it, nothing."""
 
     def __init__(self, run: Run, node_id: str) -> None:
         self.run, self.node_id = run, node_id
@@ -98,6 +87,17 @@ class Ticker:
         self.leading = False  # the role seen at the last step (a change wakes the ticker)
         self.pending: tuple[Proposal, int | None] | None = None  # (proposal, term it begins)
         self.wake_s = 0.0
+        self.book, self.bound = self._new_clocks()
+
+    def _new_clocks(self) -> tuple[ClockBook, TickBound]:
+        book = ClockBook(self.node_id, list(self.run.cluster.node_ids), max_skew_ms=MAX_SKEW_MS)
+        return book, TickBound(TICK_SLACK_MS)
+
+    def decide(self) -> TickDecision:
+        assert self.node is not None
+        return tick_time(self.book, self.bound, wall_ms=self.run.wall_ms(self.node_id),
+                         mono_s=self.run.now_s,
+                         state_now_ms=self.run.machine.state(self.node).now_ms)
 
     def step(self) -> None:
         run, now_s = self.run, self.run.now_s
@@ -107,6 +107,7 @@ class Ticker:
         if node is not self.node:  # a new process: nothing carried over
             self.node, self.led_term, self.pending, self.wake_s = node, None, None, 0.0
             self.leading = False
+            self.book, self.bound = self._new_clocks()
         if node is None:
             return
         leading = bool(node._isLeader())
@@ -118,15 +119,19 @@ class Ticker:
             return
         if now_s < self.wake_s:
             return
+        decision = self.decide()
         if not leading:
             self.led_term, self.wake_s = None, now_s + run.tick_s
             return
+        if decision.now_ms is None:  # no evidence of the majority's time: no Tick
+            self.led_term, self.wake_s = None, now_s + run.tick_s
+            return
         term = int(node.raftCurrentTerm)
-        entry = leadership_entry(self.led_term, term, self.node_id, run.wall_ms(self.node_id))
+        entry = leadership_entry(self.led_term, term, self.node_id, decision.now_ms)
         if entry is not None:
             self.pending = (run.propose_entry(self.node_id, entry), term)
         else:
-            self._tick()
+            self._tick(decision)
 
     def _follow_up(self, now_s: float) -> None:
         """Once the proposal in flight is answered or timed out: what the product does next."""
@@ -140,12 +145,15 @@ class Ticker:
             self.wake_s = now_s + self.run.tick_s
         elif term is not None:  # leadership begun: a Tick right away, without a leader check
             self.led_term = term
-            self._tick()
+            self._tick(self.decide())
         else:
             self.wake_s = now_s + self._next_wait_ms() / 1000
 
-    def _tick(self) -> None:
-        tick = Tick(self.run.wall_ms(self.node_id), self.node_id)
+    def _tick(self, decision: TickDecision) -> None:
+        if decision.now_ms is None:
+            self.wake_s = self.run.now_s + self.run.tick_s
+            return
+        tick = Tick(decision.now_ms, self.node_id)
         self.pending = (self.run.propose_entry(self.node_id, [tick]), None)
 
     def _next_wait_ms(self) -> int:
@@ -156,8 +164,18 @@ class Ticker:
                                          state.table.leases) if heap]
         wait_ms = self.run.profile.tuning.tick_ms
         if heads:
-            wait_ms = max(1, min(wait_ms, min(heads) - self.run.wall_ms(self.node_id) + 1))
+            # Against the time the next Tick may carry, not the wall clock: a clock ahead of
+            # the bound would otherwise tick every millisecond until the bound caught up.
+            ahead_ms = self.decide().now_ms
+            now_ms = self.run.wall_ms(self.node_id) if ahead_ms is None else ahead_ms
+            wait_ms = max(1, min(wait_ms, min(heads) - now_ms + 1))
         return wait_ms
+
+
+def tick_time(book: ClockBook, bound: TickBound, *, wall_ms: int, mono_s: float,
+              state_now_ms: int) -> TickDecision:
+    """The product's rule (a seam: a self-test puts the unbounded `Tick(wall clock)` back)."""
+    return decide_tick(book, bound, wall_ms=wall_ms, mono_s=mono_s, state_now_ms=state_now_ms)
 
 
 # -- workers --------------------------------------------------------------------------------

@@ -6,12 +6,16 @@ in one of the requested queues (`ClaimWaiters` is woken from the Raft thread whe
 entry leaves jobs queued), then proposes ONE claim. When the claim comes back empty (another
 worker was faster) and time remains, it waits and proposes again under `<request_id>/<n>`, so
 a worker that re-sends a lost request with the same request_id replays the same commands and
-gets the same jobs and tokens back.
+gets the same jobs and tokens back. A replay does not wait before a round this node already
+applied (it is answered from the request-id table at once: waiting would strand the jobs that
+round leased until their lease ended), and it hands back only the jobs still leased under the
+token it claimed them with (a lease that ended and went to another worker is not handed out).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -30,6 +34,8 @@ from cluster.http.common import (
 )
 from scheduler import parse
 from scheduler.commands import ClaimJobs
+from scheduler.frozen import FrozenJob
+from scheduler.jobs import RUNNING, Job
 from scheduler.state import SchedulerState
 from scheduler.views import claimed_job_view
 
@@ -38,33 +44,69 @@ CLAIM_ROUNDS_MAX = 8
 
 
 class ClaimWaiters:
-    """Wakes long-polling claims when jobs may have become claimable (a broadcast)."""
+    """Wakes the long-polling claims of a queue when jobs in that queue may have become
+    claimable. Per queue: a job queued in one queue wakes no claim waiting on others (500
+    waiters on an idle queue cost a tenth of a core when every entry woke them all)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.event = asyncio.Event()
-        self.waiting = 0  # read from the Raft thread: a plain int is enough
-        self.wake_scheduled = False
+        self.events: dict[str, asyncio.Event] = {}  # queue -> the event its waiters wait on
+        self.counts: dict[str, int] = {}  # queue -> waiters (on the loop thread)
+        # The queues with waiters, replaced whole on the loop thread and read by the Raft
+        # thread: a tuple is never seen half-changed.
+        self.watched: tuple[str, ...] = ()
+        self.lock = threading.Lock()  # guards `due` between the Raft thread and the loop
+        self.due: set[str] = set()  # queues to wake, collected on the Raft thread
+
+    @property
+    def waiting(self) -> int:
+        return sum(self.counts.values())
 
     def on_applied(self, state: SchedulerState) -> None:
         """On the Raft thread, after every applied entry: cheap, and at most one wake queued."""
-        if self.waiting and not self.wake_scheduled and state.table.count_by_status["queued"]:
-            self.wake_scheduled = True
+        watched = self.watched
+        if not watched:
+            return
+        ready = state.table.ready
+        due = [queue for queue in watched if len(ready.get(queue) or ())]
+        if not due:
+            return
+        with self.lock:
+            first = not self.due
+            self.due.update(due)
+        if first:
             self.loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
-        self.wake_scheduled = False
-        event, self.event = self.event, asyncio.Event()
-        event.set()
+        with self.lock:
+            due, self.due = self.due, set()
+        for queue in sorted(due):
+            event = self.events.pop(queue, None)
+            if event is not None:
+                event.set()
 
-    async def wait(self, timeout_s: float) -> None:
-        self.waiting += 1
+    async def wait(self, queues: tuple[str, ...], timeout_s: float) -> None:
+        events = []
+        for queue in queues:
+            event = self.events.get(queue)
+            if event is None:
+                event = self.events[queue] = asyncio.Event()
+            events.append(event)
+            self.counts[queue] = self.counts.get(queue, 0) + 1
+        self.watched = tuple(sorted(self.counts))
+        waits = [asyncio.ensure_future(event.wait()) for event in events]
         try:
-            await asyncio.wait_for(self.event.wait(), timeout_s)
-        except TimeoutError:
-            pass
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self.waiting -= 1
+            for task in waits:
+                task.cancel()
+            for queue in queues:
+                self.counts[queue] -= 1
+                if not self.counts[queue]:
+                    del self.counts[queue]
+                    if queue in self.events and not self.events[queue].is_set():
+                        del self.events[queue]
+            self.watched = tuple(sorted(self.counts))
 
 
 def _queued_in(state: SchedulerState, queues: tuple[str, ...]) -> bool:
@@ -89,7 +131,10 @@ async def claim(request: web.Request) -> web.Response:
     acks: list[Any] = []
     claimed: list[list[int]] = []
     for round_number in range(CLAIM_ROUNDS_MAX):
-        if round_number or not command.acks:
+        round_id = f"{request_id}/{round_number}" if round_number else request_id
+        with machine.lock:
+            replayed = round_id in machine.state.requests.results
+        if (round_number or not command.acks) and not replayed:
             await _wait_for_work(svc.claims, machine, command.queues, deadline, request)
         if _gone(request):
             # The worker hung up: leasing it jobs now would strand them for a whole lease.
@@ -107,7 +152,7 @@ async def claim(request: web.Request) -> web.Response:
             )
         if round_number:
             command = ClaimJobs(
-                f"{request_id}/{round_number}",
+                round_id,
                 command.worker,
                 command.queues,
                 command.max,
@@ -124,14 +169,21 @@ async def claim(request: web.Request) -> web.Response:
         if claimed or command.max == 0 or time.monotonic() >= deadline:
             break
     with machine.lock:
+        table = machine.state.table
         jobs = [
-            claimed_job_view(machine.state.table.jobs[job_id], token)
+            claimed_job_view(table.jobs[job_id], token)
             for job_id, token in claimed
-            if job_id in machine.state.table.jobs
+            if _still_leased(table.jobs.get(job_id), token)
         ]
     return json_response(
         {"jobs": jobs, "acks": [{"id": job_id, "outcome": outcome} for job_id, outcome in acks]}
     )
+
+
+def _still_leased(job: Job | FrozenJob | None, token: int) -> bool:
+    """A replayed claim's job is handed out only while the claim's token holds its lease."""
+    # A finished (frozen) job holds no lease: checked first, so its record is not decoded.
+    return isinstance(job, Job) and job.status == RUNNING and job.token == token
 
 
 def _gone(request: web.Request) -> bool:
@@ -152,7 +204,7 @@ async def _wait_for_work(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
-        await waiters.wait(min(remaining, 1.0))
+        await waiters.wait(queues, min(remaining, 1.0))
 
 
 def routes() -> list[web.RouteDef]:

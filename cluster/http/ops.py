@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
     svc = services(request)
     node, config = svc.node, svc.config
     status = _status(node)
+    clock = svc.stats.clock_view()
+    offsets = {} if clock is None else clock.offsets_ms
     members = []
     for peer in config.members:
         me = peer.node_id == config.node_id
@@ -57,6 +60,7 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
                 "self": me,
                 "reachable": True if me else connected,
                 "match_index": None if me else status.get(f"match_idx_server_{peer.raft_address}"),
+                "clock_offset_ms": offsets.get(peer.node_id),
             }
         )
     with node.machine.lock:
@@ -80,6 +84,12 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
         "has_quorum": bool(status.get("has_quorum", False)),
         "members": members,
         "state": summary,
+        "clock": None if clock is None else {
+            "skew_ms": clock.skew_ms,
+            "skewed": clock.skewed,
+            "max_skew_ms": clock.max_skew_ms,
+            "majority_ms": clock.quorum_clock_ms,
+        },
     }
 
 
@@ -182,7 +192,10 @@ def _audit_view(request: web.Request, audit_id: str) -> dict[str, Any]:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return json_response({"ok": True, "node": services(request).config.node_id})
+    # wall_ms: the peers read this node's clock here (cluster/clockpoll.py); open, as the
+    # Date header of every answer already is.
+    return json_response({"ok": True, "node": services(request).config.node_id,
+                          "wall_ms": time.time_ns() // 1_000_000})
 
 
 async def readyz(request: web.Request) -> web.Response:

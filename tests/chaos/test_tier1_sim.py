@@ -53,6 +53,7 @@ from chaos.tier1 import (
     run_seed,
 )
 from cluster import ticker as product_ticker
+from cluster.clocks import ClockBook, TickBound, TickDecision
 from scheduler.commands import (
     Barrier,
     BeginLeadership,
@@ -85,6 +86,11 @@ REGRESSION_SEEDS: dict[int, str] = {
     32: "reproduced lease-from-stale-time before its fix, on synced clocks: the probe re-ran "
         "0.78 s into a 3 s lease",
     1: "fails with backfill-refires-forgotten put back: kept-1s@1800000006000 fired twice",
+    56: "fails with unbounded-tick put back: a leader 10 days ahead moved the state's time "
+        "10 days past the majority's clocks",
+    53: "split 30 s clocks: skewed leaders handed over to each other, not to the true clock "
+        "(the schedules never committed; fixed: a skewed leader keeps leading, at the "
+        "majority's time)",
     5: "fails with lease-from-stale-time put back: the probe re-ran 0.04 s into a 1.5 s lease",
 }
 
@@ -93,12 +99,14 @@ COMES_BACK_SEEDS: dict[str, int] = {
     "requests-before-first-tick": 0,
     "lease-from-stale-time": 5,
     "backfill-refires-forgotten": 1,
+    "unbounded-tick": 56,  # a leader 10 days ahead (and steps, drift, a node a day behind)
 }
 
 # Unpatched PySyncObj 0.3.17 forks the applied log on these seeds and loses acknowledged
-# writes: the checks see it. Seeds 0-99 unpatched: 0 1 28 31 41 51 60 70 fork and lose writes,
-# 87 does not converge after the heal. (With the workload of then: 12 and 49.)
-UNPATCHED_FORK_SEEDS = (0, 31)
+# writes: the checks see it. Since the Ticks follow the majority's clocks (DESIGN.md §8.2),
+# seeds 0, 15 and 24 do (41 and 51 fork without a lost write); before: 0 1 28 31 41 51 60 70,
+# and 87 did not converge after the heal. (With the workload of then: 12 and 49.)
+UNPATCHED_FORK_SEEDS = (0, 15)
 
 
 def replay_hint(result: SeedResult) -> str:
@@ -121,12 +129,13 @@ def test_the_seeds_exercise_what_the_checks_are_about() -> None:
     once, requests were retried, refused not_ready and left unknown, leases expired, stale acks
     were refused, times misfired, backfills met fired times and the horizon, triggers ran."""
     seeds = range(FIRST_SEED, FIRST_SEED + 20)
+    clock_seeds = (*seeds, COMES_BACK_SEEDS["unbounded-tick"])
     totals = Counter[str]()
-    for seed in seeds:
+    for seed in clock_seeds:
         totals.update(seed_result(seed).stats)
-    for name in ("faults", "retried", "unknown", "not_ready", "lease_expired", "stale_rejected",
-                 "misfire_skipped", "fires", "backfills_known", "backfills_too_old", "triggers",
-                 "leases_after_leader_change"):
+    for name in ("faults", "clock_faults", "retried", "unknown", "not_ready", "lease_expired",
+                 "stale_rejected", "misfire_skipped", "fires", "backfills_known",
+                 "backfills_too_old", "triggers", "leases_after_leader_change"):
         assert totals[name] > 0, f"{name} never happened in seeds {seeds}: {dict(totals)}"
     assert totals["terms"] > 2 * len(seeds), f"leadership hardly moved: {dict(totals)}"
 
@@ -207,14 +216,17 @@ def test_the_simulated_ticker_proposes_what_cluster_ticker_proposes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Drive the product's Ticker._step with a fake node and proposer: a new term's first
-    entry is leadership_entry's (the copy chaos.tier1 runs), then a Tick; later only Ticks."""
+    entry is leadership_entry's (the function chaos.tier1 runs), then a Tick; later only
+    Ticks, each at the time cluster/clocks.py's decide_tick allows (chaos.tier1 asks it too)."""
     monkeypatch.setattr(product_ticker, "wall_ms", lambda: 1_800_000_000_000)
     state = SchedulerState()
     machine = SimpleNamespace(lock=threading.Lock(), state=state)
     node: Any = SimpleNamespace(is_leader=lambda: True, term=7, machine=machine,
                                 config=SimpleNamespace(node_id="n2"))
     proposer: Any = FakeProposer()
-    ticker = product_ticker.Ticker(node, proposer, tick_ms=1)
+    book = ClockBook("n2", ["n2"], max_skew_ms=1_000)  # alone: its own clock is the majority
+    ticker = product_ticker.Ticker(node, proposer, tick_ms=1, clocks=book, bound=TickBound())
+    assert chaos.tier1.workload.decide_tick is product_ticker.decide_tick
 
     async def two_steps() -> None:
         await ticker._step()
@@ -261,6 +273,23 @@ def test_the_checks_see_a_ticker_that_begins_leadership_alone(
     assert any("before its first Tick: the lease counts from an old time" in p
                for p in result.problems), replay_hint(result)
     assert any(p.startswith("lease: the probe job re-ran") for p in result.problems), result
+
+
+def test_the_checks_see_a_leader_move_the_clusters_time_with_its_own_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """unbounded-tick, put back: a Tick carries the leader's wall clock, whatever it says
+    (the rule before DESIGN.md §8.2); the leader 10 days ahead moves the state's time."""
+
+    def unbounded(book: ClockBook, bound: TickBound, *, wall_ms: int, mono_s: float,
+                  state_now_ms: int) -> TickDecision:
+        return TickDecision(wall_ms, book.view(wall_ms=wall_ms, mono_s=mono_s), "ok")
+
+    monkeypatch.setattr(chaos.tier1.workload, "tick_time", unbounded)
+    result = run_seed(COMES_BACK_SEEDS["unbounded-tick"])
+    assert any(p.startswith("time: ") and "ahead of the majority's clocks" in p
+               for p in result.problems), result
+    assert result.stats["ahead_ms_max"] > 9 * 86_400_000, result
 
 
 def test_the_checks_see_a_backfill_fire_a_retained_away_time_again(

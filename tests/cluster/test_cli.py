@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from cluster import cli
+from cluster.client import AsyncClient
 from cluster.localcluster import LocalCluster
 
 
@@ -103,6 +104,20 @@ def test_a_bad_command_line_exits_2(run):
 def test_an_unreachable_cluster_exits_3(capsys):
     code = cli.main(["cluster", "status", "--connect", "http://127.0.0.1:9", "--deadline", "1"])
     assert code == 3 and "unavailable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("deadline", ["601", "0", "-1"])
+def test_a_deadline_past_what_the_cluster_remembers_of_a_request_is_refused(capsys, deadline):
+    """A retry after the cluster forgot its request id would be applied twice."""
+    code = cli.main(["cluster", "status", "--connect", "http://127.0.0.1:9",
+                     "--deadline", deadline])
+    assert code == 2 and "--deadline must be more than 0 and at most 600 s" in (
+        capsys.readouterr().err)
+
+
+def test_the_client_refuses_a_retry_deadline_past_what_the_cluster_remembers():
+    with pytest.raises(ValueError, match="retry_deadline_s"):
+        AsyncClient("http://127.0.0.1:9", retry_deadline_s=3_600)
 
 
 def test_cluster_status_shows_every_member_and_one_leader(run, shared_cluster):

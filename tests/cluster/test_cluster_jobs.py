@@ -5,6 +5,7 @@ whole module; every test uses its own queue and keys."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -223,3 +224,58 @@ def test_a_body_nested_deeper_than_the_json_parser_goes_gets_400_not_500(
 
     assert status == 400, answer
     assert answer["error"]["field"] in ("body", "payload")
+
+
+def test_a_claim_retried_after_a_later_round_leased_a_job_gets_that_job_and_only_while_leased(
+    shared_cluster: LocalCluster, unique: Callable[[str], str]
+) -> None:
+    """E14 and S7 of the wave-2 audit. A long-poll claim R commits an empty first round (it
+    carries an ack, so it does not wait first), then leases a job in round R/1; its answer is
+    lost. The worker re-sends R: it gets the job and token R/1 leased at once (before: it waited
+    out wait_ms and answered nothing, and the job sat leased to nobody until its lease ended).
+    Once that lease ended and another worker holds the job, a replay of R no longer hands it."""
+    cluster = shared_cluster
+    leader = cluster.leader()
+    queue, done_queue = unique("retried"), unique("acked")
+    status, acked, _ = cluster.call("POST", "/v1/jobs", {"task": "t", "queue": done_queue})
+    assert status == 201, acked
+    held = claim_one(cluster, done_queue, lease_ms=30_000)
+    body = {"request_id": unique("claim"), "worker": "w1", "queues": [queue], "max": 1,
+            "lease_ms": 6_000, "wait_ms": 15_000,
+            "acks": [{"id": held["id"], "token": held["token"], "outcome": "succeeded"}]}
+    answers: list[Any] = []
+    import threading  # one long-poll in flight while the test goes on
+
+    first = threading.Thread(target=lambda: answers.append(
+        cluster.request(leader, "POST", "/v1/claims", body, timeout_s=20)))
+    first.start()
+    try:
+        # Round 0 committed (its ack finished the held job); then the job round 1 will lease.
+        cluster.wait_for(lambda: cluster.request(leader, "GET", f"/v1/jobs/{held['id']}")[1]
+                         ["status"] == "succeeded", 10, "the first round's ack")
+        status, job, _ = cluster.call("POST", "/v1/jobs", {
+            "task": "t", "queue": queue, "max_attempts": 5,
+            "backoff": {"initial_ms": 0, "max_ms": 0}})
+        assert status == 201, job
+    finally:
+        first.join(timeout=20)
+    [(status, lost, _)] = answers
+    assert status == 200 and [j["id"] for j in lost["jobs"]] == [job["id"]], lost
+    token = lost["jobs"][0]["token"]
+
+    started = time.monotonic()
+    status, replayed, _ = cluster.request(leader, "POST", "/v1/claims", body, timeout_s=20)
+    assert status == 200, replayed
+    assert [(j["id"], j["token"]) for j in replayed["jobs"]] == [(job["id"], token)], replayed
+    assert time.monotonic() - started < 3.0, "the replay waited for work instead of answering"
+    assert replayed["jobs"][0]["lease_until_ms"] is not None, replayed  # still leased to it
+
+    # The 6 s lease ends; another worker holds the job: the replay must not hand it out again.
+    status, taken, _ = cluster.call("POST", "/v1/claims", {
+        "worker": "w2", "queues": [queue], "max": 1, "lease_ms": 30_000, "wait_ms": 15_000})
+    assert status == 200 and len(taken["jobs"]) == 1, taken
+    other = taken["jobs"][0]
+    assert other["id"] == job["id"] and other["token"] > token
+    status, late, _ = cluster.request(leader, "POST", "/v1/claims",
+                                      {**body, "wait_ms": 0}, timeout_s=20)
+    assert status == 200 and late["jobs"] == [], late

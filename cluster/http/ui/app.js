@@ -519,6 +519,18 @@
     document.title = `raftcron · ${view.node}${view.role === "leader" ? " (leader)" : ""}`;
   }
 
+  /** A member's clock offset; this node's own cell says how far it is off from the majority
+   * (a skewed node does not lead: DESIGN.md §8.2). */
+  function clockCell(row, clock) {
+    if (row.self) {
+      if (!clock || clock.skew_ms === null) return badge("?", "unknown");
+      const text = `${clock.skew_ms >= 0 ? "+" : ""}${clock.skew_ms} ms vs majority`;
+      return clock.skewed ? badge(`skewed ${text}`, "no") : text;
+    }
+    if (row.clockOffsetMs === null) return "?";
+    return `${row.clockOffsetMs >= 0 ? "+" : ""}${row.clockOffsetMs} ms`;
+  }
+
   function renderMembers() {
     const view = state.cluster;
     if (!view) return;
@@ -555,6 +567,7 @@
         appliedNote,
         lag: applied === null ? null : Math.max(0, leaderCommit - applied),
         reachable: member.reachable,
+        clockOffsetMs: typeof member.clock_offset_ms === "number" ? member.clock_offset_ms : null,
         http_address: member.http_address,
         probeError: probe && probe.error ? probe.error : null,
       };
@@ -581,10 +594,11 @@
             {title: row.probeError ? `browser: ${row.probeError}` : null},
             row.self ? badge("self", "yes") : row.reachable === true ? badge("yes") : row.reachable === false ? badge("no") : badge("?", "unknown"),
           ),
+          h("td", {class: "num"}, clockCell(row, view.clock)),
           h("td", {class: "mono"}, h("a", {href: `${memberUrl(row.http_address)}/`, title: "this member's dashboard"}, row.http_address)),
         ),
       "no members",
-      7,
+      8,
     );
     const leaders = rows.filter((row) => row.role === "leader").length;
     $("#members-note").textContent = `${rows.length} nodes, ${leaders === 1 ? "1 leader" : leaders ? `${leaders} leaders?` : "no leader"}`;

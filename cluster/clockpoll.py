@@ -1,0 +1,65 @@
+"""Reading the other members' wall clocks, for cluster/clocks.py's ClockBook.
+
+Every `[clock] poll_ms` this node asks each peer's `GET /healthz` (open, no token: it says only
+that the node is up and what its clock reads) and records the peer's `wall_ms` at the midpoint
+of the round trip, measured on this node's monotonic clock. A peer that does not answer within
+a second is simply not sampled; its old sample ages out (cluster/clocks.py, SAMPLE_FRESH_S).
+Nothing here decides anything: the ticker reads the book.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import aiohttp
+
+from cluster.clocks import ClockBook
+from cluster.config import NodeConfig
+
+log = logging.getLogger("raftcron.clock")
+ANSWER_TIMEOUT_S = 1.0
+
+
+class ClockPoller:
+    def __init__(self, config: NodeConfig, book: ClockBook) -> None:
+        self.config = config
+        self.book = book
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.config.peers:
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="clock-poller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=ANSWER_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                await asyncio.gather(*(self._ask(session, peer.node_id, peer.http_address)
+                                       for peer in self.config.peers))
+                await asyncio.sleep(self.config.clock.poll_ms / 1000)
+
+    async def _ask(self, session: aiohttp.ClientSession, node_id: str, address: str) -> None:
+        sent_s = time.monotonic()
+        try:
+            async with session.get(f"http://{address}/healthz") as answer:
+                body = await answer.json() if answer.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            log.debug("clock of %s not read: %s", node_id, error)
+            return
+        received_s = time.monotonic()
+        wall_ms = body.get("wall_ms") if isinstance(body, dict) else None
+        if body is None or body.get("node") != node_id or isinstance(wall_ms, bool) or \
+                not isinstance(wall_ms, int):
+            log.debug("clock of %s not read: unexpected answer %r", node_id, body)
+            return
+        self.book.observe(node_id, peer_wall_ms=wall_ms, sent_mono_s=sent_s,
+                          received_mono_s=received_s)
