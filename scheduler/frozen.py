@@ -24,40 +24,7 @@ from scheduler import jobs as j
 from scheduler.jobs import Attempt, Job
 from scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
-_FIELDS = (
-    "id",
-    "key",
-    "task",
-    "queue",
-    "payload",
-    "priority",
-    "status",
-    "attempts",
-    "max_attempts",
-    "attempt_limit",
-    "run_at_ms",
-    "backoff",
-    "timeout_ms",
-    "schedule",
-    "fire_time_ms",
-    "workflow_id",
-    "workflow_node",
-    "depends_on",
-    "waiting_on",
-    "children",
-    "result",
-    "error",
-    "created_ms",
-    "finished_ms",
-    "token",
-    "lease_until_ms",
-    "lease_ms",
-    "worker",
-    "history",
-    "cancel_reason",
-)
-assert sorted(_FIELDS) == sorted(Job.__slots__), "every Job field is packed, in a fixed order"
-_READABLE = frozenset(_FIELDS) | {"current_attempt"}
+_READABLE = frozenset(Job.__slots__) | {"current_attempt"}
 
 
 class FrozenJob:
@@ -105,21 +72,6 @@ class FrozenJob:
     def final(self) -> bool:
         return True
 
-    @property
-    def packed(self) -> bytes:
-        return self._packed
-
-    def row(self) -> list[Any]:
-        """The job as a snapshot writes it (`scheduler.snapshot`)."""
-        return [
-            self._id,
-            self._status,
-            self._finished_ms,
-            self._queue,
-            self._schedule,
-            self._packed,
-        ]
-
     def thawed(self) -> Job:
         """A decoded copy, not in any table: changing it changes nothing."""
         return job_from_list(msgpack.unpackb(self._packed, raw=False))
@@ -132,17 +84,21 @@ class FrozenJob:
 
 
 def freeze(job: Job) -> FrozenJob:
-    assert job.final and job.finished_ms is not None, f"freezing job {job.id} in {job.status}"
-    return FrozenJob(job.id, job.status, job.finished_ms, job.queue, job.schedule, pack(job))
+    assert job.final, f"freezing job {job.id} in {job.status}"
+    return FrozenJob(*row(job))
+
+
+def row(job: Job | FrozenJob) -> list[Any]:
+    """The job as a snapshot writes it, and a frozen job holds it: the fields indexes read,
+    then the packed record. A frozen job gives its bytes as they are."""
+    if isinstance(job, FrozenJob):
+        return [job._id, job._status, job._finished_ms, job._queue, job._schedule, job._packed]
+    return [job.id, job.status, job.finished_ms, job.queue, job.schedule, pack(job)]
 
 
 def readable(job: Job | FrozenJob) -> Job:
     """The job to read many fields of: a frozen one decoded once (a copy)."""
     return job.thawed() if isinstance(job, FrozenJob) else job
-
-
-def packed(job: Job | FrozenJob) -> bytes:
-    return job.packed if isinstance(job, FrozenJob) else pack(job)
 
 
 def pack(job: Job) -> bytes:

@@ -20,7 +20,7 @@ import msgpack
 
 from scheduler import jobs as j
 from scheduler.events import EventLog
-from scheduler.frozen import STATUS, FrozenJob, job_from_list, pack
+from scheduler.frozen import STATUS, FrozenJob, job_from_list, row
 from scheduler.jobs import Job
 from scheduler.requests import RequestLog
 from scheduler.schedules import schedule_restore, schedule_snapshot
@@ -40,10 +40,7 @@ def snapshot(state: SchedulerState) -> bytes:
         state.fence,
         state.next_job_id,
         state.next_workflow_id,
-        [
-            job.row() if isinstance(job, FrozenJob) else _row(job)
-            for job in state.table.jobs.values()
-        ],
+        [row(job) for job in state.table.jobs.values()],
         [[key, *entry] for key, entry in state.table.keys.items()],
         [[*schedule_snapshot(s), list(s.active)] for s in state.schedules.values()],
         list(state.pending_schedules),
@@ -170,13 +167,9 @@ def digest(state: SchedulerState) -> str:
     return hashlib.sha256(snapshot(state)).hexdigest()[:32]
 
 
-def _row(job: Job) -> list[Any]:
-    return [job.id, job.status, job.finished_ms, job.queue, job.schedule, pack(job)]
-
-
 def _row_from_v1(fields: list[Any]) -> list[Any]:
     """Version 1 wrote a job as its list of fields: the record a version 2 row packs."""
-    return _row(job_from_list(fields))
+    return row(job_from_list(fields))
 
 
 def _workflow_to_list(workflow: Workflow) -> list[Any]:

@@ -109,3 +109,15 @@ def test_a_version_1_snapshot_still_loads(driver):
     assert snapshot(restored) == blob
     assert isinstance(restored.table.get(1), FrozenJob)
     assert violations(restored) == []
+
+
+def test_a_packed_record_holds_every_field_of_a_job(driver):
+    from scheduler.frozen import job_from_list, job_to_list
+    from scheduler.jobs import Job
+
+    job = driver.job(finished(driver))
+    fields = job_to_list(job)
+    assert len(fields) == len(Job.__slots__)
+    copy = job_from_list(fields)
+    assert all(hasattr(copy, name) for name in Job.__slots__)  # no field left unset
+    assert job_to_list(copy) == fields

@@ -174,7 +174,7 @@ class SnapshotStore:
         self._child_meta: tuple[Entry, Entry, list[str]] = ((b"", 0, 0), (b"", 0, 0), [])
         self._child_id: int | None = None
         self._inline_done: tuple[int, int | None] | None = None  # (state, id) when fork=False
-        self._outgoing: dict[Any, tuple[bytes, int]] = {}
+        self._outgoing: dict[Any, tuple[bytes, int, int, int]] = {}  # data, sent, index, term
         # (index, term, total, chunks, bytes received) of the transfer being received
         self._incoming: tuple[int, int, int, list[bytes], int] | None = None
         self.on_chunk: Callable[[int], None] | None = None  # set by the hooks: tell the leader
@@ -255,15 +255,16 @@ class SnapshotStore:
             return None
         sending = self._outgoing.get(node)
         if sending is None:
-            sending = (self.disk.read(self.path), 0)
-        data, sent = sending
-        index, term, _, _ = read_header(data, self.path)
+            data = self.disk.read(self.path)
+            index, term, _, _ = read_header(data, self.path)
+            sending = (data, 0, index, term)
+        data, sent, index, term = sending
         chunk = data[sent:sent + CHUNK_BYTES]
         first, last = sent == 0, not chunk
         if last:
             self._outgoing.pop(node, None)
         else:
-            self._outgoing[node] = (data, sent + len(chunk))
+            self._outgoing[node] = (data, sent + len(chunk), index, term)
         return _CHUNK_HEAD.pack(index, term, sent, len(data)) + chunk, first, last
 
     def setTransmissionData(self, data: Any) -> bool:

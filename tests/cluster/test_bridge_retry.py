@@ -31,11 +31,30 @@ class VirtualClock:
         self.now += seconds
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    """The bridge's monotonic clock and asyncio's sleep, virtual for the test's length."""
+    virtual = VirtualClock()
+    monkeypatch.setattr(bridge.time, "monotonic", virtual.monotonic)
+    monkeypatch.setattr(bridge.asyncio, "sleep", virtual.sleep)
+    return virtual
+
+
+def submit_with(node: Any, propose: Any, request_id: str) -> Any:
+    """`Proposer.submit` of a Barrier, each attempt made by `propose`."""
+
+    async def run() -> Any:
+        proposer = bridge.Proposer(
+            node, asyncio.get_running_loop(), commit_timeout_s=5.0, batch_commands_max=16
+        )
+        proposer.propose = propose  # type: ignore[method-assign]
+        return await proposer.submit(Barrier(request_id))
+
+    return asyncio.run(run())
+
+
 @pytest.mark.parametrize("reason", ["missing_leader", "leader_changed", "not_leader"])
-def test_a_leaderless_failure_is_retried_once_a_leader_is_known(monkeypatch, reason):
-    clock = VirtualClock()
-    monkeypatch.setattr(bridge.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(bridge.asyncio, "sleep", clock.sleep)
+def test_a_leaderless_failure_is_retried_once_a_leader_is_known(clock, reason):
     node: Any = SimpleNamespace(leader_id=lambda: "n2" if clock.now >= ELECTED_AT_S else None)
     attempts: list[float] = []
 
@@ -46,22 +65,12 @@ def test_a_leaderless_failure_is_retried_once_a_leader_is_known(monkeypatch, rea
             raise error(f"not applied: {reason}", reason=reason)
         return Ok({})
 
-    async def run() -> Any:
-        proposer = bridge.Proposer(
-            node, asyncio.get_running_loop(), commit_timeout_s=5.0, batch_commands_max=16
-        )
-        proposer.propose = propose  # type: ignore[method-assign]
-        return await proposer.submit(Barrier("retry-1"))
-
-    assert asyncio.run(run()) == Ok({})
+    assert submit_with(node, propose, "retry-1") == Ok({})
     assert attempts[-1] >= ELECTED_AT_S
     assert attempts[-1] - ELECTED_AT_S <= 2 * bridge.LEADER_POLL_S, attempts
 
 
-def test_other_failures_still_back_off(monkeypatch):
-    clock = VirtualClock()
-    monkeypatch.setattr(bridge.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(bridge.asyncio, "sleep", clock.sleep)
+def test_other_failures_still_back_off(clock):
     node: Any = SimpleNamespace(leader_id=lambda: "n2")
     attempts: list[float] = []
 
@@ -71,14 +80,7 @@ def test_other_failures_still_back_off(monkeypatch):
             raise bridge.NotApplied("not applied: queue_full", reason="queue_full")
         return Ok({})
 
-    async def run() -> Any:
-        proposer = bridge.Proposer(
-            node, asyncio.get_running_loop(), commit_timeout_s=5.0, batch_commands_max=16
-        )
-        proposer.propose = propose  # type: ignore[method-assign]
-        return await proposer.submit(Barrier("retry-2"))
-
-    assert asyncio.run(run()) == Ok({})
+    assert submit_with(node, propose, "retry-2") == Ok({})
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(attempts)]
     assert gaps == [0.05, 0.1, 0.2]  # a full queue is not helped by retrying sooner
 

@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hangup import closed_within
+
 from cluster.config import load
+from cluster.config import split_address as host_port
 from cluster.http.common import peer_token
 from cluster.localcluster import FAST_RAFT, LocalCluster
 
@@ -22,29 +25,6 @@ IDLE_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 40
 TOKENS = {"admin-token-0123": "admin", "read-token-012345": "read",
           "submit-token-0123": "submit"}
-
-
-def host_port(address: str) -> tuple[str, int]:
-    host, port = address.rsplit(":", 1)
-    return host, int(port)
-
-
-def closed_within(sock: socket.socket, timeout_s: float, trickle: bytes = b"") -> bool:
-    """Whether the server hangs up within timeout_s, while we send `trickle` every 0.2 s."""
-    deadline = time.monotonic() + timeout_s
-    sock.settimeout(0.2)
-    while time.monotonic() < deadline:
-        try:
-            if trickle:
-                sock.sendall(trickle)
-            data = sock.recv(65536)
-            if data == b"":
-                return True
-        except TimeoutError:
-            continue
-        except OSError:
-            return True
-    return False
 
 
 def test_slow_and_idle_connections_are_closed_and_capped(cluster_factory: Any) -> None:

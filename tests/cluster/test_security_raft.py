@@ -16,7 +16,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from hangup import closed_within
+
 from cluster import raftguard
+from cluster.config import split_address as host_port
 from cluster.localcluster import FAST_RAFT, ClusterError, LocalCluster, LocalNode
 
 FLOOD_BYTES = 40 * 1024 * 1024
@@ -40,26 +43,6 @@ def pickle_frame(command: str) -> bytes:
     return struct.pack("i", len(data)) + data
 
 
-def host_port(address: str) -> tuple[str, int]:
-    host, port = address.rsplit(":", 1)
-    return host, int(port)
-
-
-def wait_closed_by_peer(sock: socket.socket, timeout_s: float) -> bool:
-    """Whether the other side closes the connection within timeout_s (reading what it sends)."""
-    deadline = time.monotonic() + timeout_s
-    sock.settimeout(0.2)
-    while time.monotonic() < deadline:
-        try:
-            if sock.recv(65536) == b"":
-                return True
-        except TimeoutError:
-            continue
-        except OSError:
-            return True
-    return False
-
-
 def send_pickle(address: str, command: str) -> str:
     """Send the frame; 'refused' when nothing listens, else wait until the node drops it."""
     try:
@@ -69,7 +52,7 @@ def send_pickle(address: str, command: str) -> str:
     with sock:
         with contextlib.suppress(OSError):
             sock.sendall(pickle_frame(command))
-        return "closed" if wait_closed_by_peer(sock, 10) else "kept open"
+        return "closed" if closed_within(sock, 10) else "kept open"
 
 
 def test_a_single_node_without_password_runs_no_pickle_sent_to_its_raft_port(
@@ -183,7 +166,7 @@ def test_garbage_oversized_and_truncated_frames_neither_crash_nor_stall_commits(
     # Each truncated connection is closed by the node within connection_timeout_s (1 s here).
     timeout_s = float(str(FAST_RAFT["connection_timeout_s"]))
     try:
-        kept = [s for s in truncated if not wait_closed_by_peer(s, timeout_s + 10)]
+        kept = [s for s in truncated if not closed_within(s, timeout_s + 10)]
         assert not kept, f"{len(kept)} of {len(truncated)} idle truncated connections kept open"
     finally:
         for sock in truncated:

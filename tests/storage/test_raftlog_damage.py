@@ -28,6 +28,14 @@ def newest_segment(place: Place) -> str:
     return place.path(place.segments()[-1])
 
 
+def crashed_with_segments(place: Place, *, last: int) -> None:
+    """Entries 1..last of 100 bytes, one sync each, in 600-byte segments, then a crash."""
+    place.segment_bytes_max = 600
+    log = place.open()
+    fill(log, 1, last, term=1, sync_each=True, size=100)
+    log.close(clean=False)
+
+
 def cut_file(place: Place, path: str, size: int) -> None:
     file = place.disk.open(path)
     file.truncate(size)
@@ -118,10 +126,7 @@ def test_a_flipped_bit_in_a_synced_batch_with_a_later_batch_is_damage(place: Pla
 
 
 def test_a_flipped_bit_in_an_older_segment_is_damage_even_at_its_end(place: Place) -> None:
-    place.segment_bytes_max = 600
-    log = place.open()
-    fill(log, 1, 12, term=1, sync_each=True, size=100)
-    log.close(clean=False)
+    crashed_with_segments(place, last=12)
     first = place.path(place.segments()[0])
     size = len(place.disk.read(first))
     flip(place, first, size - 3)  # its last batch: not torn, newer segments follow
@@ -131,10 +136,7 @@ def test_a_flipped_bit_in_an_older_segment_is_damage_even_at_its_end(place: Plac
 
 
 def test_a_missing_segment_the_newest_one_lists_is_damage(place: Place) -> None:
-    place.segment_bytes_max = 600
-    log = place.open()
-    fill(log, 1, 12, term=1, sync_each=True, size=100)
-    log.close(clean=False)
+    crashed_with_segments(place, last=12)
     names = place.segments()
     assert len(names) >= 3
     place.disk.unlink(place.path(names[1]))
@@ -145,10 +147,7 @@ def test_a_missing_segment_the_newest_one_lists_is_damage(place: Place) -> None:
 
 
 def test_a_missing_oldest_segment_the_newest_one_lists_is_damage(place: Place) -> None:
-    place.segment_bytes_max = 600
-    log = place.open()
-    fill(log, 1, 12, term=1, sync_each=True, size=100)
-    log.close(clean=False)
+    crashed_with_segments(place, last=12)
     place.disk.unlink(place.path("log-00000001.seg"))
     with pytest.raises(LogDamaged) as damaged:
         place.open()
@@ -216,10 +215,7 @@ def test_the_clean_stop_mark_is_used_once(place: Place) -> None:
 def test_a_deleted_newest_segment_is_damage_not_a_shorter_log(place: Place) -> None:
     """After a crash (no clean-stop mark) the older segments alone looked like a whole log that
     never reached the newest: the node started short, its latest entries and vote gone."""
-    place.segment_bytes_max = 600
-    log = place.open()
-    fill(log, 1, 12, term=1, sync_each=True, size=100)
-    log.close(clean=False)
+    crashed_with_segments(place, last=12)
     names = place.segments()
     assert len(names) >= 3
     place.disk.unlink(place.path(names[-1]))
@@ -234,10 +230,7 @@ def test_a_newest_segment_cut_to_before_its_header_after_it_was_made_is_damage(
         place: Place, size: int) -> None:
     """Its header was synced before the head mark named it: with no header left, this is not
     the torn creation of a segment (that one is removed), it is a segment that lost its data."""
-    place.segment_bytes_max = 600
-    log = place.open()
-    fill(log, 1, 12, term=1, sync_each=True, size=100)
-    log.close(clean=False)
+    crashed_with_segments(place, last=12)
     newest = newest_segment(place)
     cut_file(place, newest, size)
     with pytest.raises(LogDamaged) as damaged:
@@ -246,10 +239,7 @@ def test_a_newest_segment_cut_to_before_its_header_after_it_was_made_is_damage(
 
 
 def test_a_lost_head_mark_is_tolerated_and_written_again(place: Place) -> None:
-    place.segment_bytes_max = 600
-    log = place.open()
-    fill(log, 1, 6, term=1, sync_each=True, size=100)
-    log.close(clean=False)
+    crashed_with_segments(place, last=6)
     place.disk.unlink(place.path(HEAD_MARK))
     again = place.open()
     assert entries(again) == expected(1, 6, 1, size=100)
