@@ -1,7 +1,8 @@
 """Reading the other members' wall clocks, for cluster/clocks.py's ClockBook.
 
 Every `[clock] poll_ms` this node asks each peer's `GET /healthz` (open, no token: it says only
-that the node is up and what its clock reads) and records the peer's `wall_ms` at the midpoint
+that the node is up and what its clock reads; over HTTPS, with this node's certificate when the
+cluster asks for one: cluster/peerhttp.py) and records the peer's `wall_ms` at the midpoint
 of the round trip, measured on this node's monotonic clock. A peer that does not answer within
 a second is simply not sampled; its old sample ages out (cluster/clocks.py, SAMPLE_FRESH_S).
 Nothing here decides anything: the ticker reads the book.
@@ -18,6 +19,7 @@ import aiohttp
 
 from cluster.clocks import ClockBook
 from cluster.config import NodeConfig
+from cluster.peerhttp import peer_dialer
 
 log = logging.getLogger("raftcron.clock")
 ANSWER_TIMEOUT_S = 1.0
@@ -27,6 +29,7 @@ class ClockPoller:
     def __init__(self, config: NodeConfig, book: ClockBook) -> None:
         self.config = config
         self.book = book
+        self._dialer = peer_dialer(config)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -50,7 +53,8 @@ class ClockPoller:
     async def _ask(self, session: aiohttp.ClientSession, node_id: str, address: str) -> None:
         sent_s = time.monotonic()
         try:
-            async with session.get(f"http://{address}/healthz") as answer:
+            url = self._dialer.url(address, "/healthz")
+            async with session.get(url, ssl=self._dialer.ssl) as answer:
                 body = await answer.json() if answer.status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             log.debug("clock of %s not read: %s", node_id, error)

@@ -28,6 +28,7 @@ from cluster.http.common import Services
 from cluster.http.listener import HttpListener
 from cluster.http.trail import AuditTrail
 from cluster.metrics import ROLES, NodeStats
+from cluster.peerhttp import peer_dialer
 from cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
 from cluster.storage.raftlog import StorageError
 from cluster.ticker import Ticker
@@ -139,6 +140,7 @@ def run(
 ) -> int:
     try:
         config = configuration.load(config_path)
+        peer_dialer(config)  # the files it reads (RAFTCRON_CA_FILE too) are there and valid
     except configuration.ConfigError as error:
         print(f"raftcron node: config error: {error}", file=sys.stderr, flush=True)
         return 2

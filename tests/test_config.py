@@ -152,6 +152,24 @@ def test_tokens_come_from_the_config_a_tokens_file_and_the_environment(tmp_path,
     assert "env-read-0123" not in loaded.token_names["env-read-0123"]
 
 
+def test_a_node_that_cannot_read_the_ca_its_peers_are_verified_with_exits_2(
+        tmp_path, capsys, monkeypatch):
+    from cluster import node
+
+    (tmp_path / "cert.pem").write_text("")
+    (tmp_path / "key.pem").write_text("")
+    (tmp_path / "n1.toml").write_text(
+        'node_id = "n1"\nraft_address = "127.0.0.1:7001"\nhttp_address = "127.0.0.1:8001"\n'
+        'cluster_password = "long-enough-secret"\n'
+        '[[peers]]\nnode_id = "n2"\nraft_address = "127.0.0.1:7002"\n'
+        'http_address = "127.0.0.1:8002"\n'
+        '[api]\ntls_cert_file = "cert.pem"\ntls_key_file = "key.pem"\n')
+    monkeypatch.setenv("RAFTCRON_CA_FILE", str(tmp_path / "missing-ca.pem"))
+    assert node.run(str(tmp_path / "n1.toml")) == 2
+    err = capsys.readouterr().err
+    assert "missing-ca.pem" in err and "RAFTCRON_CA_FILE" in err, err
+
+
 @pytest.mark.parametrize(
     ("api", "env", "key"),
     [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import time
 import uuid
 from pathlib import Path
@@ -13,19 +12,19 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from cluster import metrics, tls
+from cluster import metrics
 from cluster.http.common import (
     CALLER,
     PEER_ROLE,
     ApiError,
     commit,
     json_response,
-    peer_token,
     query_flag,
     query_int,
     requires,
     services,
 )
+from cluster.peerhttp import peer_dialer
 from cluster.replica import AUDIT_PREFIX, RaftNode
 from scheduler.commands import Barrier
 
@@ -109,32 +108,19 @@ async def _ask_members(request: web.Request, view: dict[str, Any]) -> None:
 
     A member that does not answer within a second is marked unreachable; nothing waits longer.
     """
-    config = services(request).config
-    # The nodes' own credential, never a user's token (which this would send to every peer).
-    token = peer_token(config)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    dialer = peer_dialer(services(request).config)
     timeout = aiohttp.ClientTimeout(total=1.0)
-    scheme, context = "http", None
-    if config.api.tls:
-        # Peers are verified against the client CA (or RAFTCRON_CA_FILE, or the system store)
-        # and, when they ask for one, shown this node's own certificate.
-        scheme, api = "https", config.api
-        context = tls.client_context(
-            None if api.tls_client_ca_file is None else str(api.tls_client_ca_file),
-            None if api.tls_client_ca_file is None else str(api.tls_cert_file),
-            None if api.tls_client_ca_file is None else str(api.tls_key_file),
-        ) or ssl.create_default_context()
 
     async def ask(member: dict[str, Any]) -> None:
         own: dict[str, Any] | None
         if member["self"]:
             own = view
         else:
-            url = f"{scheme}://{member['http_address']}/v1/cluster"
+            url = dialer.url(member["http_address"], "/v1/cluster")
             try:
                 async with (
-                    aiohttp.ClientSession(timeout=timeout, headers=headers) as session,
-                    session.get(url, ssl=context if context is not None else True) as answer,
+                    aiohttp.ClientSession(timeout=timeout, headers=dialer.headers) as session,
+                    session.get(url, ssl=dialer.ssl) as answer,
                 ):
                     own = await answer.json() if answer.status == 200 else None
             except (aiohttp.ClientError, TimeoutError, ValueError):

@@ -40,12 +40,15 @@ class LocalCA:
                       "-nodes", "-keyout", self.key, "-out", self.cert, "-days", "2",
                       "-subj", "/CN=raftcron test CA")
 
-    def issue(self, name: str, *, server: bool) -> tuple[Path, Path]:
+    def issue(self, name: str, *, server: bool, client: bool = False) -> tuple[Path, Path]:
+        """A certificate for a server (127.0.0.1), a client, or both (a node whose peers ask
+        for client certificates shows its own)."""
         key, csr, cert = (self.folder / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
         extensions = self.folder / f"{name}.ext"
+        usage = ",".join(u for u, wanted in (("serverAuth", server), ("clientAuth", client))
+                         if wanted)
         extensions.write_text(
-            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n" if server
-            else "extendedKeyUsage=clientAuth\n")
+            ("subjectAltName=IP:127.0.0.1\n" if server else "") + f"extendedKeyUsage={usage}\n")
         self._openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                       "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
         self._openssl("x509", "-req", "-in", csr, "-CA", self.cert, "-CAkey", self.key,
@@ -61,6 +64,15 @@ class LocalCA:
     def _openssl(self, *args: Any) -> None:
         subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True,
                        timeout=60)
+
+
+def peers_clocks_read(cluster: LocalCluster, token: str | None = None) -> bool:
+    """Every node has read every peer's clock (cluster/clockpoll.py dials them like a client)."""
+    for node in cluster.nodes:
+        status, view, _ = cluster.request(node, "GET", "/v1/cluster", token=token)
+        if status != 200 or any(m["clock_offset_ms"] is None for m in view["members"]):
+            return False
+    return True
 
 
 def served_certificate(address: str, context: ssl.SSLContext) -> str:
@@ -108,6 +120,8 @@ def test_https_with_a_test_ca(cluster_factory: Any, tmp_path: Path) -> None:
     status, view, _ = cluster.request(node, "GET", "/v1/cluster?members=1",
                                       token="admin-token-0123")
     assert status == 200 and all(m["reachable"] for m in view["members"]), view
+    cluster.wait_for(lambda: peers_clocks_read(cluster, "admin-token-0123"), 20,
+                     "every node read its peers' clocks over HTTPS")
     # The CLI verifies too.
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAFTCRON_API_TOKEN": "admin-token-0123"}
     command = [sys.executable, "-m", "cluster.cli", "jobs", "show", str(job["id"]), "--connect",
@@ -131,18 +145,23 @@ def test_https_with_a_test_ca(cluster_factory: Any, tmp_path: Path) -> None:
 def test_mutual_tls_refuses_a_client_without_a_certificate(
         cluster_factory: Any, tmp_path: Path) -> None:
     ca = LocalCA(tmp_path / "ca")
-    cert, key = ca.issue("node", server=True)
-    worker_cert = ca.issue("worker", server=False)
+    cert, key = ca.issue("node", server=True, client=True)
+    worker_cert = ca.issue("worker", server=False, client=True)
     cluster = LocalCluster(
-        tmp_path / "mtls", nodes=1, raft=FAST_RAFT,
+        tmp_path / "mtls", nodes=3, raft=FAST_RAFT,
         api={"tls_cert_file": str(cert), "tls_key_file": str(key),
              "tls_client_ca_file": str(ca.cert)})
     cluster.client_tls = ca.context(worker_cert)
     cluster_factory.clusters.append(cluster)
     cluster.start()
-    [node] = cluster.nodes
+    node = cluster.nodes[0]
     cluster.wait_ready()
     assert cluster.request(node, "GET", "/healthz")[0] == 200
+    # The nodes show each other their own certificate: clocks and members are read.
+    cluster.wait_for(lambda: peers_clocks_read(cluster), 20,
+                     "every node read its peers' clocks over mutual TLS")
+    status, view, _ = cluster.request(node, "GET", "/v1/cluster?members=1")
+    assert status == 200 and all(m["reachable"] for m in view["members"]), view
     with pytest.raises((ssl.SSLError, OSError, http.client.HTTPException)):
         host, port = node.http_address.rsplit(":", 1)
         anonymous = http.client.HTTPSConnection(host, int(port), timeout=10,
