@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 WORKERS = ["w1", "w2", "w3"]
 READY_TIMEOUT_S = 60
+DAY_S = 86_400
 
 
 class Context:
@@ -274,23 +275,32 @@ def plan_pause(ctx: Context) -> None:
 
 
 def plan_clock(ctx: Context) -> None:
-    """A leader 30 s ahead, then leadership moved to a node 30 s behind; clocks reset;
-    again until the deadline. Duplicate fires must stay zero whatever the clocks do."""
+    """Clock leaps (DESIGN.md §8.2): a node 10 days ahead made leader, then a node a day behind
+    made leader; both set right; then a third stepped by 5 minutes either way (an NTP step) and
+    made leader; clocks reset; again until the deadline. At most a minority is off from the
+    harness's clock at once (two of three are off in opposite directions, so the middle clock
+    is the true one): the state's time must keep to the majority's (checkers/statetime.py)
+    and every other promise hold."""
     nemesis, rng = ctx.nemesis, ctx.rng
     while ctx.left_s() > 30:
-        nodes = ctx.node_ids()
-        ahead, behind = rng.sample(nodes, 2)
-        nemesis.set_clock(ahead, +30)
+        ahead, behind, stepped = rng.sample(ctx.node_ids(), 3)
+        nemesis.set_clock(ahead, +10 * DAY_S)
         ctx.wait_ready()
         ctx.move_leadership_to(ahead)
         ctx.hold(rng.uniform(6.0, 10.0))
-        nemesis.set_clock(behind, -30)
+        nemesis.set_clock(behind, -DAY_S)
         ctx.wait_ready()
         ctx.move_leadership_to(behind)
         ctx.hold(rng.uniform(6.0, 10.0))
         for node_id in (ahead, behind):
             nemesis.set_clock(node_id, 0)
             ctx.wait_ready()
+        nemesis.set_clock(stepped, rng.choice((-300, +300)))
+        ctx.wait_ready()
+        ctx.move_leadership_to(stepped)
+        ctx.hold(rng.uniform(4.0, 6.0))
+        nemesis.set_clock(stepped, 0)
+        ctx.wait_ready()
         ctx.hold(rng.uniform(2.0, 4.0))
 
 

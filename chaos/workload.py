@@ -47,6 +47,7 @@ TASK = "chaos.effect"
 LEASE_MS = 5_000
 GRACE_MS = 8_000
 MAX_ATTEMPTS = 10
+STATE_TIME_EVERY_S = 2.0  # how often the monitor records a node's state time when not ahead
 BACKOFF = {"initial_ms": 100, "factor": 1.5, "max_ms": 500, "jitter": 0}
 JOB_DEFAULTS: dict[str, Any] = {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff": BACKOFF}
 
@@ -513,10 +514,12 @@ class ClientLoad:
 
     async def _monitor_loop(self) -> None:
         seen: dict[str, tuple[Any, ...]] = {}
+        state_time_at: dict[str, float] = {}
         while not self._stopped():
             started = time.monotonic()
             views = await asyncio.gather(*(self._view(url) for url in self.urls))
             for url, view in zip(self.urls, views, strict=True):
+                self._state_time(url, view, state_time_at)
                 if view is None:
                     shape: tuple[Any, ...] = ("unreachable",)
                     fields: dict[str, Any] = {"role": "unreachable"}
@@ -534,6 +537,21 @@ class ClientLoad:
                     seen[url] = shape
                     self.history.record("sample", url=url, node=node, **fields)
             await self._pause(max(0.05, 0.25 - (time.monotonic() - started)))
+
+    def _state_time(self, url: str, view: dict[str, Any] | None,
+                    recorded_at: dict[str, float]) -> None:
+        """Record a node's state time (its applied Ticks') against this harness's clock: every
+        reading ahead of it, and one every STATE_TIME_EVERY_S otherwise (checkers/statetime.py
+        judges them). The view was read before `t` is taken: a reading is never made to look
+        further ahead than it was."""
+        now_ms = (view or {}).get("state", {}).get("now_ms")
+        if not isinstance(now_ms, int) or now_ms <= 0:
+            return
+        mono_s = time.monotonic()
+        ahead = now_ms > time.time() * 1000
+        if ahead or mono_s - recorded_at.get(url, 0.0) >= STATE_TIME_EVERY_S:
+            recorded_at[url] = mono_s
+            self.history.record("state_time", node=self.nodes[url], now_ms=now_ms)
 
     async def _view(self, url: str) -> dict[str, Any] | None:
         try:

@@ -14,6 +14,7 @@ The modules, each owning one part:
   and `check_rerun` (lease expiry re-runs jobs).
 - `dag_liveness`: `check_dag` (DAG order), `check_convergence` and `check_liveness`.
 - `storage`: `check_storage` (snapshot writers die with their node; damage is refused).
+- `statetime`: `check_state_time` (no node's state time ahead of the majority's clocks).
 
 This package owns `CHECKERS` (every checker, in the order they run and are reported) and
 `check_all`, and re-exports the modules' public names, so `chaos.checkers.X` keeps working.
@@ -41,6 +42,7 @@ from chaos.checkers.jobs import (
     check_lost,
     check_rerun,
 )
+from chaos.checkers.statetime import check_state_time
 from chaos.checkers.storage import STORAGE_FAULTS, check_storage
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "check_liveness",
     "check_lost",
     "check_rerun",
+    "check_state_time",
     "check_storage",
     "expected_plan",
     "nominal_times",
@@ -78,6 +81,7 @@ CHECKERS: list[Callable[[RunData], CheckResult]] = [
     check_convergence,
     check_liveness,
     check_storage,
+    check_state_time,
 ]
 
 

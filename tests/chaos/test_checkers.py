@@ -137,6 +137,11 @@ def good_run() -> RunData:
     b.event("stale", BASE + 62_000, op="fail", job_id=rerun["id"],
             token=rerun["history"][0]["token"], newest_token=rerun["history"][1]["token"],
             action="complete", status=409)
+    # the monitor's readings of state time: behind the harness's clock, and one ahead of it
+    # within the bound (a Tick a little ahead of the reading's moment is allowed)
+    for t in range(BASE, DOWN, 2_000):
+        b.event("state_time", t, node="n1", now_ms=t - 150)
+    b.event("state_time", UP + 2_000, node="n2", now_ms=UP + 2_000 + 400)
     b.event("phase", BASE + 75_000, name="healed")
     b.event("sample", BASE + 75_500, node="n1", role="leader", term=3, has_quorum=True)
     b.event("phase", BASE + 80_000, name="drained", remaining=0, elapsed_ms=5_000)
@@ -483,6 +488,18 @@ def test_raft_alarms_are_read_from_every_node_log(tmp_path) -> None:
         (tmp_path / node).mkdir()
         (tmp_path / node / f"{node}.log").write_text(text)
     assert _raft_alarms(tmp_path) == ["n2: [pysyncobj] truncating already-applied 7"]
+
+
+def test_a_state_time_ahead_of_the_majority_s_clocks_fails() -> None:
+    run = good_run()
+    assert violations(run, checkers.check_state_time) == []
+    assert checkers.check_state_time(run).counts["worst_ahead_ms"] == 400
+    run.history.append({"t": UP + 4_000, "kind": "state_time", "node": "n3",
+                        "now_ms": UP + 4_000 + 10 * 86_400_000})  # a leader 10 days ahead ticked
+    [violation] = violations(run, checkers.check_state_time)
+    assert "n3's state time" in violation and "864000000 ms ahead" in violation
+    run.history[-1]["now_ms"] = UP + 4_000 + 1_001  # just past max_skew_ms
+    assert violations(run, checkers.check_state_time)
 
 
 def test_no_leader_after_the_final_heal_fails_liveness() -> None:
