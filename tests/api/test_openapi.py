@@ -105,9 +105,19 @@ ERROR_NAMES = {
     "403": "Forbidden",
     "404": "NotFound",
     "409": "Conflict",
+    "408": "Timeout",
     "413": "TooLarge",
     "503": "Unavailable",
 }
+
+
+def test_an_operation_documents_408_and_413_exactly_when_it_reads_a_body() -> None:
+    """Every body is read through read_json, which answers 413 over 8 MiB and 408 when the
+    body has not arrived within BODY_READ_S."""
+    for method, path, op in apidoc.operations():
+        has_body = "requestBody" in op
+        assert ("408" in op["responses"]) == has_body, (method, path)
+        assert ("413" in op["responses"]) == has_body, (method, path)
 
 # -- request bodies: the document and the server's parsers agree ----------------------------
 
