@@ -56,7 +56,7 @@ class ClockView:
 
     @property
     def skewed(self) -> bool:
-        """Off from an agreeing majority by more than max_skew_ms: do not lead, do not Tick."""
+        """Off from an agreeing majority by more than max_skew_ms: never Tick this node's clock."""
         return self.skew_ms is not None and abs(self.skew_ms) > self.max_skew_ms
 
 

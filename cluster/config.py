@@ -89,9 +89,10 @@ class ApiSettings:
 @dataclass(frozen=True)
 class ClockSettings:
     """How far this node trusts wall clocks (DESIGN.md §8.2, cluster/clocks.py): a node whose
-    clock is off from the majority's by more than ``max_skew_ms`` does not lead and proposes no
-    Tick; a Tick runs at most ``tick_slack_ms`` ahead of the majority's clocks (or of the
-    monotonic time elapsed since the last evidence, while the majority is not known)."""
+    clock is off from the majority's by more than ``max_skew_ms`` never proposes its own clock
+    (its Ticks, if it leads, carry the majority's time); a Tick runs at most ``tick_slack_ms``
+    ahead of the majority's clocks (or of the monotonic time elapsed since the last evidence,
+    while the majority is not known)."""
 
     max_skew_ms: int = 1_000
     tick_slack_ms: int = 250

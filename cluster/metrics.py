@@ -288,9 +288,10 @@ def _clock_metrics(out: Writer, view: ClockView | None, node_id: str) -> None:
     if view.skew_ms is not None:
         out.metric("raftcron_clock_skew_seconds", "gauge",
                    "This node's wall clock minus the majority's (past [clock] max_skew_ms it "
-                   "does not lead)", [({"node": node_id}, view.skew_ms / 1000)])
+                   "ticks the majority's time, not its own)",
+                   [({"node": node_id}, view.skew_ms / 1000)])
     out.metric("raftcron_clock_skewed", "gauge",
-               "1 while this node's clock is off from the majority's: it does not lead",
+               "1 while this node's clock is off from the majority's (it ticks theirs)",
                [({"node": node_id}, 1 if view.skewed else 0)])
     out.metric("raftcron_clock_offset_seconds", "gauge",
                "A member's wall clock minus this node's, as last read",

@@ -520,7 +520,7 @@
   }
 
   /** A member's clock offset; this node's own cell says how far it is off from the majority
-   * (a skewed node does not lead: DESIGN.md §8.2). */
+   * (a skewed node never ticks its own clock: DESIGN.md §8.2). */
   function clockCell(row, clock) {
     if (row.self) {
       if (!clock || clock.skew_ms === null) return badge("?", "unknown");
