@@ -188,13 +188,18 @@ async def readyz(request: web.Request) -> web.Response:
     node = services(request).node
     leader = node.leader_id()
     storage_problem = node.storage.write_error
-    ready = leader is not None and bool(node.sync.isReady()) and storage_problem is None
+    with node.machine.lock:
+        # Until the first Tick is applied every write is refused not_ready: so is readiness.
+        clock_started = node.machine.state.now_ms > 0
+    ready = (leader is not None and bool(node.sync.isReady()) and storage_problem is None
+             and clock_started)
     body = {
         "ready": ready,
         "node": node.config.node_id,
         "leader": leader,
         "applied_index": node.applied_index,
         "storage": "ok" if storage_problem is None else storage_problem,
+        "clock": "started" if clock_started else "not started",
     }
     return json_response(body, status=200 if ready else 503)
 

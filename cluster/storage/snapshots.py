@@ -42,7 +42,7 @@ import signal
 import struct
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import msgpack
@@ -248,6 +248,9 @@ class SnapshotStore:
         if self._pending_load is snapshot:
             self._pending_load = None
             self.source.load_snapshot(snapshot.state)
+            # Loaded, the decoded state is garbage (hundreds of MB at a million retained jobs,
+            # kept for as long as the node ran); what stays current is the index and entries.
+            self.current = replace(snapshot, state=b"")
         return None, snapshot.last, snapshot.prev, snapshot.cluster
 
     def getTransmissionData(self, node: Any) -> tuple[bytes, bool, bool] | None:
