@@ -285,8 +285,11 @@ def _backfill(state: SchedulerState, command: BackfillSchedule) -> Result:
             f"{oldest_ms}), as long as the cluster remembers which times fired",
             "from_ms",
         )
+    # Times still to come are the clock's: fired now, a time's key would be created before the
+    # time itself, and expire while a backfill may still reach the time (which then fired twice).
+    to_ms = min(command.to_ms, state.now_ms + 1)
     times = fire_times_between(
-        schedule.spec, command.from_ms - 1, command.to_ms - 1, limits.BACKFILL_FIRES_MAX + 1
+        schedule.spec, command.from_ms - 1, to_ms - 1, limits.BACKFILL_FIRES_MAX + 1
     )
     if len(times) > limits.BACKFILL_FIRES_MAX:
         return Rejected(

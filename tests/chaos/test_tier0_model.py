@@ -454,6 +454,21 @@ def test_a_backfill_at_the_retention_edge_never_fires_a_time_again() -> None:
     assert backfilled(driver, T0 + 1_001, T0 + 2_001) == [T0 + 2_000]  # never fired: paused
 
 
+def test_a_backfill_of_a_time_still_to_come_never_fires_it_twice() -> None:
+    """Found by this model: a backfill reaching past the cluster's now fired a time before it
+    came, so its fire key was created before the time itself; the key expired one retention
+    after its creation while a backfill may still reach that time, which then fired again.
+    A backfill covers times up to now; later ones are the clock's."""
+    driver = Driver(now_ms=T0)
+    driver.put_schedule("s", every="1s")
+    driver.tick()
+    driver.ok(PauseSchedule(driver.request_id(), "s"))
+    assert backfilled(driver, T0, T0 + 1_313) == [T0]  # T0 + 1000 is still to come
+    driver.tick(T0 + RETENTION_MS + 999)  # the key of T0 is forgotten, T0 + 1000 is reachable
+    assert backfilled(driver, T0 + 1_000, T0 + 2_000) == [T0 + 1_000]  # fires once, now
+    assert [job.key for job in driver.state.table].count(f"s@{T0 + 1_000}") == 1
+
+
 def test_a_trigger_that_replaces_a_run_never_shares_a_key_with_the_buffered_fire() -> None:
     """trigger-key-taken-by-a-buffered-fire, fixed: under replace a trigger drops the fire a
     buffer_one policy left waiting, and takes its key after cancelling the run it replaces."""
