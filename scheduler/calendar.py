@@ -212,9 +212,21 @@ def parse_cron(expr: str) -> Cron:
     '?' in the day fields; 'L' (last day) in day-of-month; 'mon#2' (second Monday) in
     day-of-week. Day-of-week 0 and 7 are Sunday.
     """
-    normalized, _, has_seconds = split_cron(expr)
-    spec = spec_of(normalized)
-    return Cron(expr=normalized, has_seconds=has_seconds, follows_real_time=spec.real_time)
+    cron = _crons.get(expr)
+    if cron is None:
+        normalized, _, has_seconds = split_cron(expr)
+        spec = spec_of(normalized)
+        cron = Cron(expr=normalized, has_seconds=has_seconds, follows_real_time=spec.real_time)
+        if len(_crons) >= 4096:
+            _crons.clear()
+        _crons[expr] = cron
+    return cron
+
+
+# Parsed expressions, by the text given: a restore parses every schedule again, and 100k
+# schedules share few expressions (splitting one is ~20 us of regular expressions). A Cron is
+# frozen, so schedules may share one.
+_crons: dict[str, Cron] = {}
 
 
 # ------------------------------------------------------------------------------ fire times
