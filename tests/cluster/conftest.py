@@ -15,18 +15,15 @@ Every process is killed at the end, also when a test or a check fails.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from problems import cluster_problems
 
-from cluster import raftpatch
 from cluster.localcluster import FAST_RAFT, LocalCluster
-
-TRUNCATION_WARNING = raftpatch.TRUNCATION_ALARM
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -64,32 +61,6 @@ class ClusterKeeper:
                 cluster.close()
         if problems:
             pytest.fail("\n".join(problems), pytrace=False)
-
-
-def cluster_problems(cluster: LocalCluster, *, check_convergence: bool) -> list[str]:
-    where = f"(node logs under {cluster.base_dir})"
-    problems = [
-        f"{node.node_id} exited by itself with code {node.process.returncode} {where}"
-        for node in cluster.crashed_nodes()
-        if node.process is not None
-    ]
-    live = cluster.live_nodes()
-    whole = len(live) == len(cluster.nodes)
-    quorum = 2 * len(live) > len(cluster.nodes)
-    if cluster.nodes and (whole or (check_convergence and quorum)) and not problems:
-        try:
-            cluster.wait_ready(timeout_s=20)
-            entries = cluster.audit_entries(timeout_s=20)
-        except Exception as error:
-            problems.append(f"the cluster did not converge at the end: {error} {where}")
-        else:
-            if len(set(entries.values())) != 1:
-                problems.append(f"replicas diverged: audit {entries} {where}")
-    truncations = cluster.scan_logs(re.escape(TRUNCATION_WARNING))
-    if truncations:
-        problems.append(f"PySyncObj truncated applied entries {where}:\n" + "\n".join(truncations))
-    problems += [f"a traceback through our code {where}:\n{t}" for t in cluster.tracebacks()]
-    return problems
 
 
 def _test_passed(request: pytest.FixtureRequest) -> bool:

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from problems import cluster_problems
+
 from chaos.nemesis import CLOCK_HOOK
 from cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
-from tests.cluster.conftest import cluster_problems
 
 DAY_MS = 86_400_000
 FAST_NODE = "n1"
