@@ -82,10 +82,10 @@ def ready(cluster: LocalCluster, node: Any) -> bool:
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
-    seen: ClassVar[list[str | None]] = []
+    seen: ClassVar[list[tuple[str, str | None]]] = []  # (path, Authorization)
 
     def do_GET(self) -> None:
-        self.seen.append(self.headers.get("Authorization"))
+        self.seen.append((self.path.partition("?")[0], self.headers.get("Authorization")))
         self.send_response(503)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -120,8 +120,11 @@ def test_a_node_asks_its_peers_with_the_peer_credential_not_a_user_token(
         recorder.server_close()
         thread.join(timeout=10)
     expected = peer_token(load(nodes[0].config_path))
-    assert _Recorder.seen, "the node asked nothing of its absent peer"
-    assert set(_Recorder.seen) == {f"Bearer {expected}"}
+    views = {auth for path, auth in _Recorder.seen if path == "/v1/cluster"}
+    assert views, f"the node never asked its absent peer's view: {_Recorder.seen}"
+    assert views == {f"Bearer {expected}"}
+    # The clock poller asks the open /healthz; nothing a node sends carries a user's token.
+    assert {path for path, _ in _Recorder.seen} <= {"/v1/cluster", "/healthz"}, _Recorder.seen
     assert not any(token in str(_Recorder.seen) for token in TOKENS)
     # What the peer credential may do: the cluster view, and nothing else.
     peer = str(expected)
