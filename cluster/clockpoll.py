@@ -19,17 +19,17 @@ import aiohttp
 
 from cluster.clocks import ClockBook
 from cluster.config import NodeConfig
-from cluster.peerhttp import peer_dialer
+from cluster.peerhttp import PeerDialer
 
 log = logging.getLogger("raftcron.clock")
 ANSWER_TIMEOUT_S = 1.0
 
 
 class ClockPoller:
-    def __init__(self, config: NodeConfig, book: ClockBook) -> None:
+    def __init__(self, config: NodeConfig, book: ClockBook, dialer: PeerDialer) -> None:
         self.config = config
         self.book = book
-        self._dialer = peer_dialer(config)
+        self._dialer = dialer
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -28,7 +28,7 @@ from cluster.http.common import Services
 from cluster.http.listener import HttpListener
 from cluster.http.trail import AuditTrail
 from cluster.metrics import ROLES, NodeStats
-from cluster.peerhttp import peer_dialer
+from cluster.peerhttp import PeerDialer, peer_dialer
 from cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
 from cluster.storage.raftlog import StorageError
 from cluster.ticker import Ticker
@@ -38,7 +38,12 @@ log = logging.getLogger("raftcron.node")
 
 class Node:
     def __init__(
-        self, config: NodeConfig, loop: asyncio.AbstractEventLoop, *, rejoin_empty: bool = False
+        self,
+        config: NodeConfig,
+        loop: asyncio.AbstractEventLoop,
+        dialer: PeerDialer,
+        *,
+        rejoin_empty: bool = False,
     ) -> None:
         self.config = config
         self.loop = loop
@@ -57,7 +62,7 @@ class Node:
         members = [peer.node_id for peer in config.members]
         self.stats.clocks = ClockBook(config.node_id, members,
                                       max_skew_ms=config.clock.max_skew_ms)
-        self.clock_poller = ClockPoller(config, self.stats.clocks)
+        self.clock_poller = ClockPoller(config, self.stats.clocks, dialer)
         self.ticker = Ticker(
             self.raft,
             self.proposer,
@@ -67,7 +72,7 @@ class Node:
         )
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
-            trail=AuditTrail(config.data_dir, config.node_id),
+            trail=AuditTrail(config.data_dir, config.node_id), dialer=dialer,
         )
         self.runner: web.AppRunner | None = None
         self.listener: HttpListener | None = None
@@ -121,9 +126,9 @@ class Node:
         self.raft.destroy()
 
 
-async def _serve(config: NodeConfig, rejoin_empty: bool) -> None:
+async def _serve(config: NodeConfig, dialer: PeerDialer, rejoin_empty: bool) -> None:
     loop = asyncio.get_running_loop()
-    node = Node(config, loop, rejoin_empty=rejoin_empty)
+    node = Node(config, loop, dialer, rejoin_empty=rejoin_empty)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -140,13 +145,13 @@ def run(
 ) -> int:
     try:
         config = configuration.load(config_path)
-        peer_dialer(config)  # the files it reads (RAFTCRON_CA_FILE too) are there and valid
+        dialer = peer_dialer(config)  # reads the TLS files (RAFTCRON_CA_FILE too) now
     except configuration.ConfigError as error:
         print(f"raftcron node: config error: {error}", file=sys.stderr, flush=True)
         return 2
     logs.setup(config.log_level, config.node_id)
     try:
-        asyncio.run(_serve(config, rejoin_empty))
+        asyncio.run(_serve(config, dialer, rejoin_empty))
     except StorageError as error:
         log.critical("cannot start: data dir %s: %s", config.data_dir, error,
                      extra={"action": "storage_refused"})

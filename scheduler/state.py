@@ -71,10 +71,15 @@ class SchedulerState:
         self.counters: dict[str, dict[str, int]] = {}  # name -> label (queue, ...) -> count
         self.leader: tuple[str, int] | None = None  # (node, term) of the last BeginLeadership
 
+    @property
+    def clock_started(self) -> bool:
+        """Whether a Tick was applied: before it, every request is refused not_ready."""
+        return self.now_ms != 0
+
     # -- the one entry point -----------------------------------------------------------------
 
     def apply(self, command: Command) -> Result:
-        if self.now_ms == 0 and not isinstance(command, Tick | BeginLeadership | Barrier):
+        if not self.clock_started and not isinstance(command, Tick | BeginLeadership | Barrier):
             # A state that never ticked has no time: a request remembered "at 0" would be
             # forgotten by the first Tick, and a lease granted from 0 would end at once.
             return Rejected("not_ready", "the cluster's clock has not started yet; retry shortly")

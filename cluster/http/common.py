@@ -9,8 +9,6 @@ request_id if it was a write).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import secrets
 import uuid
@@ -22,6 +20,7 @@ from aiohttp import web
 
 from cluster.bridge import Proposer, TooLarge, Unavailable
 from cluster.config import NodeConfig
+from cluster.peerhttp import PeerDialer, peer_token
 from cluster.replica import RaftNode
 from scheduler import parse
 from scheduler.commands import Barrier, Command
@@ -33,7 +32,7 @@ BODY_READ_S = 30
 
 # role -> what it may do. "read" = every GET; the rest are named per route. "status" is the
 # cluster view (GET /v1/cluster), the one thing nodes ask each other over HTTP: the "peer"
-# role is the nodes' own credential (derived from the cluster password, see peer_token),
+# role is the nodes' own credential (cluster/peerhttp.py's peer_token, from the cluster password),
 # never a user's token, and may do nothing else.
 PEER_ROLE = "peer"
 ROLE_GRANTS: dict[str, frozenset[str]] = {
@@ -43,7 +42,6 @@ ROLE_GRANTS: dict[str, frozenset[str]] = {
     "read": frozenset({"read", "status"}),
     PEER_ROLE: frozenset({"status"}),
 }
-_PEER_CONTEXT = b"raftcron http peer credential v1"
 
 
 @dataclass(frozen=True)
@@ -57,15 +55,6 @@ class Caller:
 CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)
 
 
-def peer_token(config: NodeConfig) -> str | None:
-    """The bearer token nodes of one cluster use with each other: an HMAC of the cluster
-    password, so every member derives the same one and it reveals nothing of the password."""
-    if not config.cluster_password:
-        return None
-    key = config.cluster_password.encode()
-    return hmac.new(key, _PEER_CONTEXT, hashlib.sha256).hexdigest()
-
-
 @dataclass
 class Services:
     config: NodeConfig
@@ -74,6 +63,7 @@ class Services:
     claims: Any  # cluster.http.claims.ClaimWaiters
     stats: Any  # cluster.metrics.NodeStats
     trail: Any = None  # cluster.http.trail.AuditTrail (None: nothing is recorded)
+    dialer: PeerDialer | None = None  # how this node asks its peers (None: it never does)
 
 
 SERVICES: web.AppKey[Services] = web.AppKey("services", Services)
@@ -282,7 +272,7 @@ def identify(config: NodeConfig, request: web.Request) -> Caller:
     for known, known_role in config.tokens.items():
         if secrets.compare_digest(known.encode(), given):
             caller = Caller(config.token_names.get(known), known_role)
-    peer = peer_token(config)
+    peer = peer_token(config.cluster_password)
     if peer is not None and secrets.compare_digest(peer.encode(), given):
         caller = Caller(PEER_ROLE, PEER_ROLE)
     if caller is None:

@@ -24,7 +24,6 @@ from cluster.http.common import (
     requires,
     services,
 )
-from cluster.peerhttp import peer_dialer
 from cluster.replica import AUDIT_PREFIX, RaftNode
 from scheduler.commands import Barrier
 
@@ -108,20 +107,18 @@ async def _ask_members(request: web.Request, view: dict[str, Any]) -> None:
 
     A member that does not answer within a second is marked unreachable; nothing waits longer.
     """
-    dialer = peer_dialer(services(request).config)
-    timeout = aiohttp.ClientTimeout(total=1.0)
+    dialer = services(request).dialer
+    if dialer is None:  # an app built without one (tests): no member can be asked
+        raise ApiError(503, "unavailable", "this node cannot ask its members")
 
-    async def ask(member: dict[str, Any]) -> None:
+    async def ask(session: aiohttp.ClientSession, member: dict[str, Any]) -> None:
         own: dict[str, Any] | None
         if member["self"]:
             own = view
         else:
             url = dialer.url(member["http_address"], "/v1/cluster")
             try:
-                async with (
-                    aiohttp.ClientSession(timeout=timeout, headers=dialer.headers) as session,
-                    session.get(url, ssl=dialer.ssl) as answer,
-                ):
+                async with session.get(url, ssl=dialer.ssl) as answer:
                     own = await answer.json() if answer.status == 200 else None
             except (aiohttp.ClientError, TimeoutError, ValueError):
                 own = None
@@ -129,7 +126,9 @@ async def _ask_members(request: web.Request, view: dict[str, Any]) -> None:
         for key in ("role", "term", "commit_index", "applied_index"):
             member[key] = None if own is None else own.get(key)
 
-    await asyncio.gather(*(ask(member) for member in view["members"]))
+    timeout = aiohttp.ClientTimeout(total=1.0)
+    async with aiohttp.ClientSession(timeout=timeout, headers=dialer.headers) as session:
+        await asyncio.gather(*(ask(session, member) for member in view["members"]))
 
 
 @requires("manage")
@@ -188,9 +187,9 @@ async def readyz(request: web.Request) -> web.Response:
     node = services(request).node
     leader = node.leader_id()
     storage_problem = node.storage.write_error
-    with node.machine.lock:
-        # Until the first Tick is applied every write is refused not_ready: so is readiness.
-        clock_started = node.machine.state.now_ms > 0
+    # Until the first Tick every write is refused not_ready: so is readiness. One attribute,
+    # read without the apply lock: a health check must not wait out a long apply.
+    clock_started = node.machine.state.clock_started
     ready = (leader is not None and bool(node.sync.isReady()) and storage_problem is None
              and clock_started)
     body = {

@@ -18,8 +18,8 @@ from hangup import closed_within
 
 from cluster.config import load
 from cluster.config import split_address as host_port
-from cluster.http.common import peer_token
 from cluster.localcluster import FAST_RAFT, LocalCluster
+from cluster.peerhttp import peer_token
 
 IDLE_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 40
@@ -119,7 +119,7 @@ def test_a_node_asks_its_peers_with_the_peer_credential_not_a_user_token(
         recorder.shutdown()
         recorder.server_close()
         thread.join(timeout=10)
-    expected = peer_token(load(nodes[0].config_path))
+    expected = peer_token(load(nodes[0].config_path).cluster_password)
     views = {auth for path, auth in _Recorder.seen if path == "/v1/cluster"}
     assert views, f"the node never asked its absent peer's view: {_Recorder.seen}"
     assert views == {f"Bearer {expected}"}

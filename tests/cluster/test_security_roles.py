@@ -15,8 +15,9 @@ import pytest
 
 from cluster.config import load
 from cluster.http import app as http_app
-from cluster.http.common import Services, peer_token
+from cluster.http.common import Services
 from cluster.localcluster import LocalCluster
+from cluster.peerhttp import peer_token
 
 OPEN = None
 GRANTS: dict[tuple[str, str], str | None] = {
@@ -84,7 +85,7 @@ def test_the_specification_covers_every_route_the_app_serves() -> None:
 
 
 def _tokens(cluster: LocalCluster) -> dict[str | None, str | None]:
-    peer = peer_token(load(cluster.nodes[0].config_path))
+    peer = peer_token(load(cluster.nodes[0].config_path).cluster_password)
     return {None: None, **{role: token for token, role in TOKENS.items()}, "peer": peer}
 
 
