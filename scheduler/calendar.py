@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from scheduler.cronexpr import CronSpec, spec_of, split_cron
+from scheduler.cronexpr import CRON_YEAR_MAX, CronSpec, spec_of, split_cron
 from scheduler.cronexpr import RecurrenceError as RecurrenceError  # re-exported
 from scheduler.timezones import (
     HORIZON_MS,
@@ -329,6 +329,47 @@ def fire_times_ms(
                     break
             return fires
     raise TypeError(f"not a recurrence: {rec!r}")
+
+
+def count_fire_times_ms(rec: Recurrence, tz: ZoneInfo, after_ms: int, until_ms: int) -> int | None:
+    """How many fire instants fire_times_ms would list in (after_ms, until_ms], counted
+    without listing them. None where only listing can tell: a fixed-time cron whose span
+    crosses a UTC offset change (gap times merge at the gap's end, repeats fire once)."""
+    if until_ms <= after_ms:
+        return 0
+    match rec:
+        case At(at_ms=at_ms):
+            return 1 if after_ms < at_ms <= until_ms else 0
+        case Every(interval_ms=interval_ms):
+            return max(0, (until_ms - _every_first_ms(rec, after_ms)) // interval_ms + 1)
+        case Cron():
+            return _count_cron_fires(rec, tz, after_ms, until_ms)
+    raise TypeError(f"not a recurrence: {rec!r}")
+
+
+def _count_cron_fires(cron: Cron, tz: ZoneInfo, after_ms: int, until_ms: int) -> int | None:
+    spec = spec_of(cron.expr)
+    timeline = _timeline(tz)
+    after_ms = max(after_ms, _CRON_MIN_MS)
+    if until_ms <= after_ms:
+        return 0
+    segment = timeline.segment(after_ms)
+    if segment.end_ms > until_ms and not spec.real_time:
+        # One offset throughout: the walls not reached yet, as _fixed_time_fires walks them.
+        return spec.count_walls(timeline.high_water_ms(after_ms), until_ms + segment.offset_ms)
+    if not spec.real_time:
+        return None
+    # As _real_time_fires: each segment's walls, the repeated ones again after a fall-back.
+    floor_wall_ms = after_ms + segment.offset_ms
+    count = 0
+    for _ in range(4 * (CRON_YEAR_MAX - 1900)):  # at most a few offset changes a year
+        last_ms = min(until_ms, segment.end_ms - 1)
+        count += spec.count_walls(floor_wall_ms, last_ms + segment.offset_ms)
+        if segment.end_ms > until_ms or segment.end_ms >= HORIZON_MS:
+            return count
+        segment = timeline.segment(segment.end_ms)
+        floor_wall_ms = segment.start_ms + segment.offset_ms - 1
+    return None  # more offset changes than any zone has: let listing decide
 
 
 def describe_fire(rec: Recurrence, tz: ZoneInfo, fire_ms: int) -> tuple[str, str | None]:

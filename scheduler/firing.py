@@ -91,9 +91,9 @@ def _put(state: SchedulerState, command: PutSchedule) -> Result:
 
 
 def fire_due(state: SchedulerState) -> list[int]:
-    """Inside Tick: start pending schedules, then fire every schedule whose time has come (at
-    most CATCHUP_SCHEDULES_PER_TICK of those late past CATCHUP_LATE_MS: the next Ticks do the
-    rest, so a catch-up after downtime is spread over log entries).
+    """Inside Tick: start pending schedules, then fire every schedule whose time has come (of
+    those late past CATCHUP_LATE_MS, only up to CATCHUP_WORK_PER_TICK of work: the next Ticks do
+    the rest, so a catch-up after downtime is spread over log entries).
 
     Returns the fire times that created work (the shell measures fire lateness from them).
     """
@@ -107,20 +107,22 @@ def fire_due(state: SchedulerState) -> list[int]:
     fired: list[int] = []
     heap = state.schedule_heap
     late_ms = now_ms - limits.CATCHUP_LATE_MS
-    caught_up = 0
+    catch_up_work = 0
     while heap and heap[0][0] <= now_ms:
         next_fire_ms, name = heapq.heappop(heap)
         found = state.schedules.get(name)
         if found is None or found.paused or found.next_fire_ms != next_fire_ms:
             continue  # a stale entry: deleted, paused or re-timed since it was filed
-        if next_fire_ms < late_ms:
-            if caught_up == limits.CATCHUP_SCHEDULES_PER_TICK:
-                # The rest waits for the next Tick (the heap is ordered: all of it is late).
-                heapq.heappush(heap, (next_fire_ms, name))
-                break
-            caught_up += 1
+        late = next_fire_ms < late_ms
+        if late and catch_up_work >= limits.CATCHUP_WORK_PER_TICK:
+            # The rest waits for the next Tick (the heap is ordered: all of it is late).
+            heapq.heappush(heap, (next_fire_ms, name))
+            break
         schedule = found
-        fired += _fire_due_times(state, schedule)
+        created = _fire_due_times(state, schedule)
+        if late:
+            catch_up_work += 1 + len(created)
+        fired += created
         _file(state, schedule)
     return fired
 

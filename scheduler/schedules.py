@@ -92,16 +92,31 @@ def next_fire_ms(spec: ScheduleSpec, after_ms: int) -> int | None:
     return fire_ms
 
 
-def fire_times_between(spec: ScheduleSpec, after_ms: int, until_ms: int, limit: int) -> list[int]:
-    """Fire times in (after_ms, until_ms] within the schedule's bounds, oldest first."""
+def _bounds(spec: ScheduleSpec, after_ms: int, until_ms: int) -> tuple[int, int]:
+    """(after_ms, until_ms] narrowed to the schedule's start/end bounds."""
     if spec.start_at_ms is not None:
         after_ms = max(after_ms, spec.start_at_ms - 1)
     until_ms = min(until_ms, limits.TIME_MS_MAX)
     if spec.end_at_ms is not None:
         until_ms = min(until_ms, spec.end_at_ms)
+    return after_ms, until_ms
+
+
+def fire_times_between(spec: ScheduleSpec, after_ms: int, until_ms: int, limit: int) -> list[int]:
+    """Fire times in (after_ms, until_ms] within the schedule's bounds, oldest first."""
+    after_ms, until_ms = _bounds(spec, after_ms, until_ms)
     if until_ms <= after_ms:
         return []
     return calendar.fire_times_ms(spec.recurrence, spec.zone, after_ms, until_ms, limit)
+
+
+def count_fire_times(spec: ScheduleSpec, after_ms: int, until_ms: int) -> int | None:
+    """How many fire times lie in (after_ms, until_ms] within the bounds, without listing
+    them; None where only listing can tell (see calendar.count_fire_times_ms)."""
+    after_ms, until_ms = _bounds(spec, after_ms, until_ms)
+    if until_ms <= after_ms:
+        return 0
+    return calendar.count_fire_times_ms(spec.recurrence, spec.zone, after_ms, until_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,20 +129,45 @@ class FirePlan:
 
 def plan_fires(spec: ScheduleSpec, cursor_ms: int, now_ms: int) -> FirePlan:
     """Which due times in (cursor_ms, now_ms] to fire, by the misfire policy."""
+    grace_cutoff_ms = now_ms - spec.misfire_grace_ms
+    due_count = count_fire_times(spec, cursor_ms, now_ms)
+    if due_count is not None and due_count > limits.FIRE_LIST_MAX:
+        # A long outage of a frequent schedule: count the missed times, list only the newest.
+        late = count_fire_times(spec, cursor_ms, grace_cutoff_ms - 1)  # the times < the cutoff
+        if late is not None:
+            # List only what the policy can fire: fire_once one time, skip those in the grace.
+            wanted = spec.max_catchup
+            if late and spec.misfire == "fire_once":
+                wanted = 1
+            elif late and spec.misfire == "skip":
+                wanted = min(wanted, due_count - late)
+            newest = newest_fire_times(spec, cursor_ms, now_ms, wanted) if wanted else []
+            return _choose(spec, newest, late, due_count, grace_cutoff_ms, truncated=False)
     due = fire_times_between(spec, cursor_ms, now_ms, limits.FIRE_SCAN_MAX)
     truncated = False
     uncounted = 0
     if len(due) == limits.FIRE_SCAN_MAX:
         following = next_fire_ms(spec, due[-1])
         if following is not None and following <= now_ms:
-            # A long outage of a frequent schedule: the oldest FIRE_SCAN_MAX times were counted;
-            # find the newest ones without walking every time in between.
+            # Too many to count (a fixed-time cron across a DST change: listing only): the
+            # oldest FIRE_SCAN_MAX times were counted; the newest are found by a window search.
             truncated = True
-            newest = newest_fire_times(spec, due[-1], now_ms, spec.max_catchup)
             uncounted = len(due)
-            due = newest
-    grace_cutoff_ms = now_ms - spec.misfire_grace_ms
+            due = newest_fire_times(spec, due[-1], now_ms, spec.max_catchup)
     late = sum(1 for t in due if t < grace_cutoff_ms) + uncounted
+    return _choose(spec, due, late, len(due) + uncounted, grace_cutoff_ms, truncated)
+
+
+def _choose(
+    spec: ScheduleSpec,
+    due: list[int],
+    late: int,
+    due_count: int,
+    grace_cutoff_ms: int,
+    truncated: bool,
+) -> FirePlan:
+    """The misfire policy over the due times (`due`: all of them, or at least the newest
+    `max_catchup`), `late` of the `due_count` in all being past the grace."""
     if late == 0:
         fire = due[-spec.max_catchup :]
     elif spec.misfire == "fire_once":
@@ -136,12 +176,36 @@ def plan_fires(spec: ScheduleSpec, cursor_ms: int, now_ms: int) -> FirePlan:
         fire = due[-spec.max_catchup :]
     else:  # skip
         fire = [t for t in due if t >= grace_cutoff_ms][-spec.max_catchup :]
-    skipped = len(due) + uncounted - len(fire)
-    return FirePlan(fire=fire, late=late, skipped=skipped, truncated=truncated)
+    return FirePlan(fire=fire, late=late, skipped=due_count - len(fire), truncated=truncated)
 
 
 def newest_fire_times(spec: ScheduleSpec, after_ms: int, until_ms: int, count: int) -> list[int]:
-    """The newest `count` fire times in (after_ms, until_ms], found by a widening window."""
+    """The newest `count` fire times in (after_ms, until_ms]: the narrowest window ending at
+    until_ms that holds them is found by counting (doubling, then halving), and listed once."""
+    low_ms, span_ms = 0, limits.SECOND_MS
+    found = count_fire_times(spec, max(after_ms, until_ms - span_ms), until_ms)
+    for _ in range(64):  # doubling from a second reaches any span in time
+        if found is None:
+            return _newest_by_listing(spec, after_ms, until_ms, count)
+        if found >= count or until_ms - span_ms <= after_ms:
+            break
+        low_ms, span_ms = span_ms, span_ms * 2
+        found = count_fire_times(spec, max(after_ms, until_ms - span_ms), until_ms)
+    for _ in range(64):  # halving the last step: a window that holds about `count`
+        if found is None or found <= limits.FIRE_LIST_MAX or span_ms - low_ms <= 1:
+            break
+        middle_ms = (low_ms + span_ms) // 2
+        in_middle = count_fire_times(spec, max(after_ms, until_ms - middle_ms), until_ms)
+        if in_middle is not None and in_middle >= count:
+            span_ms, found = middle_ms, in_middle
+        else:
+            low_ms = middle_ms
+    start_ms = max(after_ms, until_ms - span_ms)
+    return fire_times_between(spec, start_ms, until_ms, limits.FIRE_SCAN_MAX)[-count:]
+
+
+def _newest_by_listing(spec: ScheduleSpec, after_ms: int, until_ms: int, count: int) -> list[int]:
+    """newest_fire_times where counting cannot tell: listing a widening window."""
     span_ms = max(spec.misfire_grace_ms, limits.SECOND_MS)
     for _ in range(64):
         start_ms = max(after_ms, until_ms - span_ms)

@@ -118,14 +118,48 @@ def test_a_late_tick_within_the_grace_is_not_a_misfire():
     assert len(fired(d, "s")) == 3 and d.state.schedules["s"].misfires == 0
 
 
-def test_a_very_long_outage_is_bounded_and_says_its_count_is_a_lower_bound():
+def test_a_very_long_outage_is_counted_exactly_and_fires_only_the_newest():
     d = start(every="1s", misfire="fire_all", max_catchup=3)
     d.tick(T0 + 2 * 86_400_000)
     times = [t for t, _ in fired(d, "s")]
     end = T0 + 2 * 86_400_000
     assert times == [end - 2_000, end - 1_000, end]
     s = d.state.schedules["s"]
-    assert s.misfires_truncated and s.misfires >= 20_000
+    # 172,800 times were due; the last 61 (end - 60 s .. end) were within the grace.
+    assert (s.misfires, s.misfire_skipped, s.misfires_truncated) == (172_739, 172_797, False)
+
+
+@pytest.mark.parametrize("cron", ["* * * * * *", "*/2 * * * *"])
+def test_a_day_of_cron_misses_is_counted_exactly_across_a_dst_change(cron):
+    spring = 1_805_007_600_000  # 2027-03-14T07:00:00Z: New York springs forward (2:00 -> 3:00)
+    d = Driver(now_ms=spring - 43_200_000)
+    d.put_schedule("s", cron=cron, tz="America/New_York", misfire="skip")
+    d.tick(spring - 43_200_000)
+    d.tick(spring + 43_200_000)  # a real-time cron counts instants: 2:00-2:59 never shows
+    s = d.state.schedules["s"]
+    step_s = 1 if cron.startswith("*") and cron.count(" ") == 5 else 120
+    due = 86_400 // step_s
+    within_grace = 60 // step_s + 1 if step_s == 1 else 1  # times >= now - 60 s
+    assert (s.misfires, s.misfires_truncated) == (due - within_grace, False)
+    assert len(fired(d, "s")) == within_grace
+
+
+def test_an_outage_too_dense_to_count_says_its_count_is_a_lower_bound():
+    # A fixed-time expression (no '*' or '/') across a DST change can only be listed.
+    spring = 1_805_007_600_000
+    d = Driver(now_ms=spring - 43_200_000)
+    d.put_schedule(
+        "s",
+        cron="0-59 0-59 0-23 * * *",
+        tz="America/New_York",
+        misfire="fire_all",
+        max_catchup=3,
+    )
+    d.tick(spring - 43_200_000)
+    d.tick(spring + 43_200_000)
+    s = d.state.schedules["s"]
+    assert s.misfires_truncated and s.misfires >= limits.FIRE_SCAN_MAX
+    assert len(fired(d, "s")) == 3
 
 
 def test_forbid_skips_a_fire_while_the_previous_run_is_active():
@@ -334,11 +368,11 @@ def _after_a_day_down(d: Driver, policy: str) -> None:
 
 
 @pytest.mark.parametrize("policy", ["fire_once", "fire_all", "skip"])
-def test_catch_up_after_a_day_down_is_spread_over_ticks_with_exact_counts(policy):
+def test_catch_up_after_a_day_down_is_spread_over_ticks_with_exact_counts(policy, monkeypatch):
     """S8 of the wave-2 audit: one Tick did every schedule's catch-up (minutes of apply at
-    100k schedules, on every replica at once). Now a Tick catches up a bounded number of
-    schedules; the Ticks after it (time standing still) do the rest, and every schedule's
-    counts are the ones a single unbounded Tick gives."""
+    100k schedules, on every replica at once). Now a Tick does a bounded amount of catch-up
+    work; the Ticks after it (time standing still) do the rest, and every schedule's counts
+    are the ones a single unbounded Tick gives."""
     spread = Driver()
     _after_a_day_down(spread, policy)
     ticks = 1
@@ -346,23 +380,28 @@ def test_catch_up_after_a_day_down_is_spread_over_ticks_with_exact_counts(policy
         spread.tick(advance_ms=0)
         ticks += 1
         assert ticks <= CATCHUP_SCHEDULES
-    assert ticks >= CATCHUP_SCHEDULES // limits.CATCHUP_SCHEDULES_PER_TICK
+    assert ticks > 1
     whole = Driver()
-    limits_before = limits.CATCHUP_SCHEDULES_PER_TICK
-    try:
-        limits.CATCHUP_SCHEDULES_PER_TICK = CATCHUP_SCHEDULES  # the old single Tick
-        _after_a_day_down(whole, policy)
-    finally:
-        limits.CATCHUP_SCHEDULES_PER_TICK = limits_before
-    counts = [(s.name, s.fires, s.misfires, s.misfire_skipped, s.next_fire_ms)
-              for s in spread.state.schedules.values()]
-    assert counts == [(s.name, s.fires, s.misfires, s.misfire_skipped, s.next_fire_ms)
-                      for s in whole.state.schedules.values()]
+    monkeypatch.setattr(limits, "CATCHUP_WORK_PER_TICK", 10**9)  # the old single Tick
+    _after_a_day_down(whole, policy)
+    assert not (whole.state.schedule_heap and whole.state.schedule_heap[0][0] <= whole.now_ms)
+    counts = [
+        (s.name, s.fires, s.misfires, s.misfire_skipped, s.next_fire_ms)
+        for s in spread.state.schedules.values()
+    ]
+    assert counts == [
+        (s.name, s.fires, s.misfires, s.misfire_skipped, s.next_fire_ms)
+        for s in whole.state.schedules.values()
+    ]
     assert len(spread.state.table) == len(whole.state.table) > 0 or policy == "skip"
 
 
-def test_a_tick_catches_up_at_most_its_bound_of_late_schedules():
+@pytest.mark.parametrize("policy", ["fire_once", "fire_all"])
+def test_a_tick_does_at_most_its_bound_of_catch_up_work(policy):
     d = Driver()
-    _after_a_day_down(d, "fire_once")
+    _after_a_day_down(d, policy)
     late = [s for s in d.state.schedules.values() if s.misfires]
-    assert len(late) == limits.CATCHUP_SCHEDULES_PER_TICK
+    work = sum(1 + s.fires for s in late)  # a late schedule costs 1, plus each run it fired
+    one_schedule = 1 + 5  # max_catchup=5
+    assert limits.CATCHUP_WORK_PER_TICK <= work < limits.CATCHUP_WORK_PER_TICK + one_schedule
+    assert 0 < len(late) < CATCHUP_SCHEDULES
