@@ -17,7 +17,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy scheduler cluster
+	$(BIN)/mypy -p raftcron
 
 unit: $(STAMP)
 	$(BIN)/pytest
@@ -30,7 +30,7 @@ demo: $(STAMP)
 # The core alone (cluster/corebench.py: it needs a clock, which scheduler/ must not have),
 # then a local cluster against the baselines.
 bench: $(STAMP)
-	$(BIN)/python -m cluster.corebench
+	$(BIN)/python -m raftcron.cluster.corebench
 	$(BIN)/raftcron bench
 
 clean:

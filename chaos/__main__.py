@@ -1,11 +1,11 @@
-"""`python -m chaos run [--smoke] [--seed N] [--scenario NAME ...] [--minutes M] [--keep]`.
+"""`raftcron chaos run [--smoke] [--seed N] [--scenario NAME ...] [--minutes M] [--keep]`.
 
 Runs tier 2 of CHAOS.md: real `raftcron node` processes and workers under faults, a recorded
 history per scenario, the checkers, and a report. Exit status: 0 when every checker passed,
 1 on any safety violation or harness error, 2 when only a liveness bound was missed.
 
-Also `python -m chaos cleanup` (remove the namespaces and processes a crashed run left) and
-`python -m chaos worker ...` (the worker process the suite starts; not for people).
+Also `raftcron chaos cleanup` (remove the namespaces and processes a crashed run left) and
+`raftcron chaos worker ...` (the worker process the suite starts; not for people).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ DEFAULT_OUT = Path("data/chaos")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m chaos")
+    parser = argparse.ArgumentParser(prog="raftcron chaos")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run scenarios and check them")
     run.add_argument("--smoke", action="store_true",
@@ -49,14 +49,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
-        from chaos.workload import worker_main
+        from raftcron.chaos.workload import worker_main
 
         return worker_main(argv[1:])
     args = _parse(argv)
     if args.command == "check":
         return _check(args.folders)
     if args.command == "cleanup":
-        from chaos.netns import remove_leftovers
+        from raftcron.chaos.netns import remove_leftovers
 
         removed = remove_leftovers() if os.geteuid() == 0 else []  # slots no live run holds
         print(f"removed: {', '.join(removed) or 'nothing'}")
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from chaos import report
-    from chaos.scenarios import FULL, SCENARIOS, eprint, prune, run_scenario
+    from raftcron.chaos import report
+    from raftcron.chaos.scenarios import FULL, SCENARIOS, eprint, prune, run_scenario
 
     if args.list:
         for scenario in SCENARIOS.values():
@@ -125,7 +125,7 @@ def _check(folders: list[Path]) -> int:
     """Re-judge kept runs (history.jsonl, final.json, sink.sqlite in each scenario folder)."""
     import json
 
-    from chaos import checkers, history, workload
+    from raftcron.chaos import checkers, history, workload
 
     status = 0
     for folder in folders:

@@ -19,14 +19,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from chaos import storage_faults, workload
-from chaos.history import History
-from chaos.nemesis import Nemesis
-from chaos.netns import Namespaces
-from cluster.localcluster import ClusterError
+from raftcron.chaos import storage_faults, workload
+from raftcron.chaos.history import History
+from raftcron.chaos.nemesis import Nemesis
+from raftcron.chaos.netns import Namespaces
+from raftcron.cluster.localcluster import ClusterError
 
 if TYPE_CHECKING:
-    from chaos.scenarios import Scenario
+    from raftcron.chaos.scenarios import Scenario
 
 WORKERS = ["w1", "w2", "w3"]
 READY_TIMEOUT_S = 60

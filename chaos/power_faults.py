@@ -34,13 +34,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from chaos.nemesis import ChaosCluster, Nemesis, wait_until
-from chaos.powerfs.harness import PowerFS
-from chaos.storage_faults import _compact_and_wait_for_writer, kill_main
-from cluster.localcluster import LocalNode, http_request
+from raftcron.chaos.nemesis import ChaosCluster, Nemesis, wait_until
+from raftcron.chaos.powerfs.harness import PowerFS
+from raftcron.chaos.storage_faults import _compact_and_wait_for_writer, kill_main
+from raftcron.cluster.localcluster import LocalNode, http_request
 
 if TYPE_CHECKING:
-    from chaos.plans import Context
+    from raftcron.chaos.plans import Context
 
 POWER_FAULTS = ("power_one", "power_majority", "power_all")
 EXIT_WAIT_S = 10.0

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from chaos.checkers import CheckResult
-from chaos.scenarios import Outcome
+from raftcron.chaos.checkers import CheckResult
+from raftcron.chaos.scenarios import Outcome
 
 COLUMNS = [
     ("scenario", 10), ("faults", 6), ("fires exp/seen/dup", 18), ("jobs ack/lost", 13),
@@ -102,7 +102,7 @@ def render(outcomes: list[Outcome], seed: int) -> str:
     parts.append("")
     parts.append("faults by kind: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
     failed = [o for o in outcomes if not o.ok]
-    parts.append(f"seed: {seed}" + (f"  (replay: python -m chaos run --seed {seed} "
+    parts.append(f"seed: {seed}" + (f"  (replay: raftcron chaos run --seed {seed} "
                                     + " ".join(f"--scenario {o.scenario}" for o in failed) + ")"
                                     if failed else ""))
     return "\n".join(parts)

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos import checkers, workload
-from chaos.history import History
-from chaos.nemesis import ADMIN, ChaosCluster, Nemesis
-from chaos.netns import Namespaces, Relay, namespaces_possible
-from chaos.plans import (
+from raftcron.chaos import checkers, workload
+from raftcron.chaos.history import History
+from raftcron.chaos.nemesis import ADMIN, ChaosCluster, Nemesis
+from raftcron.chaos.netns import Namespaces, Relay, namespaces_possible
+from raftcron.chaos.plans import (
     READY_TIMEOUT_S,
     WORKERS,
     Context,
@@ -44,11 +44,11 @@ from chaos.plans import (
     plan_pause,
     plan_smoke,
 )
-from chaos.power_faults import PowerCluster, plan_power
-from chaos.storage_faults import STORAGE_RAFT, plan_storage
-from cluster import raftpatch
-from cluster.config import ClockSettings
-from cluster.localcluster import ClusterError
+from raftcron.chaos.power_faults import PowerCluster, plan_power
+from raftcron.chaos.storage_faults import STORAGE_RAFT, plan_storage
+from raftcron.cluster import raftpatch
+from raftcron.cluster.config import ClockSettings
+from raftcron.cluster.localcluster import ClusterError
 
 DRAIN_BOUND_S = 60
 

@@ -27,10 +27,10 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chaos.nemesis import ADMIN, CHAOS_RAFT, Nemesis, wait_until
+from raftcron.chaos.nemesis import ADMIN, CHAOS_RAFT, Nemesis, wait_until
 
 if TYPE_CHECKING:
-    from chaos.plans import Context
+    from raftcron.chaos.plans import Context
 
 STORAGE_RAFT: dict[str, object] = {
     **CHAOS_RAFT,

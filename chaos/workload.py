@@ -7,7 +7,7 @@ What it owns:
   execution is logged (start, failed, applied, duplicate, stale) with job id, key, token,
   worker, attempt and time; an effect is applied at most once per key, and never under a token
   older than one the sink has seen for that job (the fencing a real effect target does);
-- `worker_main`: a worker process (`python -m chaos worker`) whose handler writes to the sink;
+- `worker_main`: a worker process (`raftcron chaos worker`) whose handler writes to the sink;
 - `WorkerPool`: starts those processes (each in its own namespace when there are namespaces)
   and delivers signals to them;
 - `ClientLoad`: on one asyncio thread, the submitter (idempotency keys, some retried with the
@@ -37,10 +37,10 @@ from typing import Any
 
 import aiohttp
 
-from chaos.history import History, now_ms
-from chaos.netns import Namespaces
-from cluster.client import ApiError, AsyncClient, RaftcronError, Unavailable
-from cluster.localcluster import REPO_ROOT
+from raftcron.chaos.history import History, now_ms
+from raftcron.chaos.netns import Namespaces
+from raftcron.cluster.client import ApiError, AsyncClient, RaftcronError, Unavailable
+from raftcron.cluster.localcluster import REPO_ROOT
 
 QUEUE = "chaos"
 TASK = "chaos.effect"
@@ -159,9 +159,9 @@ def read_sink(path: Path) -> list[dict[str, Any]]:
 
 
 def worker_main(argv: list[str]) -> int:
-    from cluster.worker import JobError, PermanentError, Worker
+    from raftcron.cluster.worker import JobError, PermanentError, Worker
 
-    parser = argparse.ArgumentParser(prog="python -m chaos worker")
+    parser = argparse.ArgumentParser(prog="python -m raftcron.chaos worker")
     parser.add_argument("--name", required=True)
     parser.add_argument("--urls", required=True)
     parser.add_argument("--sink", required=True, type=Path)
@@ -211,7 +211,7 @@ def worker_main(argv: list[str]) -> int:
 
 
 class WorkerPool:
-    """Worker processes (`python -m chaos worker`), each in its own process group."""
+    """Worker processes (`raftcron chaos worker`), each in its own process group."""
 
     def __init__(
         self, names: list[str], urls: list[str], folder: Path, sink: Path,
@@ -238,10 +238,10 @@ class WorkerPool:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         env["PYTHONUNBUFFERED"] = "1"
-        from chaos.nemesis import WORKER
+        from raftcron.chaos.nemesis import WORKER
 
         self.processes[name] = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "chaos", "worker", "--name", name,
+            [*prefix, sys.executable, "-m", "raftcron.chaos", "worker", "--name", name,
              "--urls", ",".join(self.urls), "--sink", str(self.sink), "--token", WORKER],
             cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
@@ -344,7 +344,7 @@ class ClientLoad:
         self.loop.close()
 
     async def _main(self) -> None:
-        from chaos.nemesis import ADMIN, SUBMIT, WORKER
+        from raftcron.chaos.nemesis import ADMIN, SUBMIT, WORKER
 
         self.stopping = asyncio.Event()
         self.submitter = AsyncClient(self.urls, token=SUBMIT, request_timeout_s=3,

@@ -28,11 +28,11 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON
 
-from cluster.metrics import Histogram
-from cluster.replica import RaftNode, encode_batch
-from scheduler import codec
-from scheduler.commands import Command
-from scheduler.errors import Rejected, Result
+from raftcron.cluster.metrics import Histogram
+from raftcron.cluster.replica import RaftNode, encode_batch
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import Command
+from raftcron.scheduler.errors import Rejected, Result
 
 log = logging.getLogger("raftcron.bridge")
 

@@ -1,4 +1,5 @@
-"""The `raftcron` command: `node`, and (as they land) worker, client and operator commands."""
+"""The `raftcron` command: `node`, `worker`, the client and operator commands, the tools
+(`demo`, `bench`, `storage`) and the chaos suite (`raftcron chaos run|check|cleanup`)."""
 
 from __future__ import annotations
 
@@ -24,32 +25,41 @@ def main(argv: list[str] | None = None) -> int:
         help="this node lost its data: start empty, catch up from the leader, and vote only "
         "once caught up (refused if the data dir still holds a log)",
     )
-    from cluster.worker import cli as worker_cli
+    from raftcron.cluster.worker import cli as worker_cli
 
     worker = commands.add_parser(
         "worker", help="claim and run jobs (Python handlers, built-in shell task)"
     )
     worker_cli.add_arguments(worker)
     demo = commands.add_parser("demo", help="a local 3-node cluster, a worker and sample schedules")
-    from cluster import demo as demo_module
+    from raftcron.cluster import demo as demo_module
 
     demo_module.add_arguments(demo)
     bench = commands.add_parser(
         "bench", help="measure a local (or running) cluster: throughput, latency, failover"
     )
-    from cluster.bench import run as bench_run
+    from raftcron.cluster.bench import run as bench_run
 
     bench_run.add_arguments(bench)
     storage = commands.add_parser(
         "storage", help="check, repair or migrate a node's data dir (offline)"
     )
-    from cluster.storage import tool as storage_tool
+    from raftcron.cluster.storage import tool as storage_tool
 
     storage_tool.add_arguments(storage)
-    from cluster import opscli
+    from raftcron.cluster import opscli
 
     opscli.add_commands(commands)
-    words, command_words = opscli.split_command(list(sys.argv[1:] if argv is None else argv))
+    commands.add_parser(
+        "chaos", help="the chaos suite: run | check FOLDER | cleanup (raftcron chaos --help)",
+        add_help=False,
+    )
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["chaos"]:  # its own parser: every word after `chaos` is the suite's
+        from raftcron.chaos.__main__ import main as chaos_main
+
+        return chaos_main(words[1:])
+    words, command_words = opscli.split_command(words)
     args = parser.parse_args(words)
     if args.command in ("submit", "jobs", "schedules", "cluster"):
         args.argv = command_words
@@ -67,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "node":
         if not args.config:
             parser.error("node: --config FILE is required (or set RAFTCRON_CONFIG)")
-        from cluster import node as node_module
+        from raftcron.cluster import node as node_module
 
         return node_module.run(args.config, rejoin_empty=args.rejoin_empty)
     parser.error(f"unknown command {args.command}")

@@ -28,8 +28,8 @@ from urllib.parse import quote
 
 import aiohttp
 
-from cluster import tls
-from scheduler import limits
+from raftcron.cluster import tls
+from raftcron.scheduler import limits
 
 T = TypeVar("T")
 log = logging.getLogger("raftcron.client")

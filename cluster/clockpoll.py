@@ -17,9 +17,9 @@ import time
 
 import aiohttp
 
-from cluster.clocks import ClockBook
-from cluster.config import NodeConfig
-from cluster.peerhttp import PeerDialer
+from raftcron.cluster.clocks import ClockBook
+from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.peerhttp import PeerDialer
 
 log = logging.getLogger("raftcron.clock")
 ANSWER_TIMEOUT_S = 1.0

@@ -1,4 +1,5 @@
-"""Benchmark of the pure core on one core: `python -m cluster.corebench [--quick] [--json]`.
+"""Benchmark of the pure core on one core:
+`python -m raftcron.cluster.corebench [--quick] [--json]`.
 
 It lives in cluster/ because it needs a clock, and scheduler/ has none. What it measures is
 what every replica does per command: decode the log entry and apply it.
@@ -21,14 +22,14 @@ import sys
 import time
 from typing import Any
 
-from cluster.replica import gc_paused
-from scheduler import codec
-from scheduler.commands import Ack, ClaimJobs, PutSchedule, SubmitJobs, Tick
-from scheduler.errors import Ok
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.snapshot import restore, snapshot
-from scheduler.specs import JobSpec
-from scheduler.state import SchedulerState
+from raftcron.cluster.replica import gc_paused
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import Ack, ClaimJobs, PutSchedule, SubmitJobs, Tick
+from raftcron.scheduler.errors import Ok
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.snapshot import restore, snapshot
+from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.state import SchedulerState
 
 T0 = 1_800_000_000_000
 
@@ -155,7 +156,7 @@ def snapshot_figures(jobs: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cluster.corebench", description=__doc__.split("\n")[0]
+        prog="python -m raftcron.cluster.corebench", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from cluster import config as configuration
+from raftcron.cluster import config as configuration
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs" / "local-3"
@@ -83,7 +83,7 @@ class Demo:
             for path, node in zip(self.configs, self.nodes, strict=True):
                 self._spawn(
                     node.node_id,
-                    [sys.executable, "-m", "cluster.cli", "node", "--config", str(path)],
+                    [sys.executable, "-m", "raftcron.cluster.cli", "node", "--config", str(path)],
                 )
             leader = self._wait_ready(timeout_s=60)
             for name, spec in SCHEDULES.items():
@@ -93,7 +93,7 @@ class Demo:
                 [
                     sys.executable,
                     "-m",
-                    "cluster.cli",
+                    "raftcron.cluster.cli",
                     "worker",
                     "--connect",
                     ",".join(self.urls),

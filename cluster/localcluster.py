@@ -265,7 +265,8 @@ class LocalCluster:
         node.crash_reported = False
 
     def command(self, node: LocalNode) -> list[str]:
-        return [self.python, "-m", "cluster.cli", "node", "--config", str(node.config_path)]
+        config = str(node.config_path)
+        return [self.python, "-m", "raftcron.cluster.cli", "node", "--config", config]
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -14,14 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cluster.clocks import ClockBook, ClockView
-from scheduler import jobs as j
-from scheduler.state import SchedulerState
-from scheduler.views import queue_stats
+from raftcron.cluster.clocks import ClockBook, ClockView
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler.state import SchedulerState
+from raftcron.scheduler.views import queue_stats
 
 if TYPE_CHECKING:  # bridge and storage import this module (Histogram)
-    from cluster.bridge import Proposer
-    from cluster.storage.node import RaftStorage
+    from raftcron.cluster.bridge import Proposer
+    from raftcron.cluster.storage.node import RaftStorage
 
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 

@@ -16,22 +16,22 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster import config as configuration
-from cluster import logs
-from cluster.bridge import Proposer
-from cluster.clockpoll import ClockPoller
-from cluster.clocks import ClockBook
-from cluster.config import NodeConfig
-from cluster.http.app import build_app
-from cluster.http.claims import ClaimWaiters
-from cluster.http.common import Services
-from cluster.http.listener import HttpListener
-from cluster.http.trail import AuditTrail
-from cluster.metrics import ROLES, NodeStats
-from cluster.peerhttp import PeerDialer, peer_dialer
-from cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
-from cluster.storage.raftlog import StorageError
-from cluster.ticker import Ticker
+from raftcron.cluster import config as configuration
+from raftcron.cluster import logs
+from raftcron.cluster.bridge import Proposer
+from raftcron.cluster.clockpoll import ClockPoller
+from raftcron.cluster.clocks import ClockBook
+from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.http.app import build_app
+from raftcron.cluster.http.claims import ClaimWaiters
+from raftcron.cluster.http.common import Services
+from raftcron.cluster.http.listener import HttpListener
+from raftcron.cluster.http.trail import AuditTrail
+from raftcron.cluster.metrics import ROLES, NodeStats
+from raftcron.cluster.peerhttp import PeerDialer, peer_dialer
+from raftcron.cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
+from raftcron.cluster.storage.raftlog import StorageError
+from raftcron.cluster.ticker import Ticker
 
 log = logging.getLogger("raftcron.node")
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from cluster import tls
-from cluster.client import ApiError, Client, Unavailable
-from scheduler import limits
-from scheduler.calendar import RecurrenceError, parse_duration_ms
+from raftcron.cluster import tls
+from raftcron.cluster.client import ApiError, Client, Unavailable
+from raftcron.scheduler import limits
+from raftcron.scheduler.calendar import RecurrenceError, parse_duration_ms
 
 DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3

@@ -18,8 +18,8 @@ import hmac
 import ssl
 from dataclasses import dataclass, field
 
-from cluster import tls
-from cluster.config import ConfigError, NodeConfig
+from raftcron.cluster import tls
+from raftcron.cluster.config import ConfigError, NodeConfig
 
 _PEER_CONTEXT = b"raftcron http peer credential v1"
 

@@ -52,7 +52,7 @@ import pysyncobj.pickle as pysyncobj_pickle
 import pysyncobj.version
 from pysyncobj import SyncObj
 
-from cluster.storage import hooks as storage_hooks
+from raftcron.cluster.storage import hooks as storage_hooks
 
 logger = logging.getLogger(__name__)
 

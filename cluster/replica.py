@@ -30,14 +30,14 @@ from typing import Any
 import msgpack
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
-from cluster import raftguard, raftpatch
-from cluster.config import NodeConfig
-from cluster.storage.node import RaftStorage
-from scheduler import codec
-from scheduler.commands import Barrier
-from scheduler.errors import Invalid, Rejected, Result
-from scheduler.snapshot import digest, restore, snapshot
-from scheduler.state import SchedulerState
+from raftcron.cluster import raftguard, raftpatch
+from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.storage.node import RaftStorage
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import Barrier
+from raftcron.scheduler.errors import Invalid, Rejected, Result
+from raftcron.scheduler.snapshot import digest, restore, snapshot
+from raftcron.scheduler.state import SchedulerState
 
 log = logging.getLogger("raftcron.replica")
 

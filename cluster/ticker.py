@@ -28,12 +28,12 @@ import contextlib
 import logging
 import time
 
-from cluster.bridge import Proposer, Unavailable
-from cluster.clocks import ClockBook, ClockView, TickBound, TickDecision, decide_tick
-from cluster.metrics import Histogram
-from cluster.replica import RaftNode
-from scheduler.commands import BeginLeadership, Command, Tick
-from scheduler.errors import Ok
+from raftcron.cluster.bridge import Proposer, Unavailable
+from raftcron.cluster.clocks import ClockBook, ClockView, TickBound, TickDecision, decide_tick
+from raftcron.cluster.metrics import Histogram
+from raftcron.cluster.replica import RaftNode
+from raftcron.scheduler.commands import BeginLeadership, Command, Tick
+from raftcron.scheduler.errors import Ok
 
 log = logging.getLogger("raftcron.ticker")
 

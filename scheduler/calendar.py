@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from scheduler.cronexpr import CRON_YEAR_MAX, CronSpec, spec_of, split_cron
-from scheduler.cronexpr import RecurrenceError as RecurrenceError  # re-exported
-from scheduler.timezones import (
+from raftcron.scheduler.cronexpr import CRON_YEAR_MAX, CronSpec, spec_of, split_cron
+from raftcron.scheduler.cronexpr import RecurrenceError as RecurrenceError  # re-exported
+from raftcron.scheduler.timezones import (
     HORIZON_MS,
     NEG_INF_MS,
     OFFSET_SPAN_MS,

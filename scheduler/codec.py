@@ -12,8 +12,8 @@ from typing import Any
 
 import msgpack
 
-from scheduler.commands import BY_TAG, Command
-from scheduler.errors import Invalid
+from raftcron.scheduler.commands import BY_TAG, Command
+from raftcron.scheduler.errors import Invalid
 
 WIRE_VERSION = 1
 

@@ -19,10 +19,10 @@ from typing import Any, ClassVar, TypeVar
 
 import msgpack
 
-from scheduler import limits, parse
-from scheduler.errors import Invalid
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler import limits, parse
+from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 T = TypeVar("T")
 

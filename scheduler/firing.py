@@ -16,9 +16,9 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
-from scheduler import events, limits, parse
-from scheduler.calendar import At
-from scheduler.commands import (
+from raftcron.scheduler import events, limits, parse
+from raftcron.scheduler.calendar import At
+from raftcron.scheduler.commands import (
     BackfillSchedule,
     Command,
     DeleteSchedule,
@@ -27,12 +27,12 @@ from scheduler.commands import (
     ResumeSchedule,
     TriggerSchedule,
 )
-from scheduler.errors import Invalid, Ok, Rejected, Result
-from scheduler.jobs import REPLACED, Job, stable_hash
-from scheduler.schedules import Schedule, fire_times_between, plan_fires
+from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
+from raftcron.scheduler.jobs import REPLACED, Job, stable_hash
+from raftcron.scheduler.schedules import Schedule, fire_times_between, plan_fires
 
 if TYPE_CHECKING:
-    from scheduler.state import SchedulerState
+    from raftcron.scheduler.state import SchedulerState
 
 
 def apply_schedule_command(state: SchedulerState, command: Command) -> Result:

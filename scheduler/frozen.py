@@ -20,9 +20,9 @@ from typing import Any
 
 import msgpack
 
-from scheduler import jobs as j
-from scheduler.jobs import Attempt, Job
-from scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler.jobs import Attempt, Job
+from raftcron.scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
 _READABLE = frozenset(Job.__slots__) | {"current_attempt"}
 

@@ -7,9 +7,9 @@ The checks read everything (O(n)): for tests and audits, not for the hot path.
 
 from __future__ import annotations
 
-from scheduler import jobs as j
-from scheduler.frozen import FrozenJob, readable
-from scheduler.state import SchedulerState
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler.frozen import FrozenJob, readable
+from raftcron.scheduler.state import SchedulerState
 
 
 def violations(state: SchedulerState) -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgpack
 
-from scheduler import limits
-from scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
+from raftcron.scheduler import limits
+from raftcron.scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
 BLOCKED = "blocked"
 SCHEDULED = "scheduled"

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from scheduler.errors import Invalid
+from raftcron.scheduler.errors import Invalid
 
 INT64_MAX = 2**63 - 1
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")

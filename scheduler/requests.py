@@ -25,7 +25,7 @@ from typing import Any
 
 import msgpack
 
-from scheduler import limits
+from raftcron.scheduler import limits
 
 ENTRY_OVERHEAD_BYTES = 160  # the dict slot, the tuple, the id string and the order entry
 

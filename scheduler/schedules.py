@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import calendar, limits
-from scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler import calendar, limits
+from raftcron.scheduler.schedulespec import ScheduleSpec
 
 
 class Schedule:

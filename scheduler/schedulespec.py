@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from scheduler import calendar, limits, parse
-from scheduler.errors import Invalid
-from scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler import calendar, limits, parse
+from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 T = TypeVar("T")
 _RECURRENCE_PREFIX = re.compile(r"^(cron|every|at|tz): ")

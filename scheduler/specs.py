@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler import limits, parse
-from scheduler.errors import Invalid
+from raftcron.scheduler import limits, parse
+from raftcron.scheduler.errors import Invalid
 
 _BACKOFF_FIELDS = frozenset({"initial_ms", "factor", "max_ms", "jitter"})
 

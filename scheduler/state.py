@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import events, limits
-from scheduler import jobs as j
-from scheduler.commands import (
+from raftcron.scheduler import events, limits
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler.commands import (
     Ack,
     Barrier,
     BeginLeadership,
@@ -32,14 +32,14 @@ from scheduler.commands import (
     Tick,
     command_fingerprint,
 )
-from scheduler.errors import Invalid, Ok, Rejected, Result
-from scheduler.events import EventLog
-from scheduler.frozen import FrozenJob
-from scheduler.jobs import Attempt, Job
-from scheduler.requests import RequestLog
-from scheduler.schedules import Schedule
-from scheduler.specs import JobSpec, WorkflowSpec
-from scheduler.store import JobTable
+from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
+from raftcron.scheduler.events import EventLog
+from raftcron.scheduler.frozen import FrozenJob
+from raftcron.scheduler.jobs import Attempt, Job
+from raftcron.scheduler.requests import RequestLog
+from raftcron.scheduler.schedules import Schedule
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.store import JobTable
 
 
 class Workflow:
@@ -115,7 +115,9 @@ class SchedulerState:
         return result
 
     def _dispatch(self, command: Command) -> Result:
-        from scheduler import firing  # firing works on this class; imported late to avoid a cycle
+        from raftcron.scheduler import (
+            firing,  # firing works on this class; imported late to avoid a cycle
+        )
 
         match command:
             case Tick():
@@ -422,7 +424,7 @@ class SchedulerState:
         self._on_final(job)
 
     def _on_final(self, job: Job) -> None:
-        from scheduler import firing
+        from raftcron.scheduler import firing
 
         if job.schedule is not None:
             firing.job_finished(self, job)
@@ -513,7 +515,7 @@ class SchedulerState:
     # -- time ---------------------------------------------------------------------------------
 
     def _tick(self, now_ms: int) -> Result:
-        from scheduler import firing
+        from raftcron.scheduler import firing
 
         self.now_ms = max(self.now_ms, now_ms)
         now_ms = self.now_ms

@@ -18,9 +18,9 @@ import heapq
 from collections import deque
 from collections.abc import Iterator
 
-from scheduler import jobs as j
-from scheduler.frozen import FrozenJob, freeze
-from scheduler.jobs import Job
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler.frozen import FrozenJob, freeze
+from raftcron.scheduler.jobs import Job
 
 
 class ReadyQueue:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from scheduler import codec
-from scheduler.commands import (
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import (
     Ack,
     ClaimJobs,
     Command,
@@ -23,12 +23,12 @@ from scheduler.commands import (
     SubmitJobs,
     Tick,
 )
-from scheduler.errors import Ok, Rejected, Result
-from scheduler.frozen import readable
-from scheduler.jobs import Job
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.specs import JobSpec
-from scheduler.state import SchedulerState
+from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.frozen import readable
+from raftcron.scheduler.jobs import Job
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.state import SchedulerState
 
 
 class Refused(Exception):

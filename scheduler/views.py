@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import calendar
-from scheduler import jobs as j
-from scheduler.frozen import FrozenJob, readable
-from scheduler.jobs import Attempt, Job
-from scheduler.schedules import Schedule, next_fire_ms
-from scheduler.state import SchedulerState
+from raftcron.scheduler import calendar
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler.frozen import FrozenJob, readable
+from raftcron.scheduler.jobs import Attempt, Job
+from raftcron.scheduler.schedules import Schedule, next_fire_ms
+from raftcron.scheduler.state import SchedulerState
 
 
 def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]:

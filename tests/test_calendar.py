@@ -13,8 +13,8 @@ from importlib import resources
 
 import pytest
 
-from scheduler import calendar as scheduler_calendar
-from scheduler.calendar import (
+from raftcron.scheduler import calendar as scheduler_calendar
+from raftcron.scheduler.calendar import (
     NOTE_FIRST,
     NOTE_MOVED,
     NOTE_SECOND,

@@ -20,7 +20,7 @@ from croniter import CroniterBadDateError, croniter
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from scheduler.calendar import (
+from raftcron.scheduler.calendar import (
     NOTE_FIRST,
     NOTE_MOVED,
     RecurrenceError,
@@ -33,7 +33,7 @@ from scheduler.calendar import (
     parse_duration_ms,
     parse_every,
 )
-from scheduler.timezones import timeline_of
+from raftcron.scheduler.timezones import timeline_of
 
 DST_ZONES = [
     "America/New_York",

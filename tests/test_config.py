@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
-from cluster.config import ConfigError
+from raftcron.cluster import config
+from raftcron.cluster.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {
@@ -110,7 +110,7 @@ def test_a_public_address_may_go_unauthenticated_only_when_said_so(tmp_path):
 
 
 def test_the_node_command_prints_a_config_error_and_exits_2(tmp_path, capsys):
-    from cluster import node
+    from raftcron.cluster import node
 
     bad = tmp_path / "bad.toml"
     bad.write_text('node_id = "n1"\nraft_address = "nope"\n')
@@ -154,7 +154,7 @@ def test_tokens_come_from_the_config_a_tokens_file_and_the_environment(tmp_path,
 
 def test_a_node_that_cannot_read_the_ca_its_peers_are_verified_with_exits_2(
         tmp_path, capsys, monkeypatch):
-    from cluster import node
+    from raftcron.cluster import node
 
     (tmp_path / "cert.pem").write_text("")
     (tmp_path / "key.pem").write_text("")

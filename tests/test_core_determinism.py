@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from scheduler import codec
-from scheduler.commands import (
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import (
     Ack,
     ClaimJobs,
     PutSchedule,
@@ -17,11 +17,11 @@ from scheduler.commands import (
     SubmitWorkflow,
     Tick,
 )
-from scheduler.invariants import violations
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.snapshot import restore, snapshot
-from scheduler.specs import JobSpec, WorkflowSpec
-from scheduler.state import SchedulerState
+from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.snapshot import restore, snapshot
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.state import SchedulerState
 
 T0 = 1_800_000_000_000
 

@@ -8,13 +8,13 @@ job was frozen by a live replica or by a restore, and version-1 snapshots still 
 import pytest
 from snapshot_v1 import as_version_1
 
-from scheduler.commands import RetryJob, SubmitJobs
-from scheduler.frozen import FrozenJob, readable
-from scheduler.invariants import violations
-from scheduler.snapshot import restore, snapshot
-from scheduler.specs import JobSpec
-from scheduler.testing import Driver
-from scheduler.views import job_view
+from raftcron.scheduler.commands import RetryJob, SubmitJobs
+from raftcron.scheduler.frozen import FrozenJob, readable
+from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.snapshot import restore, snapshot
+from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.testing import Driver
+from raftcron.scheduler.views import job_view
 
 T0 = 1_800_000_000_000
 
@@ -112,8 +112,8 @@ def test_a_version_1_snapshot_still_loads(driver):
 
 
 def test_a_packed_record_holds_every_field_of_a_job(driver):
-    from scheduler.frozen import job_from_list, job_to_list
-    from scheduler.jobs import Job
+    from raftcron.scheduler.frozen import job_from_list, job_to_list
+    from raftcron.scheduler.jobs import Job
 
     job = driver.job(finished(driver))
     fields = job_to_list(job)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from scheduler import jobs as j
-from scheduler import limits
-from scheduler.commands import (
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler import limits
+from raftcron.scheduler.commands import (
     Ack,
     BeginLeadership,
     CancelJob,
@@ -13,11 +13,11 @@ from scheduler.commands import (
     RetryJob,
     SubmitJobs,
 )
-from scheduler.errors import Rejected
-from scheduler.invariants import violations
-from scheduler.snapshot import snapshot
-from scheduler.specs import BackoffSpec, JobSpec
-from scheduler.testing import Driver, Refused
+from raftcron.scheduler.errors import Rejected
+from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.snapshot import snapshot
+from raftcron.scheduler.specs import BackoffSpec, JobSpec
+from raftcron.scheduler.testing import Driver, Refused
 
 
 @pytest.fixture
@@ -294,7 +294,7 @@ def test_finished_jobs_are_removed_after_retention(d):
     ],
 )
 def test_invalid_job_specs_name_the_field(fields, field):
-    from scheduler.errors import Invalid
+    from raftcron.scheduler.errors import Invalid
 
     with pytest.raises(Invalid) as error:
         JobSpec.parse(fields)
@@ -302,7 +302,7 @@ def test_invalid_job_specs_name_the_field(fields, field):
 
 
 def test_only_the_recorded_leaders_ticks_move_time(d):
-    from scheduler.commands import Tick
+    from raftcron.scheduler.commands import Tick
 
     d.ok(BeginLeadership(d.now_ms, "n1", 3))
     now = d.now_ms
@@ -333,7 +333,7 @@ def test_a_claim_retried_through_another_node_is_the_same_request(d):
 
 
 def test_client_commands_wait_for_the_first_tick():
-    from scheduler.state import SchedulerState
+    from raftcron.scheduler.state import SchedulerState
 
     state = SchedulerState()
     result = state.apply(SubmitJobs("early", (JobSpec(task="noop"),)))

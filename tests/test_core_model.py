@@ -11,8 +11,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from scheduler import codec, limits
-from scheduler.commands import (
+from raftcron.scheduler import codec, limits
+from raftcron.scheduler.commands import (
     Ack,
     BackfillSchedule,
     BeginLeadership,
@@ -31,12 +31,12 @@ from scheduler.commands import (
     Tick,
     TriggerSchedule,
 )
-from scheduler.errors import Ok
-from scheduler.invariants import violations
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.snapshot import restore, snapshot
-from scheduler.specs import JobSpec, WorkflowSpec
-from scheduler.state import SchedulerState
+from raftcron.scheduler.errors import Ok
+from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.snapshot import restore, snapshot
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.state import SchedulerState
 
 T0 = 1_800_000_000_000
 QUEUES = ("default", "emails")

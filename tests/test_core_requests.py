@@ -9,13 +9,13 @@ import uuid
 import pytest
 from snapshot_v1 import as_version_1
 
-from scheduler import limits
-from scheduler.commands import Barrier, SubmitJobs, Tick
-from scheduler.errors import Ok, Rejected
-from scheduler.requests import RequestLog
-from scheduler.snapshot import restore, snapshot
-from scheduler.specs import JobSpec
-from scheduler.state import SchedulerState
+from raftcron.scheduler import limits
+from raftcron.scheduler.commands import Barrier, SubmitJobs, Tick
+from raftcron.scheduler.errors import Ok, Rejected
+from raftcron.scheduler.requests import RequestLog
+from raftcron.scheduler.snapshot import restore, snapshot
+from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.state import SchedulerState
 
 T0_MS = 1_800_000_000_000
 

@@ -2,19 +2,19 @@
 
 import pytest
 
-from scheduler import limits
-from scheduler.commands import (
+from raftcron.scheduler import limits
+from raftcron.scheduler.commands import (
     BackfillSchedule,
     DeleteSchedule,
     PauseSchedule,
     ResumeSchedule,
     TriggerSchedule,
 )
-from scheduler.errors import Invalid, Rejected
-from scheduler.invariants import violations
-from scheduler.jobs import unpack
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.testing import Driver, Refused
+from raftcron.scheduler.errors import Invalid, Rejected
+from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.jobs import unpack
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.testing import Driver, Refused
 
 T0 = 1_800_000_000_000  # a whole minute: 2027-01-15T08:00:00Z
 

@@ -6,11 +6,11 @@ claims are Raft commands, the owner check is a fencing token, the effect table i
 job's idempotency key.
 """
 
-from scheduler.commands import CompleteJob
-from scheduler.errors import Rejected
-from scheduler.jobs import unpack
-from scheduler.snapshot import snapshot
-from scheduler.testing import Driver
+from raftcron.scheduler.commands import CompleteJob
+from raftcron.scheduler.errors import Rejected
+from raftcron.scheduler.jobs import unpack
+from raftcron.scheduler.snapshot import snapshot
+from raftcron.scheduler.testing import Driver
 
 SECOND = 1_000
 

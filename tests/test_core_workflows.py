@@ -2,11 +2,11 @@
 
 import pytest
 
-from scheduler.commands import CancelJob, RetryJob, SubmitJobs, SubmitWorkflow
-from scheduler.errors import Invalid, Rejected
-from scheduler.invariants import violations
-from scheduler.specs import JobSpec, WorkflowSpec
-from scheduler.testing import Driver
+from raftcron.scheduler.commands import CancelJob, RetryJob, SubmitJobs, SubmitWorkflow
+from raftcron.scheduler.errors import Invalid, Rejected
+from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.testing import Driver
 
 DIAMOND = {
     "jobs": [
@@ -118,7 +118,7 @@ def test_a_cycle_is_rejected_with_code_cycle_and_nothing_is_created():
             ]
         }
     }
-    from scheduler.commands import SubmitWorkflow as SW
+    from raftcron.scheduler.commands import SubmitWorkflow as SW
 
     with pytest.raises(Invalid) as error:
         SW.from_wire(raw)

@@ -39,6 +39,15 @@ FORBIDDEN_CALLS = {
 }
 
 
+def forbidden(module: str) -> bool:
+    """The package's own shell counts by its name inside `raftcron` (raftcron.cluster is
+    cluster); `raftcron` itself is the public API, which is the shell's."""
+    parts = module.split(".")
+    if parts[0] == "raftcron":
+        return len(parts) == 1 or parts[1] != "scheduler"
+    return parts[0] in FORBIDDEN
+
+
 def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(tree):
@@ -56,7 +65,7 @@ def test_scheduler_imports_nothing_impure():
     for path in files:
         tree = ast.parse(path.read_text(), filename=str(path))
         for line, module in imported_modules(tree):
-            if module.split(".")[0] in FORBIDDEN:
+            if forbidden(module):
                 problems.append(f"{path.name}:{line} imports {module}")
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -82,9 +91,16 @@ def test_scheduler_imports_nothing_impure():
         "from os import path",
         "import random as r",
         "from cluster import node",
+        "from raftcron.cluster import node",
+        "import raftcron.chaos.workload",
+        "from raftcron import Worker",
         "import asyncio.events",
     ],
 )
 def test_the_purity_check_catches_an_impure_import(source):
     modules = [m for _, m in imported_modules(ast.parse(source))]
-    assert any(m.split(".")[0] in FORBIDDEN for m in modules)
+    assert any(forbidden(m) for m in modules)
+
+
+def test_the_purity_check_allows_the_core_itself():
+    assert not forbidden("raftcron.scheduler.state")

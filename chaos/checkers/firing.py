@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from chaos.checkers.data import CheckResult, RunData
-from chaos.history import Event
+from raftcron.chaos.checkers.data import CheckResult, RunData
+from raftcron.chaos.history import Event
 
 NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader",
                          "kill_main", "term_group", "damage",

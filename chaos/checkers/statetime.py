@@ -11,8 +11,8 @@ further behind. Behind is not judged here: during downtime the state's time stan
 
 from __future__ import annotations
 
-from chaos.checkers.data import CheckResult, RunData
-from cluster.config import ClockSettings
+from raftcron.chaos.checkers.data import CheckResult, RunData
+from raftcron.cluster.config import ClockSettings
 
 MAX_SKEW_MS_DEFAULT = ClockSettings.max_skew_ms  # what the chaos nodes run with
 

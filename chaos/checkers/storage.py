@@ -11,7 +11,7 @@ like after any other fault.
 
 from __future__ import annotations
 
-from chaos.checkers.data import CheckResult, RunData
+from raftcron.chaos.checkers.data import CheckResult, RunData
 
 STORAGE_FAULTS = frozenset({"kill_main", "term_group", "damage"})
 

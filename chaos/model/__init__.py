@@ -23,7 +23,7 @@ client-key-shadows-fire-key, backfill-of-a-time-still-to-come.
 
 from __future__ import annotations
 
-from chaos.model.history import (
+from raftcron.chaos.model.history import (
     RETENTION_MS,
     Accepted,
     Applied,
@@ -41,7 +41,7 @@ from chaos.model.history import (
     events_of,
     remembered_result,
 )
-from chaos.model.rules import START_MS, LeadersClocksDuplicates
+from raftcron.chaos.model.rules import START_MS, LeadersClocksDuplicates
 
 # Empty while every bug found is fixed; an entry names one still open, with how it goes wrong.
 OPEN_PRODUCT_BUGS: dict[str, str] = {}

@@ -29,9 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import jobs as j
-from scheduler import limits
-from scheduler.commands import (
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler import limits
+from raftcron.scheduler.commands import (
     BackfillSchedule,
     Barrier,
     BeginLeadership,
@@ -44,8 +44,8 @@ from scheduler.commands import (
     TriggerSchedule,
     command_fingerprint,
 )
-from scheduler.errors import Ok, Rejected, Result
-from scheduler.state import SchedulerState
+from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.state import SchedulerState
 
 RETENTION_MS = limits.RETENTION_MS_DEFAULT
 UNTIMED = (Tick, BeginLeadership, Barrier)  # the commands a state that never ticked applies

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from chaos.model.history import RETENTION_MS, HistoryChecker, StepFacts, events_of
-from scheduler import codec, limits
-from scheduler import jobs as j
-from scheduler.commands import (
+from raftcron.chaos.model.history import RETENTION_MS, HistoryChecker, StepFacts, events_of
+from raftcron.scheduler import codec, limits
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler.commands import (
     BackfillSchedule,
     Barrier,
     BeginLeadership,
@@ -37,11 +37,11 @@ from scheduler.commands import (
     Tick,
     TriggerSchedule,
 )
-from scheduler.errors import Ok, Rejected, Result
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.snapshot import snapshot
-from scheduler.specs import JobSpec
-from scheduler.state import SchedulerState
+from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.snapshot import snapshot
+from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.state import SchedulerState
 
 # -- hypothesis rules ---------------------------------------------------------------------------
 

@@ -1,14 +1,14 @@
 """powerfs: a FUSE filesystem that forgets what was not fsynced, to simulate a power loss.
 
-What Jepsen's LazyFS does, in Python, for the chaos suite's power-loss nemesis (CHAOS.md, wave 2;
-DESIGN.md §8.1). `python -m chaos.powerfs mount BACKING_DIR MOUNTPOINT` (or `powerfs mount`)
-shows BACKING_DIR at MOUNTPOINT. Processes on the mount see every change at once, as with a page
-cache, but BACKING_DIR (the "disk") only receives what was made durable: fsync/fdatasync of a
-file makes its content, size, mode and times durable; fsync of a directory makes its entries
-(creates, renames, unlinks, mkdirs in it) durable. `powerfs cut MOUNTPOINT [--torn --seed N]` is
-the power cut: every change not made durable is dropped, and with `--torn` the last unsynced
-write of each file reaches the disk only in part (a seeded prefix). From Python, use
-`harness.PowerFS(backing, mountpoint)`: start, cut, sync, status, kill, stop.
+What Jepsen's LazyFS does, in Python, for the chaos suite's power-loss nemesis (CHAOS.md, wave
+2; DESIGN.md §8.1). `python -m raftcron.chaos.powerfs mount BACKING_DIR MOUNTPOINT` (or `powerfs
+mount`) shows BACKING_DIR at MOUNTPOINT. Processes on the mount see every change at once, as
+with a page cache, but BACKING_DIR (the "disk") only receives what was made durable:
+fsync/fdatasync of a file makes its content, size, mode and times durable; fsync of a directory
+makes its entries (creates, renames, unlinks, mkdirs in it) durable. `powerfs cut MOUNTPOINT
+[--torn --seed N]` is the power cut: every change not made durable is dropped, and with `--torn`
+the last unsynced write of each file reaches the disk only in part (a seeded prefix). From
+Python, use `harness.PowerFS(backing, mountpoint)`: start, cut, sync, status, kill, stop.
 
 The model (chosen over a second shadow directory because renames and unlinks of open files need
 inode identity, which paths alone do not have): an in-memory inode table holds both the live and

@@ -1,7 +1,7 @@
-"""`python -m chaos.powerfs ...`: see `chaos.powerfs.cli`."""
+"""`python -m raftcron.chaos.powerfs ...`: see `chaos.powerfs.cli`."""
 
 import sys
 
-from chaos.powerfs.cli import main
+from raftcron.chaos.powerfs.cli import main
 
 sys.exit(main())

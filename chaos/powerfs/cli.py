@@ -1,4 +1,4 @@
-"""The `powerfs` command (also `python -m chaos.powerfs`).
+"""The `powerfs` command (also `python -m raftcron.chaos.powerfs`).
 
     powerfs mount BACKING_DIR MOUNTPOINT [--control SOCKET] [--drop-on-exit]
                   [--dirty-bytes-max N] [--parent-pid PID]
@@ -19,7 +19,7 @@ import json
 import logging
 import sys
 
-from chaos.powerfs import control
+from raftcron.chaos.powerfs import control
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "mount":
         return _mount(args)
     if args.command == "unmount":
-        from chaos.powerfs.harness import PowerFSError, unmount
+        from raftcron.chaos.powerfs.harness import PowerFSError, unmount
 
         try:
             print(json.dumps({"ok": True, "was_mounted": unmount(args.mountpoint)}))
@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
 def _mount(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s powerfs %(levelname)s %(message)s")
-    from chaos.powerfs.daemon import SetupError, serve
-    from chaos.powerfs.volume import DIRTY_BYTES_MAX_DEFAULT
+    from raftcron.chaos.powerfs.daemon import SetupError, serve
+    from raftcron.chaos.powerfs.volume import DIRTY_BYTES_MAX_DEFAULT
 
     try:
         serve(

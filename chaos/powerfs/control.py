@@ -8,9 +8,9 @@ One request per connection, one JSON object per line each way:
     {"op": "sync"}                              -> {"ok": true, ...what was pending}
 
 The socket's path is derived from the mountpoint's real path (`socket_path_for`), so that
-`python -m chaos.powerfs cut MOUNTPOINT` finds its daemon without being told more; it lives in
-$POWERFS_RUN_DIR (default: the system's temp dir), never inside the mount. This module owns the
-wire format and the server thread; what a command does is `volume.py`'s.
+`python -m raftcron.chaos.powerfs cut MOUNTPOINT` finds its daemon without being told more; it
+lives in $POWERFS_RUN_DIR (default: the system's temp dir), never inside the mount. This module
+owns the wire format and the server thread; what a command does is `volume.py`'s.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ import threading
 import time
 from typing import Any
 
-from chaos.powerfs.control import ControlServer, socket_path_for
-from chaos.powerfs.fuse_ops import PowerOperations, run_fuse_loop
-from chaos.powerfs.harness import mounted
-from chaos.powerfs.volume import DIRTY_BYTES_MAX_DEFAULT, Volume
+from raftcron.chaos.powerfs.control import ControlServer, socket_path_for
+from raftcron.chaos.powerfs.fuse_ops import PowerOperations, run_fuse_loop
+from raftcron.chaos.powerfs.harness import mounted
+from raftcron.chaos.powerfs.volume import DIRTY_BYTES_MAX_DEFAULT, Volume
 
 log = logging.getLogger("powerfs")
 

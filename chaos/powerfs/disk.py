@@ -27,8 +27,8 @@ import shutil
 import stat
 from collections import OrderedDict
 
-from chaos.powerfs.pages import DiskReader
-from chaos.powerfs.tree import ROOT_INO, STASH_INO, Inode, InodeTable, Kind
+from raftcron.chaos.powerfs.pages import DiskReader
+from raftcron.chaos.powerfs.tree import ROOT_INO, STASH_INO, Inode, InodeTable, Kind
 
 STASH_NAME = ".powerfs-orphans"
 FDS_MAX = 256

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar
 
-from chaos.powerfs.binding import mfusepy
-from chaos.powerfs.volume import Volume
+from raftcron.chaos.powerfs.binding import mfusepy
+from raftcron.chaos.powerfs.volume import Volume
 
 log = logging.getLogger("powerfs")
 

@@ -1,11 +1,12 @@
 """Starting, cutting and stopping a powerfs daemon from a test or the chaos suite.
 
-`PowerFS(backing, mountpoint)` runs `python -m chaos.powerfs mount ...` as a child process in
-its own session, waits until the mount answers, and always cleans up in `stop` (also used by
-`with`): SIGTERM, then SIGKILL after a bound, then `unmount` of whatever mount is left. Should
-the starting process die before calling `stop`, the daemon notices and unmounts by itself.
-`fuse_unavailable_reason()` says why FUSE cannot be used here (no /dev/fuse, no libfuse3, or a
-trivial mfusepy filesystem that does not mount), or None; tests skip on exactly that.
+`PowerFS(backing, mountpoint)` runs `python -m raftcron.chaos.powerfs mount ...` as a child
+process in its own session, waits until the mount answers, and always cleans up in `stop` (also
+used by `with`): SIGTERM, then SIGKILL after a bound, then `unmount` of whatever mount is left.
+Should the starting process die before calling `stop`, the daemon notices and unmounts by
+itself. `fuse_unavailable_reason()` says why FUSE cannot be used here (no /dev/fuse, no
+libfuse3, or a trivial mfusepy filesystem that does not mount), or None; tests skip on exactly
+that.
 
 This module starts processes and mounts; it never touches what is under the mount.
 """
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from chaos.powerfs import control
+from raftcron.chaos.powerfs import control
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 30.0
@@ -86,8 +87,8 @@ class PowerFS:
         self.stop()
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        argv = [sys.executable, "-m", "chaos.powerfs", "mount", self.backing, self.mountpoint,
-                "--control", self.control_path, "--parent-pid", str(os.getpid())]
+        argv = [sys.executable, "-m", "raftcron.chaos.powerfs", "mount", self.backing,
+                self.mountpoint, "--control", self.control_path, "--parent-pid", str(os.getpid())]
         if not self.sync_on_exit:
             argv.append("--drop-on-exit")
         if self.dirty_bytes_max is not None:
@@ -164,7 +165,7 @@ class PowerFS:
 
 _PROBE = """
 import errno, stat, sys
-from chaos.powerfs.binding import mfusepy
+from raftcron.chaos.powerfs.binding import mfusepy
 class Empty(mfusepy.Operations):
     use_ns = True
     def getattr(self, path, fh=None):
@@ -183,7 +184,7 @@ def fuse_unavailable_reason() -> str | None:
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse: the fuse kernel module is not loaded or not given to this container"
     try:
-        from chaos.powerfs import binding  # noqa: F401
+        from raftcron.chaos.powerfs import binding  # noqa: F401
     except (OSError, AttributeError) as error:
         return f"libfuse3 cannot be loaded ({error}): Debian packages fuse3 and libfuse3-3"
     if os.geteuid() != 0 and shutil.which("fusermount3") is None:

@@ -14,8 +14,8 @@ import os
 import random
 from typing import Any
 
-from chaos.powerfs.disk import Disk
-from chaos.powerfs.tree import STASH_INO, InodeTable, Kind
+from raftcron.chaos.powerfs.disk import Disk
+from raftcron.chaos.powerfs.tree import STASH_INO, InodeTable, Kind
 
 
 def choose_torn_prefix(write_bytes: int, *, seed: int, path: str) -> int:

@@ -21,7 +21,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from chaos.powerfs.pages import FileData
+from raftcron.chaos.powerfs.pages import FileData
 
 ROOT_INO = 1
 STASH_INO = 0  # the parent of stash links; not an inode of the table

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
-from chaos.powerfs.disk import STASH_NAME, Disk
-from chaos.powerfs.pages import PAGE_BYTES
-from chaos.powerfs.power import pending_changes, tear_last_writes
-from chaos.powerfs.tree import ROOT_INO, Inode, InodeTable, Kind
+from raftcron.chaos.powerfs.disk import STASH_NAME, Disk
+from raftcron.chaos.powerfs.pages import PAGE_BYTES
+from raftcron.chaos.powerfs.power import pending_changes, tear_last_writes
+from raftcron.chaos.powerfs.tree import ROOT_INO, Inode, InodeTable, Kind
 
 DIRTY_BYTES_MAX_DEFAULT = 2 << 30
 NAME_BYTES_MAX = 255

@@ -18,13 +18,20 @@ applied keys and a state digest). The pieces:
 Nodes run the carried fix (cluster/raftpatch.py) unless built with ``patched=False``.
 """
 
-from chaos.sim.checks import ReplicaReport, check_replicas, settle
-from chaos.sim.clock import FakeClock, simulated_pysyncobj
-from chaos.sim.cluster import NodeSpec, Proposal, SimCluster, SimNode, default_conf, raft_log
-from chaos.sim.disk import PowerCut, SimDisk
-from chaos.sim.machines import KeyLog, KeyLogNode, SimMachine, StoredKeyLog, payload_of
-from chaos.sim.network import LinkFaults, SimNetwork, SimTransport
-from chaos.sim.randomized import SeedResult, run_seed
+from raftcron.chaos.sim.checks import ReplicaReport, check_replicas, settle
+from raftcron.chaos.sim.clock import FakeClock, simulated_pysyncobj
+from raftcron.chaos.sim.cluster import (
+    NodeSpec,
+    Proposal,
+    SimCluster,
+    SimNode,
+    default_conf,
+    raft_log,
+)
+from raftcron.chaos.sim.disk import PowerCut, SimDisk
+from raftcron.chaos.sim.machines import KeyLog, KeyLogNode, SimMachine, StoredKeyLog, payload_of
+from raftcron.chaos.sim.network import LinkFaults, SimNetwork, SimTransport
+from raftcron.chaos.sim.randomized import SeedResult, run_seed
 
 __all__ = [
     "FakeClock", "KeyLog", "KeyLogNode", "LinkFaults", "NodeSpec", "PowerCut", "Proposal",

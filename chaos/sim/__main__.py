@@ -1,7 +1,8 @@
-"""``python -m chaos.sim FIRST COUNT [--unpatched]``: run randomized seeds, print failures."""
+"""``python -m raftcron.chaos.sim FIRST COUNT [--unpatched]``: run randomized seeds, print the
+failures."""
 
 import sys
 
-from chaos.sim.randomized import main
+from raftcron.chaos.sim.randomized import main
 
 sys.exit(main())

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from pysyncobj import SyncObj
 
-from chaos.sim.cluster import SimCluster
-from chaos.sim.machines import SimMachine, payload_of
-from chaos.sim.network import LinkFaults
+from raftcron.chaos.sim.cluster import SimCluster
+from raftcron.chaos.sim.machines import SimMachine, payload_of
+from raftcron.chaos.sim.network import LinkFaults
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,12 @@ from typing import Any
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.node import Node
 
-from chaos.sim.clock import FakeClock, simulated_pysyncobj
-from chaos.sim.disk import PowerCut, SimDisk
-from chaos.sim.network import LinkFaults, SimNetwork, SimTransport
-from cluster import raftpatch
-from cluster.storage.hooks import storage_of
-from cluster.storage.raftlog import StorageError
+from raftcron.chaos.sim.clock import FakeClock, simulated_pysyncobj
+from raftcron.chaos.sim.disk import PowerCut, SimDisk
+from raftcron.chaos.sim.network import LinkFaults, SimNetwork, SimTransport
+from raftcron.cluster import raftpatch
+from raftcron.cluster.storage.hooks import storage_of
+from raftcron.cluster.storage.raftlog import StorageError
 
 Callback = Callable[[Any, int], None]
 

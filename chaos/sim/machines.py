@@ -16,9 +16,9 @@ from typing import Protocol
 
 from pysyncobj import SyncObj, SyncObjConsumer, replicated
 
-from chaos.sim.cluster import Callback, NodeSpec
-from cluster import raftpatch
-from cluster.storage.node import RaftStorage
+from raftcron.chaos.sim.cluster import Callback, NodeSpec
+from raftcron.cluster import raftpatch
+from raftcron.cluster.storage.node import RaftStorage
 
 DATA_DIR = "/data"  # every node's data dir, on its own SimDisk
 

@@ -25,8 +25,8 @@ from typing import Any
 from pysyncobj.node import Node
 from pysyncobj.transport import Transport
 
-from chaos.sim.clock import FakeClock
-from chaos.sim.disk import PowerCut
+from raftcron.chaos.sim.clock import FakeClock
+from raftcron.chaos.sim.disk import PowerCut
 
 Observer = Callable[[str, str, str, Any], None]  # (event, src, dst, message)
 

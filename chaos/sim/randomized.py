@@ -8,7 +8,7 @@ committed) and the checks: every acknowledged command is in every replica's appl
 all states are identical, and no "truncating already-applied" CRITICAL line was logged.
 Everything is drawn from RNGs seeded by the seed: the same seed replays the same trace.
 
-Run many seeds from a shell: ``python -m chaos.sim 0 500 [--unpatched]``.
+Run many seeds from a shell: ``python -m raftcron.chaos.sim 0 500 [--unpatched]``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from pysyncobj import SyncObjConf
 
-from chaos.sim.checks import check_replicas, settle
-from chaos.sim.cluster import SimCluster, default_conf
-from chaos.sim.machines import KeyLog, SimMachine, payload_of
-from chaos.sim.network import LinkFaults, strike_network
+from raftcron.chaos.sim.checks import check_replicas, settle
+from raftcron.chaos.sim.cluster import SimCluster, default_conf
+from raftcron.chaos.sim.machines import KeyLog, SimMachine, payload_of
+from raftcron.chaos.sim.network import LinkFaults, strike_network
 
 COMMAND_BYTES = 30_000
 

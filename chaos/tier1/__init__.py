@@ -3,8 +3,8 @@
 Real PySyncObj nodes carrying the product's consumer (``cluster.replica.StateMachine``, its conf
 from ``cluster.replica.sync_conf``) run in ``chaos.sim``'s ``SimCluster``: a fake clock, an
 in-memory network, crash = rebuild from journal and dump. A seed decides everything, so a
-failing run replays: ``python -m chaos.tier1 SEED``. With ``--durability fsync|os`` the nodes
-keep their log on raftcron's storage (cluster/storage, on a ``SimDisk`` each) and the faults
+failing run replays: ``python -m raftcron.chaos.tier1 SEED``. With ``--durability fsync|os`` the
+nodes keep their log on raftcron's storage (cluster/storage, on a ``SimDisk`` each) and the faults
 include power losses (``tests/chaos/test_tier1_power.py``). The modules, each owning one part:
 
 * ``machine``: the replica as a ``SimMachine``; bugs in ``apply`` fail the seed instead of
@@ -29,7 +29,7 @@ include power losses (``tests/chaos/test_tier1_power.py``). The modules, each ow
   and the command line.
 """
 
-from chaos.tier1.checks import (
+from raftcron.chaos.tier1.checks import (
     Replay,
     audit,
     check_answers,
@@ -40,12 +40,12 @@ from chaos.tier1.checks import (
     check_probe,
     replay,
 )
-from chaos.tier1.faults import Nemesis, Profile
-from chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaBug, ReplicaMachine
-from chaos.tier1.requests import Outbox, Request
-from chaos.tier1.run import WALL0_MS, Probe, Run, SeedResult, main, run_seed
-from chaos.tier1.workload import Client, Ticker, Worker
-from cluster.ticker import leadership_entry
+from raftcron.chaos.tier1.faults import Nemesis, Profile
+from raftcron.chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaBug, ReplicaMachine
+from raftcron.chaos.tier1.requests import Outbox, Request
+from raftcron.chaos.tier1.run import WALL0_MS, Probe, Run, SeedResult, main, run_seed
+from raftcron.chaos.tier1.workload import Client, Ticker, Worker
+from raftcron.cluster.ticker import leadership_entry
 
 __all__ = [
     "WALL0_MS", "Client", "LogRecorder", "Nemesis", "Outbox", "Probe", "Profile",

@@ -1,5 +1,6 @@
-"""``python -m chaos.tier1 SEED [COUNT]``: run tier-1 seeds, or replay one (chaos.tier1.run)."""
+"""``python -m raftcron.chaos.tier1 SEED [COUNT]``: run tier-1 seeds, or replay one
+(chaos.tier1.run)."""
 
-from chaos.tier1.run import main
+from raftcron.chaos.tier1.run import main
 
 raise SystemExit(main())

@@ -16,22 +16,29 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from chaos.model import HistoryChecker, StepFacts, events_of
-from chaos.sim.checks import check_replicas
-from chaos.tier1.requests import Request
-from chaos.tier1.workload import KEPT, POLL_S
-from cluster.replica import decode_batch
-from scheduler import codec
-from scheduler.commands import Ack, ClaimJobs, CompleteJob, FailJob, SubmitJobs, SubmitWorkflow
-from scheduler.errors import Invalid, Ok, Rejected, Result
-from scheduler.invariants import violations
-from scheduler.schedules import fire_times_between
-from scheduler.snapshot import digest
-from scheduler.state import SchedulerState
+from raftcron.chaos.model import HistoryChecker, StepFacts, events_of
+from raftcron.chaos.sim.checks import check_replicas
+from raftcron.chaos.tier1.requests import Request
+from raftcron.chaos.tier1.workload import KEPT, POLL_S
+from raftcron.cluster.replica import decode_batch
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import (
+    Ack,
+    ClaimJobs,
+    CompleteJob,
+    FailJob,
+    SubmitJobs,
+    SubmitWorkflow,
+)
+from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
+from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.schedules import fire_times_between
+from raftcron.scheduler.snapshot import digest
+from raftcron.scheduler.state import SchedulerState
 
 if TYPE_CHECKING:
-    from chaos.tier1.faults import Profile
-    from chaos.tier1.run import Probe, Run
+    from raftcron.chaos.tier1.faults import Profile
+    from raftcron.chaos.tier1.run import Probe, Run
 
 BACKFILLED = (KEPT,)  # schedules whose times may fire out of order, and whose runs `retain` cuts
 

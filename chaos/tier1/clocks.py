@@ -20,10 +20,10 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cluster.config import ClockSettings
+from raftcron.cluster.config import ClockSettings
 
 if TYPE_CHECKING:
-    from chaos.tier1.run import Run
+    from raftcron.chaos.tier1.run import Run
 
 MAX_SKEW_MS = ClockSettings.max_skew_ms
 TICK_SLACK_MS = ClockSettings.tick_slack_ms

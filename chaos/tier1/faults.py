@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 
 from pysyncobj import SyncObj
 
-from chaos.sim.network import LinkFaults, strike_network
-from cluster.config import RaftTuning
+from raftcron.chaos.sim.network import LinkFaults, strike_network
+from raftcron.cluster.config import RaftTuning
 
 if TYPE_CHECKING:
-    from chaos.tier1.run import Run
+    from raftcron.chaos.tier1.run import Run
 
 POWER_FAULTS = ("power-node", "power-leader", "power-majority", "power-all")
 POWER_FAULT_P = 0.25  # of the faults of a run on raftcron's storage

@@ -23,16 +23,16 @@ import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.config import SERIALIZER_STATE
 
-from chaos.sim.cluster import NodeSpec, SimCluster
-from cluster import raftpatch
-from cluster import replica as product_replica
-from cluster.config import NodeConfig, RaftTuning
-from cluster.replica import AUDIT_PREFIX, StateMachine, encode_batch, sync_conf
-from cluster.storage.node import RaftStorage
-from scheduler import codec
-from scheduler.commands import Barrier
-from scheduler.snapshot import digest
-from scheduler.state import SchedulerState
+from raftcron.chaos.sim.cluster import NodeSpec, SimCluster
+from raftcron.cluster import raftpatch
+from raftcron.cluster import replica as product_replica
+from raftcron.cluster.config import NodeConfig, RaftTuning
+from raftcron.cluster.replica import AUDIT_PREFIX, StateMachine, encode_batch, sync_conf
+from raftcron.cluster.storage.node import RaftStorage
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import Barrier
+from raftcron.scheduler.snapshot import digest
+from raftcron.scheduler.state import SchedulerState
 
 DATA_DIR = "/data"  # every node's data dir, on its own SimDisk
 SEGMENT_BYTES_MAX = 16 << 10  # small: segments rotate and dead ones are deleted during a run

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from chaos.sim.cluster import Proposal
-from cluster.replica import encode_batch
-from scheduler import codec
-from scheduler.commands import Command
-from scheduler.errors import Rejected, Result
+from raftcron.chaos.sim.cluster import Proposal
+from raftcron.cluster.replica import encode_batch
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import Command
+from raftcron.scheduler.errors import Rejected, Result
 
 if TYPE_CHECKING:
-    from chaos.tier1.run import Run
+    from raftcron.chaos.tier1.run import Run
 
 COMMIT_TIMEOUT_S = 2.0  # an unanswered attempt is indeterminate after this: retry elsewhere
 REQUEST_DEADLINE_S = 8.0  # a client gives up (the outcome stays unknown) after this

@@ -4,7 +4,7 @@ Owns ``Run`` (the cluster, the actors and the timeline of one seed: `step` advan
 by one simulated step), the two phases (safety: faults, clients, dishonest workers; then
 liveness: healed, a probe job whose worker dies holding its lease, schedules paused, the store
 drained), ``run_seed`` (deterministic: the same seed gives the same trace digest and result)
-and ``main`` (``python -m chaos.tier1 SEED [COUNT] [--durability fsync|os]``). Clients and
+and ``main`` (``python -m raftcron.chaos.tier1 SEED [COUNT] [--durability fsync|os]``). Clients and
 workers start with the cluster, before any leader or Tick: their first requests are refused
 ``not_ready`` and retried. With a durability the nodes keep their log on raftcron's storage
 and the nemesis cuts power too; a node that refuses to start after that is a failure.
@@ -20,21 +20,32 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from chaos.sim.checks import settle
-from chaos.sim.cluster import Proposal
-from chaos.tier1.checks import Replay, audit, check_probe, replay
-from chaos.tier1.clocks import CLOCK_FAULTS_SPREAD_MS, SAMPLE_S, SimClocks, TimeChecker, sample
-from chaos.tier1.faults import Nemesis, Profile
-from chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaMachine, replica_bugs_raise
-from chaos.tier1.requests import REQUEST_DEADLINE_S, Outbox, Request
-from chaos.tier1.workload import KEPT, NOMINAL, Client, Ticker, Worker
-from cluster.replica import encode_batch
-from cluster.storage.node import DURABILITY_MODES
-from scheduler import codec
-from scheduler.commands import Command, PauseSchedule, SubmitJobs
-from scheduler.errors import Ok, Rejected, Result
-from scheduler.specs import JobSpec
-from scheduler.state import SchedulerState
+from raftcron.chaos.sim.checks import settle
+from raftcron.chaos.sim.cluster import Proposal
+from raftcron.chaos.tier1.checks import Replay, audit, check_probe, replay
+from raftcron.chaos.tier1.clocks import (
+    CLOCK_FAULTS_SPREAD_MS,
+    SAMPLE_S,
+    SimClocks,
+    TimeChecker,
+    sample,
+)
+from raftcron.chaos.tier1.faults import Nemesis, Profile
+from raftcron.chaos.tier1.machine import (
+    LogRecorder,
+    RecordingCluster,
+    ReplicaMachine,
+    replica_bugs_raise,
+)
+from raftcron.chaos.tier1.requests import REQUEST_DEADLINE_S, Outbox, Request
+from raftcron.chaos.tier1.workload import KEPT, NOMINAL, Client, Ticker, Worker
+from raftcron.cluster.replica import encode_batch
+from raftcron.cluster.storage.node import DURABILITY_MODES
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import Command, PauseSchedule, SubmitJobs
+from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.state import SchedulerState
 
 WALL0_MS = 1_800_000_000_000  # every node's wall clock at the start, before its offset
 
@@ -201,7 +212,7 @@ class SeedResult:
         head = f"seed={self.seed} ok={self.ok} {counts} trace={self.digest[:16]}"
         if self.ok:
             return head
-        replay = f"replay: python -m chaos.tier1 {self.seed}"
+        replay = f"replay: python -m raftcron.chaos.tier1 {self.seed}"
         if self.durability is not None:
             replay += f" --durability {self.durability}"
         return "\n  ".join([head, *self.problems[:20], replay])
@@ -393,7 +404,8 @@ def stats(run: Run, folded: Replay) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m chaos.tier1", description="Run tier-1 simulation seeds; replay one."
+        prog="python -m raftcron.chaos.tier1",
+        description="Run tier-1 simulation seeds; replay one.",
     )
     parser.add_argument("seed", type=int)
     parser.add_argument("count", type=int, nargs="?", default=1)

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from pysyncobj import SyncObj
 
-from chaos.sim.cluster import Proposal
-from chaos.tier1.clocks import MAX_SKEW_MS, TICK_SLACK_MS
-from cluster.clocks import ClockBook, TickBound, TickDecision, decide_tick
-from cluster.ticker import leadership_entry
-from scheduler import limits
-from scheduler.commands import (
+from raftcron.chaos.sim.cluster import Proposal
+from raftcron.chaos.tier1.clocks import MAX_SKEW_MS, TICK_SLACK_MS
+from raftcron.cluster.clocks import ClockBook, TickBound, TickDecision, decide_tick
+from raftcron.cluster.ticker import leadership_entry
+from raftcron.scheduler import limits
+from raftcron.scheduler.commands import (
     Ack,
     BackfillSchedule,
     ClaimJobs,
@@ -44,13 +44,13 @@ from scheduler.commands import (
     Tick,
     TriggerSchedule,
 )
-from scheduler.errors import Ok, Rejected, Result
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 if TYPE_CHECKING:
-    from chaos.tier1.requests import Request
-    from chaos.tier1.run import Run
+    from raftcron.chaos.tier1.requests import Request
+    from raftcron.chaos.tier1.run import Run
 
 POLL_S = 0.2  # an idle worker's pause between empty claims
 DIAMOND = {

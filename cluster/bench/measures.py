@@ -24,9 +24,9 @@ from typing import Any
 
 import aiohttp
 
-from cluster.bench.lean import LeanConnection
-from cluster.bench.stats import Progress, percentile
-from cluster.localcluster import LocalCluster
+from raftcron.cluster.bench.lean import LeanConnection
+from raftcron.cluster.bench.stats import Progress, percentile
+from raftcron.cluster.localcluster import LocalCluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -217,7 +217,7 @@ async def drain(
     command = [
         sys.executable,
         "-m",
-        "cluster.cli",
+        "raftcron.cluster.cli",
         "worker",
         "--connect",
         ",".join(target.urls),
@@ -226,7 +226,7 @@ async def drain(
         "--concurrency",
         str(concurrency),
         "--import",
-        "cluster.bench.tasks",
+        "raftcron.cluster.bench.tasks",
         "--no-shell",
         "--wait-ms",
         "1000",

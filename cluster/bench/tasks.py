@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.worker import JobContext, task
+from raftcron.cluster.worker import JobContext, task
 
 
 @task("noop")

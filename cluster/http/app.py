@@ -12,8 +12,8 @@ import logging
 
 from aiohttp import web
 
-from cluster.http import claims, dashboard, jobs, ops, schedules
-from cluster.http.common import (
+from raftcron.cluster.http import claims, dashboard, jobs, ops, schedules
+from raftcron.cluster.http.common import (
     BODY_BYTES_MAX,
     CALLER,
     SERVICES,
@@ -22,7 +22,7 @@ from cluster.http.common import (
     Services,
     check_token,
 )
-from cluster.http.trail import AUDITED_ACTIONS
+from raftcron.cluster.http.trail import AUDITED_ACTIONS
 
 log = logging.getLogger("raftcron.http")
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/"})

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.http.common import (
+from raftcron.cluster.http.common import (
     commit,
     json_response,
     object_body,
@@ -32,12 +32,12 @@ from cluster.http.common import (
     services,
     take_request_id,
 )
-from scheduler import parse
-from scheduler.commands import ClaimJobs
-from scheduler.frozen import FrozenJob
-from scheduler.jobs import RUNNING, Job
-from scheduler.state import SchedulerState
-from scheduler.views import claimed_job_view
+from raftcron.scheduler import parse
+from raftcron.scheduler.commands import ClaimJobs
+from raftcron.scheduler.frozen import FrozenJob
+from raftcron.scheduler.jobs import RUNNING, Job
+from raftcron.scheduler.state import SchedulerState
+from raftcron.scheduler.views import claimed_job_view
 
 WAIT_MS_MAX = 30_000
 CLAIM_ROUNDS_MAX = 8

@@ -18,13 +18,13 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.bridge import Proposer, TooLarge, Unavailable
-from cluster.config import NodeConfig
-from cluster.peerhttp import PeerDialer, peer_token
-from cluster.replica import RaftNode
-from scheduler import parse
-from scheduler.commands import Barrier, Command
-from scheduler.errors import Invalid, Ok, Rejected, Result
+from raftcron.cluster.bridge import Proposer, TooLarge, Unavailable
+from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.peerhttp import PeerDialer, peer_token
+from raftcron.cluster.replica import RaftNode
+from raftcron.scheduler import parse
+from raftcron.scheduler.commands import Barrier, Command
+from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BODY_BYTES_MAX = 8 * 1024 * 1024

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.http.common import (
+from raftcron.cluster.http.common import (
     ApiError,
     commit,
     json_response,
@@ -22,9 +22,9 @@ from cluster.http.common import (
     services,
     take_request_id,
 )
-from scheduler import jobs as j
-from scheduler import limits, parse
-from scheduler.commands import (
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler import limits, parse
+from raftcron.scheduler.commands import (
     CancelJob,
     CompleteJob,
     FailJob,
@@ -33,8 +33,8 @@ from scheduler.commands import (
     SubmitJobs,
     SubmitWorkflow,
 )
-from scheduler.specs import JobSpec, WorkflowSpec
-from scheduler.views import job_view, list_jobs
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.views import job_view, list_jobs
 
 
 def render_jobs(request: web.Request, items: list[list[Any]]) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.config import ApiSettings, split_address
+from raftcron.cluster.config import ApiSettings, split_address
 
 log = logging.getLogger("raftcron.http")
 

@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from cluster import metrics
-from cluster.http.common import (
+from raftcron.cluster import metrics
+from raftcron.cluster.http.common import (
     CALLER,
     PEER_ROLE,
     ApiError,
@@ -24,8 +24,8 @@ from cluster.http.common import (
     requires,
     services,
 )
-from cluster.replica import AUDIT_PREFIX, RaftNode
-from scheduler.commands import Barrier
+from raftcron.cluster.replica import AUDIT_PREFIX, RaftNode
+from raftcron.scheduler.commands import Barrier
 
 
 def _status(node: RaftNode) -> dict[str, Any]:

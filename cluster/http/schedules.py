@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.http.common import (
+from raftcron.cluster.http.common import (
     ApiError,
     commit,
     json_response,
@@ -21,10 +21,10 @@ from cluster.http.common import (
     services,
     take_request_id,
 )
-from cluster.ticker import wall_ms
-from scheduler import limits, parse
-from scheduler.calendar import At
-from scheduler.commands import (
+from raftcron.cluster.ticker import wall_ms
+from raftcron.scheduler import limits, parse
+from raftcron.scheduler.calendar import At
+from raftcron.scheduler.commands import (
     BackfillSchedule,
     DeleteSchedule,
     PauseSchedule,
@@ -32,8 +32,8 @@ from scheduler.commands import (
     ResumeSchedule,
     TriggerSchedule,
 )
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.views import job_view, preview, schedule_view
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.views import job_view, preview, schedule_view
 
 PREVIEW_COUNT_MAX = 1_000
 

@@ -19,8 +19,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from cluster.storage.disk import Disk, OsDisk
-from cluster.storage.raftlog import (
+from raftcron.cluster.storage.disk import Disk, OsDisk
+from raftcron.cluster.storage.raftlog import (
     CLEAN_MARK,
     HEAD_MARK,
     LogDamaged,

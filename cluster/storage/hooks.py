@@ -38,9 +38,9 @@ from typing import Any
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj
 
-from cluster.storage.journal import LEARNER_VOTE, StorageJournal
-from cluster.storage.node import RaftStorage
-from cluster.storage.raftlog import StorageUnavailable
+from raftcron.cluster.storage.journal import LEARNER_VOTE, StorageJournal
+from raftcron.cluster.storage.node import RaftStorage
+from raftcron.cluster.storage.raftlog import StorageUnavailable
 
 log = logging.getLogger("raftcron.storage")
 

@@ -19,11 +19,11 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from cluster.storage.raftlog import LogDamaged, RaftLog
-from cluster.storage.snapshots import Entry, Snapshot
+from raftcron.cluster.storage.raftlog import LogDamaged, RaftLog
+from raftcron.cluster.storage.snapshots import Entry, Snapshot
 
 if TYPE_CHECKING:  # only for annotations: the storage builds its journal
-    from cluster.storage.node import RaftStorage
+    from raftcron.cluster.storage.node import RaftStorage
 
 
 class LogView:

@@ -18,18 +18,18 @@ import os
 import time
 from collections.abc import Callable
 
-from cluster.metrics import Histogram
-from cluster.storage.datadir import DataDir, open_data_dir
-from cluster.storage.disk import Disk, OsDisk
-from cluster.storage.journal import StorageJournal, reconcile
-from cluster.storage.raftlog import (
+from raftcron.cluster.metrics import Histogram
+from raftcron.cluster.storage.datadir import DataDir, open_data_dir
+from raftcron.cluster.storage.disk import Disk, OsDisk
+from raftcron.cluster.storage.journal import StorageJournal, reconcile
+from raftcron.cluster.storage.raftlog import (
     SEGMENT_BYTES_MAX,
     LoadReport,
     RaftLog,
     StorageError,
     StorageUnavailable,
 )
-from cluster.storage.snapshots import SnapshotSource, SnapshotStore
+from raftcron.cluster.storage.snapshots import SnapshotSource, SnapshotStore
 
 log = logging.getLogger("raftcron.storage")
 

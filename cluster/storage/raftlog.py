@@ -34,8 +34,8 @@ from array import array
 from collections import deque
 from dataclasses import dataclass
 
-from cluster.storage import records
-from cluster.storage.disk import Disk, File, OsDisk
+from raftcron.cluster.storage import records
+from raftcron.cluster.storage.disk import Disk, File, OsDisk
 
 SEGMENT_BYTES_MAX = 64 << 20
 CACHE_BYTES_MAX = 32 << 20

@@ -48,8 +48,8 @@ from typing import Any, Protocol
 import msgpack
 from pysyncobj.config import SERIALIZER_STATE
 
-from cluster.storage.disk import Disk, OsDisk
-from cluster.storage.raftlog import LogDamaged, StorageUnavailable
+from raftcron.cluster.storage.disk import Disk, OsDisk
+from raftcron.cluster.storage.raftlog import LogDamaged, StorageUnavailable
 
 log = logging.getLogger("raftcron.storage")
 

@@ -20,18 +20,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cluster.storage import datadir as datadir_module
-from cluster.storage import records
-from cluster.storage.disk import OsDisk
-from cluster.storage.journal import disagreement
-from cluster.storage.raftlog import (
+from raftcron.cluster.storage import datadir as datadir_module
+from raftcron.cluster.storage import records
+from raftcron.cluster.storage.disk import OsDisk
+from raftcron.cluster.storage.journal import disagreement
+from raftcron.cluster.storage.raftlog import (
     LogDamaged,
     RaftLog,
     StorageError,
     segment_name,
     segment_number,
 )
-from cluster.storage.snapshots import SNAPSHOT_NAME, decode, encode
+from raftcron.cluster.storage.snapshots import SNAPSHOT_NAME, decode, encode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cluster import config as configuration
+    from raftcron.cluster import config as configuration
 
     if not args.config:
         print(f"raftcron storage {args.action}: --config FILE is required", file=sys.stderr)

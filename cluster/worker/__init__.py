@@ -1,6 +1,6 @@
 """The raftcron worker: run Python handlers and the built-in `shell` task for the cluster.
 
-    from cluster.worker import Worker, PermanentError
+    from raftcron.cluster.worker import Worker, PermanentError
 
     worker = Worker(["http://127.0.0.1:8001", "http://127.0.0.1:8002"], queues=["default"])
 
@@ -19,9 +19,9 @@ this package instead (the default registry). Module map: `tasks` (registry, erro
 `shell` (the built-in task), `cli` (the command).
 """
 
-from cluster.worker.context import JobContext
-from cluster.worker.runtime import Worker
-from cluster.worker.tasks import (
+from raftcron.cluster.worker.context import JobContext
+from raftcron.cluster.worker.runtime import Worker
+from raftcron.cluster.worker.tasks import (
     JobError,
     LeaseLost,
     PermanentError,

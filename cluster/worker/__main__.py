@@ -1,7 +1,7 @@
-"""`python -m cluster.worker ...`: the same as `raftcron worker ...`."""
+"""`python -m raftcron.cluster.worker ...`: the same as `raftcron worker ...`."""
 
 import sys
 
-from cluster.worker.cli import main
+from raftcron.cluster.worker.cli import main
 
 sys.exit(main())

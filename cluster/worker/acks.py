@@ -19,9 +19,9 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
-from cluster.worker.tasks import JobError
-from scheduler import limits, parse
-from scheduler.errors import Invalid
+from raftcron.cluster.worker.tasks import JobError
+from raftcron.scheduler import limits, parse
+from raftcron.scheduler.errors import Invalid
 
 Ack = dict[str, Any]
 ACK_BATCH_BYTES_MAX = 256 * 1024  # JSON bytes of the acks in one request

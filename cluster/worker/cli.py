@@ -19,10 +19,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cluster import logs, tls
-from cluster.worker.runtime import Worker
-from cluster.worker.tasks import default_registry
-from scheduler import limits
+from raftcron.cluster import logs, tls
+from raftcron.cluster.worker.runtime import Worker
+from raftcron.cluster.worker.tasks import default_registry
+from raftcron.scheduler import limits
 
 log = logging.getLogger("raftcron.worker")
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})

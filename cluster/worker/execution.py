@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cluster.client import ApiError, AsyncClient, Unavailable
-from cluster.worker.acks import AckBuffer, failure_ack, success_ack
-from cluster.worker.acks import exception_text as describe
-from cluster.worker.context import JobContext
-from cluster.worker.tasks import LeaseLost, PermanentError, Task
+from raftcron.cluster.client import ApiError, AsyncClient, Unavailable
+from raftcron.cluster.worker.acks import AckBuffer, failure_ack, success_ack
+from raftcron.cluster.worker.acks import exception_text as describe
+from raftcron.cluster.worker.context import JobContext
+from raftcron.cluster.worker.tasks import LeaseLost, PermanentError, Task
 
 log = logging.getLogger("raftcron.worker")
 

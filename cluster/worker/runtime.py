@@ -30,14 +30,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cluster import tls
-from cluster.client import ApiError, AsyncClient, Unavailable, new_request_id, normalize_urls
-from cluster.worker.acks import Ack, AckBuffer, failure_ack
-from cluster.worker.execution import WORKER_STOPPING, Execution
-from cluster.worker.shell import SHELL_TASK, shell_task
-from cluster.worker.tasks import Handler, TaskRegistry
-from scheduler import limits, parse
-from scheduler.errors import Invalid
+from raftcron.cluster import tls
+from raftcron.cluster.client import (
+    ApiError,
+    AsyncClient,
+    Unavailable,
+    new_request_id,
+    normalize_urls,
+)
+from raftcron.cluster.worker.acks import Ack, AckBuffer, failure_ack
+from raftcron.cluster.worker.execution import WORKER_STOPPING, Execution
+from raftcron.cluster.worker.shell import SHELL_TASK, shell_task
+from raftcron.cluster.worker.tasks import Handler, TaskRegistry
+from raftcron.scheduler import limits, parse
+from raftcron.scheduler.errors import Invalid
 
 log = logging.getLogger("raftcron.worker")
 

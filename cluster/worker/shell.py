@@ -36,8 +36,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.worker.context import JobContext
-from cluster.worker.tasks import JobError, PermanentError
+from raftcron.cluster.worker.context import JobContext
+from raftcron.cluster.worker.tasks import JobError, PermanentError
 
 SHELL_TASK = "shell"
 STREAM_BYTES_MAX = 24 * 1024  # per stream, as UTF-8: two streams stay under 64 KiB

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import limits, parse
+from raftcron.scheduler import limits, parse
 
 Handler = Callable[[Any], Any]
 

@@ -38,13 +38,13 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
 
 from .livenode import REPO, TOKENS, LiveNode, Reply, wait_until
 
 pytest.importorskip("schemathesis", reason="pip install raftcron[test]")
 
-from scheduler.limits import RETENTION_MS_DEFAULT, TIME_MS_MAX
+from raftcron.scheduler.limits import RETENTION_MS_DEFAULT, TIME_MS_MAX
 
 from .fuzz_hooks import KNOWN_BUGS_SEEN, NODE_LOG, describe, known_bug
 

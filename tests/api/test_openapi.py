@@ -17,12 +17,12 @@ from typing import Any, cast
 
 import pytest
 
-from cluster import config
-from cluster.http import app as http_app
-from cluster.http import claims as http_claims
-from cluster.http.common import BODY_BYTES_MAX, ROLE_GRANTS, Services
-from scheduler import limits, parse
-from scheduler.commands import (
+from raftcron.cluster import config
+from raftcron.cluster.http import app as http_app
+from raftcron.cluster.http import claims as http_claims
+from raftcron.cluster.http.common import BODY_BYTES_MAX, ROLE_GRANTS, Services
+from raftcron.scheduler import limits, parse
+from raftcron.scheduler.commands import (
     BackfillSchedule,
     CancelJob,
     ClaimJobs,
@@ -35,9 +35,9 @@ from scheduler.commands import (
     SubmitJobs,
     TriggerSchedule,
 )
-from scheduler.errors import Invalid
-from scheduler.schedulespec import ScheduleSpec
-from scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 from . import apidoc
 from .apidoc import assert_documented, assert_error, schema_errors

@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from cluster.http.common import SERVICES
-from cluster.http.ops import readyz
-from scheduler.commands import Tick
-from scheduler.state import SchedulerState
+from raftcron.cluster.http.common import SERVICES
+from raftcron.cluster.http.ops import readyz
+from raftcron.scheduler.commands import Tick
+from raftcron.scheduler.state import SchedulerState
 
 
 def fake_node(state: SchedulerState, *, leader: str | None = "n1",

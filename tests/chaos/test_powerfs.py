@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.powerfs.harness import PowerFS, fuse_unavailable_reason, mounted
-from chaos.powerfs.power import choose_torn_prefix
+from raftcron.chaos.powerfs.harness import PowerFS, fuse_unavailable_reason, mounted
+from raftcron.chaos.powerfs.power import choose_torn_prefix
 
 MiB = 1 << 20
 

@@ -18,9 +18,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from chaos.powerfs.disk import STASH_NAME
-from chaos.powerfs.pages import PAGE_BYTES
-from chaos.powerfs.volume import Volume
+from raftcron.chaos.powerfs.disk import STASH_NAME
+from raftcron.chaos.powerfs.pages import PAGE_BYTES
+from raftcron.chaos.powerfs.volume import Volume
 
 DIRS = ["", "a"]
 NAMES = ["x", "y"]

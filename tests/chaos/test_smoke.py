@@ -1,7 +1,7 @@
 """The tier-2 smoke: real nodes and workers survive a killed leader, a leader whose main PID is
 killed mid-snapshot, a follower whose log was damaged (it must refuse to start), a paused and
 an isolated leader and a whole-cluster restart with zero safety violations
-(`python -m chaos run --smoke`).
+(`raftcron chaos run --smoke`).
 
 As root with `ip`, the nodes live in network namespaces; elsewhere the partition goes through
 the in-process relay: either way the partition is really injected, never skipped. The smoke
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.netns import Relay, leftover_namespaces, pick_ports
+from raftcron.chaos.netns import Relay, leftover_namespaces, pick_ports
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 300
@@ -31,7 +31,7 @@ SMOKE_TIMEOUT_S = 300
 def test_the_smoke_run_finds_no_violation_and_leaves_nothing_behind(tmp_path: Path) -> None:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "chaos", "run", "--smoke", "--out", str(tmp_path)],
+        [sys.executable, "-m", "raftcron.chaos", "run", "--smoke", "--out", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S, check=False,
     )
     elapsed = time.monotonic() - started
@@ -104,7 +104,7 @@ def test_the_relay_fallback_forwards_cuts_and_heals() -> None:
 
 def _in_namespace(net: object, host: str, work: object) -> object:
     """Run `work()` on a thread that entered host's namespace (setns is per thread)."""
-    from chaos.netns import Namespaces, _setns
+    from raftcron.chaos.netns import Namespaces, _setns
 
     assert isinstance(net, Namespaces)
     box: dict[str, object] = {}
@@ -128,7 +128,7 @@ def _in_namespace(net: object, host: str, work: object) -> object:
                     reason="namespaces need root and ip; the relay test covers this machine")
 @pytest.mark.parametrize("iptables", ["1", "0"], ids=["iptables", "neighbour-entry"])
 def test_namespaces_isolate_drop_and_heal(iptables: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chaos.netns import Namespaces
+    from raftcron.chaos.netns import Namespaces
 
     if iptables == "1" and shutil.which("iptables") is None:
         pytest.skip("iptables not installed; the neighbour-entry variant runs instead")

@@ -31,7 +31,7 @@ from hypothesis.stateful import run_state_machine_as_test
 # conftest there), and test_core_model is already imported under this name by collection.
 from test_core_model import T0, CoreModel
 
-from chaos.model import (
+from raftcron.chaos.model import (
     RETENTION_MS,
     Accepted,
     Applied,
@@ -49,9 +49,9 @@ from chaos.model import (
     Triggered,
     events_of,
 )
-from scheduler import jobs as j
-from scheduler import limits
-from scheduler.commands import (
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler import limits
+from raftcron.scheduler.commands import (
     BackfillSchedule,
     Barrier,
     BeginLeadership,
@@ -64,12 +64,12 @@ from scheduler.commands import (
     Tick,
     TriggerSchedule,
 )
-from scheduler.errors import Invalid, Ok, Rejected, Result
-from scheduler.requests import RequestLog
-from scheduler.specs import JobSpec, WorkflowSpec
-from scheduler.state import SchedulerState
-from scheduler.store import JobTable
-from scheduler.testing import Driver
+from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
+from raftcron.scheduler.requests import RequestLog
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.state import SchedulerState
+from raftcron.scheduler.store import JobTable
+from raftcron.scheduler.testing import Driver
 
 EXAMPLES = int(os.environ.get("RAFTCRON_TIER0_EXAMPLES", "500"))
 

@@ -11,7 +11,7 @@ checks say so; damage on top of a power loss makes the node refuse, and that is 
 
 Scale with RAFTCRON_TIER1_POWER_SEEDS (default 36, about 90 s on 2 cores) and
 RAFTCRON_TIER1_POWER_FIRST_SEED (default 0); thousands from a shell:
-``python -m chaos.tier1 0 3000 --durability fsync``.
+``python -m raftcron.chaos.tier1 0 3000 --durability fsync``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from collections import Counter
 
 import pytest
 
-from chaos.sim.disk import SimDisk
-from chaos.tier1 import SeedResult, run_seed
-from chaos.tier1.machine import DATA_DIR
-from cluster.storage.raftlog import RaftLog
+from raftcron.chaos.sim.disk import SimDisk
+from raftcron.chaos.tier1 import SeedResult, run_seed
+from raftcron.chaos.tier1.machine import DATA_DIR
+from raftcron.cluster.storage.raftlog import RaftLog
 
 SEED_COUNT = int(os.environ.get("RAFTCRON_TIER1_POWER_SEEDS", "36"))
 FIRST_SEED = int(os.environ.get("RAFTCRON_TIER1_POWER_FIRST_SEED", "0"))
@@ -52,7 +52,8 @@ EARLY_ACKS_LOSE_ACKNOWLEDGED = (54,)
 
 
 def replay_hint(result: SeedResult) -> str:
-    return result.describe()  # ends with "replay: python -m chaos.tier1 SEED --durability X"
+    # ends with "replay: python -m raftcron.chaos.tier1 SEED --durability X"
+    return result.describe()
 
 
 @functools.cache
@@ -89,8 +90,8 @@ def test_a_power_loss_seed_replays_the_same_run() -> None:
 
 def test_the_command_line_runs_power_loss_seeds() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "chaos.tier1", "3", "-v", "--durability", "fsync"], cwd=REPO,
-        capture_output=True, text=True, timeout=120)
+        [sys.executable, "-m", "raftcron.chaos.tier1", "3", "-v", "--durability", "fsync"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert f"trace={seed_result(3).digest[:16]}" in completed.stdout
     assert "power_cuts=" in completed.stdout

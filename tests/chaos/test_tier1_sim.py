@@ -36,9 +36,9 @@ from typing import Any
 
 import pytest
 
-import chaos.tier1.workload
-from chaos.model import OPEN_PRODUCT_BUGS
-from chaos.tier1 import (
+import raftcron.chaos.tier1.workload
+from raftcron.chaos.model import OPEN_PRODUCT_BUGS
+from raftcron.chaos.tier1 import (
     LogRecorder,
     Probe,
     Profile,
@@ -52,9 +52,9 @@ from chaos.tier1 import (
     leadership_entry,
     run_seed,
 )
-from cluster import ticker as product_ticker
-from cluster.clocks import ClockBook, TickBound, TickDecision
-from scheduler.commands import (
+from raftcron.cluster import ticker as product_ticker
+from raftcron.cluster.clocks import ClockBook, TickBound, TickDecision
+from raftcron.scheduler.commands import (
     Barrier,
     BeginLeadership,
     ClaimJobs,
@@ -63,11 +63,11 @@ from scheduler.commands import (
     SubmitJobs,
     Tick,
 )
-from scheduler.errors import Ok, Rejected, Result
-from scheduler.specs import JobSpec
-from scheduler.state import SchedulerState
-from scheduler.store import JobTable
-from scheduler.testing import Driver
+from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.state import SchedulerState
+from raftcron.scheduler.store import JobTable
+from raftcron.scheduler.testing import Driver
 
 SEED_COUNT = int(os.environ.get("RAFTCRON_TIER1_SEEDS", "80"))
 FIRST_SEED = int(os.environ.get("RAFTCRON_TIER1_FIRST_SEED", "0"))
@@ -114,7 +114,7 @@ UNPATCHED_FORK_SEEDS = (0,)
 
 
 def replay_hint(result: SeedResult) -> str:
-    return result.describe()  # ends with "replay: python -m chaos.tier1 SEED" when failed
+    return result.describe()  # ends with "replay: python -m raftcron.chaos.tier1 SEED" when failed
 
 
 @functools.cache
@@ -182,7 +182,7 @@ def test_the_run_does_not_depend_on_the_hash_seed() -> None:
 
 
 def test_the_command_line_replays_a_seed() -> None:
-    completed = subprocess.run([sys.executable, "-m", "chaos.tier1", "3", "-v"], cwd=REPO,
+    completed = subprocess.run([sys.executable, "-m", "raftcron.chaos.tier1", "3", "-v"], cwd=REPO,
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert f"trace={seed_result(3).digest[:16]}" in completed.stdout
@@ -230,7 +230,7 @@ def test_the_simulated_ticker_proposes_what_cluster_ticker_proposes(
     proposer: Any = FakeProposer()
     book = ClockBook("n2", ["n2"], max_skew_ms=1_000)  # alone: its own clock is the majority
     ticker = product_ticker.Ticker(node, proposer, tick_ms=1, clocks=book, bound=TickBound())
-    assert chaos.tier1.workload.decide_tick is product_ticker.decide_tick
+    assert raftcron.chaos.tier1.workload.decide_tick is product_ticker.decide_tick
 
     async def two_steps() -> None:
         await ticker._step()
@@ -274,7 +274,7 @@ def test_the_checks_see_a_leader_move_the_clusters_time_with_its_own_clock(
                   state_now_ms: int) -> TickDecision:
         return TickDecision(wall_ms, book.view(wall_ms=wall_ms, mono_s=mono_s), "ok")
 
-    monkeypatch.setattr(chaos.tier1.workload, "tick_time", unbounded)
+    monkeypatch.setattr(raftcron.chaos.tier1.workload, "tick_time", unbounded)
     result = run_seed(COMES_BACK_SEEDS["unbounded-tick"])
     assert any(p.startswith("time: ") and "ahead of the majority's clocks" in p
                for p in result.problems), result

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from cluster import raftpatch
-from cluster.localcluster import LocalCluster
+from raftcron.cluster import raftpatch
+from raftcron.cluster.localcluster import LocalCluster
 
 TRUNCATION_WARNING = raftpatch.TRUNCATION_ALARM
 

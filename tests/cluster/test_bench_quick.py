@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cluster.localcluster import REPO_ROOT
+from raftcron.cluster.localcluster import REPO_ROOT
 
 MEASURES = "submit_single,submit_batched,drain,claim,fire,failover,scale"
 
@@ -25,7 +25,7 @@ def raftcron_processes() -> dict[int, str]:
             line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             continue  # not a process, or gone meanwhile
-        if entry.name.isdigit() and ("raftcron" in line or "cluster.cli" in line):
+        if entry.name.isdigit() and ("raftcron" in line or "raftcron.cluster.cli" in line):
             found[int(entry.name)] = line
     return found
 
@@ -33,7 +33,8 @@ def raftcron_processes() -> dict[int, str]:
 def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
     before = raftcron_processes()
     finished = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "bench", "--quick", "--json", "--only", MEASURES],
+        [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--quick", "--json",
+         "--only", MEASURES],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -57,7 +58,7 @@ def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
 
 def test_an_unknown_measure_is_refused_by_name() -> None:
     finished = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "bench", "--only", "claim,nope"],
+        [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--only", "claim,nope"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

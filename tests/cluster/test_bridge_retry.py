@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from cluster import bridge
-from scheduler.commands import Barrier
-from scheduler.errors import Ok
+from raftcron.cluster import bridge
+from raftcron.scheduler.commands import Barrier
+from raftcron.scheduler.errors import Ok
 
 ELECTED_AT_S = 0.36
 

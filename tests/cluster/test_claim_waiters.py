@@ -8,7 +8,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from cluster.http.claims import ClaimWaiters
+from raftcron.cluster.http.claims import ClaimWaiters
 
 
 def state_with_ready(**ready: int) -> Any:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from cluster import cli
-from cluster.client import AsyncClient
-from cluster.localcluster import LocalCluster
+from raftcron.cluster import cli
+from raftcron.cluster.client import AsyncClient
+from raftcron.cluster.localcluster import LocalCluster
 
 
 @pytest.fixture

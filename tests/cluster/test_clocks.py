@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.clocks import (
+from raftcron.cluster.clocks import (
     REFERENCE_WAIT_S,
     SAMPLE_FRESH_S,
     ClockBook,

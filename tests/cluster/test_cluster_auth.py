@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cluster.localcluster import LocalCluster
+from raftcron.cluster.localcluster import LocalCluster
 
 TOKENS = {
     "admin-token-0123": "admin",

@@ -16,8 +16,8 @@ from typing import Any
 
 from problems import cluster_problems
 
-from chaos.nemesis import CLOCK_HOOK
-from cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.chaos.nemesis import CLOCK_HOOK
+from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
 
 DAY_MS = 86_400_000
 FAST_NODE = "n1"

@@ -8,8 +8,8 @@ import os
 import signal
 from pathlib import Path
 
-from cluster import config as configuration
-from cluster.localcluster import (
+from raftcron.cluster import config as configuration
+from raftcron.cluster.localcluster import (
     FAST_RAFT,
     REPO_ROOT,
     LocalCluster,

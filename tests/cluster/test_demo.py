@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cluster.localcluster import REPO_ROOT, LocalCluster
+from raftcron.cluster.localcluster import REPO_ROOT, LocalCluster
 
 
 def test_the_demo_starts_runs_a_fire_and_stops_cleanly(tmp_path: Path) -> None:
     configs = LocalCluster(tmp_path).configure()  # free ports; nothing started by the harness
-    command = [sys.executable, "-m", "cluster.cli", "demo", "--duration", "9"]
+    command = [sys.executable, "-m", "raftcron.cluster.cli", "demo", "--duration", "9"]
     for node in configs:
         command += ["--config", str(node.config_path)]
     finished = subprocess.run(

@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from cluster.localcluster import REPO_ROOT
+from raftcron.cluster.localcluster import REPO_ROOT
 
 INNER = '''
 import os, time
-from cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
 
 def test_holds_a_node(tmp_path):
     cluster = LocalCluster(tmp_path / "c", nodes=1, raft=FAST_RAFT)

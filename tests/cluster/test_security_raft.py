@@ -18,9 +18,9 @@ from typing import Any
 
 from hangup import closed_within
 
-from cluster import raftguard
-from cluster.config import split_address as host_port
-from cluster.localcluster import FAST_RAFT, ClusterError, LocalCluster, LocalNode
+from raftcron.cluster import raftguard
+from raftcron.cluster.config import split_address as host_port
+from raftcron.cluster.localcluster import FAST_RAFT, ClusterError, LocalCluster, LocalNode
 
 FLOOD_BYTES = 40 * 1024 * 1024
 PROBE_COMMITS_MIN = 20  # commits measured while the flood goes on

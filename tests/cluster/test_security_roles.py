@@ -13,11 +13,11 @@ from typing import Any, cast
 
 import pytest
 
-from cluster.config import load
-from cluster.http import app as http_app
-from cluster.http.common import Services
-from cluster.localcluster import LocalCluster
-from cluster.peerhttp import peer_token
+from raftcron.cluster.config import load
+from raftcron.cluster.http import app as http_app
+from raftcron.cluster.http.common import Services
+from raftcron.cluster.localcluster import LocalCluster
+from raftcron.cluster.peerhttp import peer_token
 
 OPEN = None
 GRANTS: dict[tuple[str, str], str | None] = {

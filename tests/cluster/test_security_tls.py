@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from cluster.client import Client, Unavailable
-from cluster.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster
+from raftcron.cluster.client import Client, Unavailable
+from raftcron.cluster.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None and not os.environ.get("CI"),
@@ -124,8 +124,8 @@ def test_https_with_a_test_ca(cluster_factory: Any, tmp_path: Path) -> None:
                      "every node read its peers' clocks over HTTPS")
     # The CLI verifies too.
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAFTCRON_API_TOKEN": "admin-token-0123"}
-    command = [sys.executable, "-m", "cluster.cli", "jobs", "show", str(job["id"]), "--connect",
-               ",".join(urls), "--deadline", "5"]
+    command = [sys.executable, "-m", "raftcron.cluster.cli", "jobs", "show", str(job["id"]),
+               "--connect", ",".join(urls), "--deadline", "5"]
     ok = subprocess.run([*command, "--ca-file", str(ca.cert)], env=env, capture_output=True,
                         text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr

@@ -15,9 +15,9 @@ from typing import Any
 import pysyncobj.pickle as pysyncobj_pickle
 import pytest
 
-from chaos.sim.cluster import SimCluster, SimNode, raft_log
-from chaos.sim.machines import KeyLog, payload_of
-from cluster import raftpatch
+from raftcron.chaos.sim.cluster import SimCluster, SimNode, raft_log
+from raftcron.chaos.sim.machines import KeyLog, payload_of
+from raftcron.cluster import raftpatch
 
 NO_OP = b"\x01"
 MACHINE = KeyLog()

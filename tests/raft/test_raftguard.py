@@ -15,7 +15,7 @@ import pytest
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_server import TcpServer
 
-from cluster import raftguard
+from raftcron.cluster import raftguard
 
 
 @pytest.fixture(autouse=True)

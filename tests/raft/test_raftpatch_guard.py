@@ -18,7 +18,7 @@ import pysyncobj.version
 import pytest
 from pysyncobj import SyncObj
 
-from cluster import raftpatch
+from raftcron.cluster import raftpatch
 
 HANDLER = "_SyncObj__onMessageReceived"
 PATCHED = [HANDLER, "_SyncObj__deleteEntriesTo"]

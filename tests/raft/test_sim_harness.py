@@ -16,12 +16,12 @@ import pysyncobj
 import pysyncobj.syncobj
 import pytest
 
-from chaos.sim.checks import check_replicas
-from chaos.sim.clock import CLOCK_USERS, RANDOM_USERS, FakeClock
-from chaos.sim.cluster import SimCluster
-from chaos.sim.machines import KeyLog
-from chaos.sim.network import LinkFaults, SimNetwork
-from chaos.sim.randomized import run_seed
+from raftcron.chaos.sim.checks import check_replicas
+from raftcron.chaos.sim.clock import CLOCK_USERS, RANDOM_USERS, FakeClock
+from raftcron.chaos.sim.cluster import SimCluster
+from raftcron.chaos.sim.machines import KeyLog
+from raftcron.chaos.sim.network import LinkFaults, SimNetwork
+from raftcron.chaos.sim.randomized import run_seed
 
 PYSYNCOBJ_DIR = pathlib.Path(pysyncobj.__file__).parent
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from chaos.sim.randomized import SeedResult, run_seed
+from raftcron.chaos.sim.randomized import SeedResult, run_seed
 
 SEED_COUNT = int(os.environ.get("RAFT_SIM_SEEDS", "500"))
 FIRST_SEED = int(os.environ.get("RAFT_SIM_FIRST_SEED", "0"))
@@ -44,7 +44,7 @@ UNPATCHED_LOSS_SEEDS = (148, 209, 268)
 
 
 def replay_hint(result: SeedResult) -> str:
-    return f"{result.describe()}\nreplay: python -m chaos.sim {result.seed} 1"
+    return f"{result.describe()}\nreplay: python -m raftcron.chaos.sim {result.seed} 1"
 
 
 @pytest.mark.parametrize("seed", range(FIRST_SEED, FIRST_SEED + SEED_COUNT))

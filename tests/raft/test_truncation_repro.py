@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from chaos.sim.checks import ReplicaReport, check_replicas, settle
-from chaos.sim.cluster import Proposal, SimCluster, raft_log
-from chaos.sim.machines import KeyLog, payload_of
-from cluster import raftpatch
+from raftcron.chaos.sim.checks import ReplicaReport, check_replicas, settle
+from raftcron.chaos.sim.cluster import Proposal, SimCluster, raft_log
+from raftcron.chaos.sim.machines import KeyLog, payload_of
+from raftcron.cluster import raftpatch
 
 MACHINE = KeyLog()
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from chaos.sim.disk import SimDisk
-from cluster.storage.disk import Disk, OsDisk
-from cluster.storage.raftlog import RaftLog
+from raftcron.chaos.sim.disk import SimDisk
+from raftcron.cluster.storage.disk import Disk, OsDisk
+from raftcron.cluster.storage.raftlog import RaftLog
 
 
 @dataclass

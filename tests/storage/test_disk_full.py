@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
 
 TMPFS_BYTES = 3 << 20
 FILLER_BYTES = 1 << 20

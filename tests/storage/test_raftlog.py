@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.storage.raftlog import StorageUnavailable
+from raftcron.cluster.storage.raftlog import StorageUnavailable
 
 from .logmodel import Place, command, entries, expected, fill
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.storage import records
-from cluster.storage.raftlog import CLEAN_MARK, HEAD_MARK, LogDamaged
+from raftcron.cluster.storage import records
+from raftcron.cluster.storage.raftlog import CLEAN_MARK, HEAD_MARK, LogDamaged
 
 from .logmodel import Place, entries, expected, fill
 

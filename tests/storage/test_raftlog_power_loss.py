@@ -11,8 +11,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.sim.disk import PowerCut
-from cluster.storage.raftlog import RaftLog
+from raftcron.chaos.sim.disk import PowerCut
+from raftcron.cluster.storage.raftlog import RaftLog
 
 from .logmodel import Image, LogModel, Place, command, fill
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.sim.disk import UNLIMITED_FREE_BYTES, PowerCut, SimDisk
-from cluster.storage.disk import Disk, OsDisk
+from raftcron.chaos.sim.disk import UNLIMITED_FREE_BYTES, PowerCut, SimDisk
+from raftcron.cluster.storage.disk import Disk, OsDisk
 
 # -- both disks behave alike while nothing fails ------------------------------------------------
 

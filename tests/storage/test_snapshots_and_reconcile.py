@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from pysyncobj.config import SERIALIZER_STATE
 
-from chaos.sim.disk import SimDisk
-from cluster.storage import snapshots
-from cluster.storage.datadir import LegacyDataDir, open_data_dir
-from cluster.storage.disk import Disk, OsDisk
-from cluster.storage.journal import reconcile
-from cluster.storage.raftlog import LogDamaged, RaftLog, StorageError
-from cluster.storage.snapshots import Snapshot, SnapshotStore
+from raftcron.chaos.sim.disk import SimDisk
+from raftcron.cluster.storage import snapshots
+from raftcron.cluster.storage.datadir import LegacyDataDir, open_data_dir
+from raftcron.cluster.storage.disk import Disk, OsDisk
+from raftcron.cluster.storage.journal import reconcile
+from raftcron.cluster.storage.raftlog import LogDamaged, RaftLog, StorageError
+from raftcron.cluster.storage.snapshots import Snapshot, SnapshotStore
 
 from .logmodel import Place, command, entries
 

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from chaos.sim.checks import ReplicaReport, check_replicas, settle
-from chaos.sim.cluster import Proposal, SimCluster, default_conf
-from chaos.sim.machines import DATA_DIR, StoredKeyLog, payload_of
-from cluster.storage.raftlog import RaftLog
+from raftcron.chaos.sim.checks import ReplicaReport, check_replicas, settle
+from raftcron.chaos.sim.cluster import Proposal, SimCluster, default_conf
+from raftcron.chaos.sim.machines import DATA_DIR, StoredKeyLog, payload_of
+from raftcron.cluster.storage.raftlog import RaftLog
 
 NODES = ["n1", "n2", "n3"]
 

@@ -14,20 +14,20 @@ from pathlib import Path
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from cluster import raftpatch
-from cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
-from cluster.replica import StateMachine, encode_batch
-from cluster.storage.raftlog import segment_name
-from scheduler import codec
-from scheduler.commands import SubmitJobs, Tick
-from scheduler.errors import Rejected
+from raftcron.cluster import raftpatch
+from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.replica import StateMachine, encode_batch
+from raftcron.cluster.storage.raftlog import segment_name
+from raftcron.scheduler import codec
+from raftcron.scheduler.commands import SubmitJobs, Tick
+from raftcron.scheduler.errors import Rejected
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def storage_cli(*words: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cluster.cli", "storage", *words], cwd=REPO,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run([sys.executable, "-m", "raftcron.cluster.cli", "storage", *words],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Fixtures of the worker tests: a real 3-node cluster on loopback (`cluster.localcluster`),
-worker processes started with `python -m cluster.worker`, and bounded waits.
+worker processes started with `python -m raftcron.cluster.worker`, and bounded waits.
 
 Every process started here is killed at teardown, also when a test fails: workers by their
 own fixture (continued first if paused), nodes by `LocalCluster.close()`.
@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from cluster.client import Client
-from cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.client import Client
+from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
 
 T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +147,7 @@ def start_worker(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[...
         argv = [
             sys.executable,
             "-m",
-            "cluster.worker",
+            "raftcron.cluster.worker",
             "--connect",
             ",".join(urls or [node.url for node in cluster.nodes]),
             "--queues",

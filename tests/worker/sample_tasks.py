@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster.worker import JobContext, PermanentError, task
+from raftcron.cluster.worker import JobContext, PermanentError, task
 
 WAIT_S_MAX = 60.0
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cluster.client import ApiError, AsyncClient, Unavailable, normalize_urls
-from cluster.worker import cli
+from raftcron.cluster.client import ApiError, AsyncClient, Unavailable, normalize_urls
+from raftcron.cluster.worker import cli
 
 from .fakeapi import FakeApi
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cluster.client import ApiError, Client
-from cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.client import ApiError, Client
+from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
 
 from .conftest import StartWorker, eventually, markers
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import socket
 
-from cluster.client import Client
-from cluster.localcluster import LocalCluster
+from raftcron.cluster.client import Client
+from raftcron.cluster.localcluster import LocalCluster
 
 from .conftest import StartWorker
 

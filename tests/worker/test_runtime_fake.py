@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cluster.worker import JobContext, PermanentError, TaskRegistry, Worker
-from cluster.worker.acks import AckBuffer, success_ack
+from raftcron.cluster.worker import JobContext, PermanentError, TaskRegistry, Worker
+from raftcron.cluster.worker.acks import AckBuffer, success_ack
 
 from .fakeapi import FakeApi
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cluster.worker import JobContext, PermanentError
-from cluster.worker.shell import (
+from raftcron.cluster.worker import JobContext, PermanentError
+from raftcron.cluster.worker.shell import (
     STREAM_BYTES_MAX,
     ShellFailed,
     Tail,
@@ -22,7 +22,7 @@ from cluster.worker.shell import (
     shell_env_names,
     shell_task,
 )
-from scheduler import limits, parse
+from raftcron.scheduler import limits, parse
 
 
 async def _no_heartbeat(lease_ms: int | None) -> bool:
