@@ -176,16 +176,10 @@ class Ticker:
         return wait_ms
 
     def next_due_ms(self) -> int | None:
-        """The earliest time the state has work to do (heap heads: may be early, never late)."""
+        """The earliest time the state has work to do (SchedulerState.next_due_ms)."""
         machine = self.node.machine
         with machine.lock:
-            state = machine.state
-            heads = [
-                heap[0][0]
-                for heap in (state.schedule_heap, state.table.delayed, state.table.leases)
-                if heap
-            ]
-        return min(heads) if heads else None
+            return machine.state.next_due_ms()
 
     async def _sleep(self, wait_ms: int) -> None:
         self.wake.clear()

@@ -76,6 +76,17 @@ class SchedulerState:
         """Whether a Tick was applied: before it, every request is refused not_ready."""
         return self.now_ms != 0
 
+    def next_due_ms(self) -> int | None:
+        """The earliest state time at which a Tick has work to do (a schedule's fire, a delayed
+        job or retry becoming due, a lease running out), or None: the leader's ticker sleeps
+        until then. The heaps may hold stale entries, so this may be early, never late."""
+        heads = [
+            heap[0][0]
+            for heap in (self.schedule_heap, self.table.delayed, self.table.leases)
+            if heap
+        ]
+        return min(heads) if heads else None
+
     # -- the one entry point -----------------------------------------------------------------
 
     def apply(self, command: Command) -> Result:
@@ -100,8 +111,9 @@ class SchedulerState:
                     )
                 return Ok(value)
             if self.requests.full():
-                return Rejected("busy", "too many recent requests to remember another; retry "
-                                "in a few seconds")
+                return Rejected(
+                    "busy", "too many recent requests to remember another; retry in a few seconds"
+                )
         try:
             result = self._dispatch(command)
         except Invalid as error:

@@ -405,3 +405,16 @@ def test_a_tick_does_at_most_its_bound_of_catch_up_work(policy):
     one_schedule = 1 + 5  # max_catchup=5
     assert limits.CATCHUP_WORK_PER_TICK <= work < limits.CATCHUP_WORK_PER_TICK + one_schedule
     assert 0 < len(late) < CATCHUP_SCHEDULES
+
+
+def test_the_state_says_when_work_is_next_due():
+    d = Driver(now_ms=T0)
+    assert d.state.next_due_ms() is None
+    d.put_schedule("s", every="1m")
+    d.tick(T0 + 1)
+    assert d.state.next_due_ms() == T0 + 60_000  # the schedule's next fire
+    d.submit(task="later", delay_ms=5_000)
+    assert d.state.next_due_ms() == T0 + 1 + 5_000  # the delayed job
+    d.submit(task="now")
+    assert len(d.claim(lease_ms=2_000)) == 1
+    assert d.state.next_due_ms() == T0 + 1 + 2_000  # the lease running out
