@@ -20,7 +20,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy -p raftcron
 
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=40
 
 test: lint typecheck unit
 
