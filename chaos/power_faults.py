@@ -40,7 +40,7 @@ from raftcron.chaos.storage_faults import _compact_and_wait_for_writer, kill_mai
 from raftcron.cluster.localcluster import LocalNode, http_request
 
 if TYPE_CHECKING:
-    from raftcron.chaos.plans import Context
+    from raftcron.chaos.context import Context
 
 POWER_FAULTS = ("power_one", "power_majority", "power_all")
 EXIT_WAIT_S = 10.0

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from raftcron.chaos import checkers, workload
+from raftcron.chaos.context import Context
 from raftcron.chaos.history import History
 from raftcron.chaos.nemesis import ADMIN, ChaosCluster, Nemesis
 from raftcron.chaos.netns import Namespaces, Relay, namespaces_possible
 from raftcron.chaos.plans import (
     READY_TIMEOUT_S,
     WORKERS,
-    Context,
     plan_clock,
     plan_crash,
     plan_downtime,
@@ -180,7 +180,7 @@ def run_scenario(
         history.record("phase", name="warmup")
         _wait_effects(sink, count=5, timeout_s=30)
         history.record("phase", name="faults")
-        context = Context(scenario, nemesis, rng, duration_s, history, progress)
+        context = Context(scenario.name, nemesis, rng, duration_s, history, progress)
         scenario.plan(context)
         history.record("phase", name="heal")
         nemesis.heal_all()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from raftcron.chaos.nemesis import ADMIN, CHAOS_RAFT, Nemesis, wait_until
 
 if TYPE_CHECKING:
-    from raftcron.chaos.plans import Context
+    from raftcron.chaos.context import Context
 
 STORAGE_RAFT: dict[str, object] = {
     **CHAOS_RAFT,

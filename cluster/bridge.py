@@ -28,7 +28,7 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON
 
-from raftcron.cluster.metrics import Histogram
+from raftcron.cluster.histogram import Histogram
 from raftcron.cluster.replica import RaftNode, encode_batch
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Command

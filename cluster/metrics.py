@@ -8,66 +8,22 @@ proposals, failed proposals).
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from raftcron.cluster.clocks import ClockBook, ClockView
+from raftcron.cluster.histogram import Histogram
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.state import SchedulerState
 from raftcron.scheduler.views import queue_stats
 
-if TYPE_CHECKING:  # bridge and storage import this module (Histogram)
+if TYPE_CHECKING:  # only what the gauges read
     from raftcron.cluster.bridge import Proposer
     from raftcron.cluster.storage.node import RaftStorage
 
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
-
-
-class Histogram:
-    """A Prometheus histogram in seconds: cumulative buckets, sum and count."""
-
-    SECONDS: tuple[float, ...] = (
-        0.001,
-        0.0025,
-        0.005,
-        0.01,
-        0.025,
-        0.05,
-        0.1,
-        0.25,
-        0.5,
-        1.0,
-        2.5,
-        5.0,
-        10.0,
-        30.0,
-    )
-
-    def __init__(self, buckets: tuple[float, ...] = SECONDS) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.sum_s = 0.0
-        self.count = 0
-
-    def observe(self, seconds: float) -> None:
-        index = bisect.bisect_left(self.buckets, seconds)
-        self.counts[index] += 1
-        self.sum_s += seconds
-        self.count += 1
-
-    def samples(self, labels: dict[str, str]) -> list[tuple[str, dict[str, str], float]]:
-        out: list[tuple[str, dict[str, str], float]] = []
-        running = 0
-        for bound, count in zip((*self.buckets, float("inf")), self.counts, strict=True):
-            running += count
-            le = "+Inf" if bound == float("inf") else repr(bound)
-            out.append(("_bucket", {**labels, "le": le}, running))
-        out.append(("_sum", labels, self.sum_s))
-        out.append(("_count", labels, self.count))
-        return out
 
 
 @dataclass

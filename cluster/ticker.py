@@ -30,7 +30,7 @@ import time
 
 from raftcron.cluster.bridge import Proposer, Unavailable
 from raftcron.cluster.clocks import ClockBook, ClockView, TickBound, TickDecision, decide_tick
-from raftcron.cluster.metrics import Histogram
+from raftcron.cluster.histogram import Histogram
 from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler.commands import BeginLeadership, Command, Tick
 from raftcron.scheduler.errors import Ok

@@ -14,7 +14,7 @@ fire a catch-up for times before the schedule existed.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from raftcron.scheduler import events, limits, parse
 from raftcron.scheduler.calendar import At
@@ -28,14 +28,58 @@ from raftcron.scheduler.commands import (
     TriggerSchedule,
 )
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
-from raftcron.scheduler.jobs import REPLACED, Job, stable_hash
+from raftcron.scheduler.frozen import FrozenJob
+from raftcron.scheduler.jobs import REPLACED, Job, Workflow, stable_hash
 from raftcron.scheduler.schedules import Schedule, fire_times_between, plan_fires
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.store import JobTable
 
-if TYPE_CHECKING:
-    from raftcron.scheduler.state import SchedulerState
+
+class FiringState(Protocol):
+    """What firing needs of the state machine, written out so that this module does not import
+    `scheduler.state` (which calls it): `state.SchedulerState` is the one implementation, and
+    mypy checks it against this at every call."""
+
+    now_ms: int
+    next_job_id: int
+    table: JobTable
+    schedules: dict[str, Schedule]
+    schedule_heap: list[tuple[int, str]]  # (next_fire_ms, name), cleaned lazily
+    pending_schedules: dict[str, None]
+
+    def count(self, name: str, label: str, by: int = 1) -> None: ...
+
+    def emit(self, kind: str, *, at_ms: int | None = None, **fields: Any) -> None: ...
+
+    def create_job(
+        self,
+        spec: JobSpec,
+        *,
+        key: str | None,
+        schedule: str | None = None,
+        fire_time_ms: int | None = None,
+        run_at_ms: int | None = None,
+        workflow: Workflow | None = None,
+        node_name: str | None = None,
+        blocked_on: int = 0,
+    ) -> Job: ...
+
+    def create_workflow(
+        self,
+        spec: WorkflowSpec,
+        *,
+        key: str | None,
+        schedule: str | None = None,
+        fire_time_ms: int | None = None,
+        run_at_ms: int | None = None,
+    ) -> Workflow: ...
+
+    def cancel_job(self, job: Job, reason: str) -> None: ...
+
+    def remove_job(self, job: Job | FrozenJob) -> None: ...
 
 
-def apply_schedule_command(state: SchedulerState, command: Command) -> Result:
+def apply_schedule_command(state: FiringState, command: Command) -> Result:
     match command:
         case PutSchedule():
             return _put(state, command)
@@ -60,14 +104,14 @@ def apply_schedule_command(state: SchedulerState, command: Command) -> Result:
     raise AssertionError(f"not a schedule command: {command!r}")
 
 
-def _get(state: SchedulerState, name: str) -> Schedule:
+def _get(state: FiringState, name: str) -> Schedule:
     schedule = state.schedules.get(name)
     if schedule is None:
         raise Invalid("name", f"no schedule {name!r}", code="not_found")
     return schedule
 
 
-def _put(state: SchedulerState, command: PutSchedule) -> Result:
+def _put(state: FiringState, command: PutSchedule) -> Result:
     schedule = state.schedules.get(command.name)
     created = schedule is None
     spec = command.spec
@@ -90,7 +134,7 @@ def _put(state: SchedulerState, command: PutSchedule) -> Result:
     return Ok({"created": created})
 
 
-def fire_due(state: SchedulerState) -> list[int]:
+def fire_due(state: FiringState) -> list[int]:
     """Inside Tick: start pending schedules, then fire every schedule whose time has come (of
     those late past CATCHUP_LATE_MS, only up to CATCHUP_WORK_PER_TICK of work: the next Ticks do
     the rest, so a catch-up after downtime is spread over log entries).
@@ -127,12 +171,12 @@ def fire_due(state: SchedulerState) -> list[int]:
     return fired
 
 
-def _file(state: SchedulerState, schedule: Schedule) -> None:
+def _file(state: FiringState, schedule: Schedule) -> None:
     if schedule.next_fire_ms is not None and not schedule.paused:
         heapq.heappush(state.schedule_heap, (schedule.next_fire_ms, schedule.name))
 
 
-def _fire_due_times(state: SchedulerState, schedule: Schedule) -> list[int]:
+def _fire_due_times(state: FiringState, schedule: Schedule) -> list[int]:
     now_ms = state.now_ms
     plan = plan_fires(schedule.spec, schedule.cursor_ms, now_ms)
     schedule.cursor_ms = now_ms
@@ -161,7 +205,7 @@ BUFFERED = -1  # fire(): the fire waits behind the active run (buffer_one)
 
 
 def fire(
-    state: SchedulerState,
+    state: FiringState,
     schedule: Schedule,
     fire_time_ms: int,
     *,
@@ -208,7 +252,7 @@ def fire(
     return _create_work(state, schedule, fire_time_ms, key)
 
 
-def _create_work(state: SchedulerState, schedule: Schedule, fire_time_ms: int, key: str) -> int:
+def _create_work(state: FiringState, schedule: Schedule, fire_time_ms: int, key: str) -> int:
     spec = schedule.spec
     jitter_ms = stable_hash(key) % (spec.jitter_ms + 1) if spec.jitter_ms else 0
     run_at_ms = fire_time_ms + jitter_ms
@@ -237,7 +281,7 @@ def _create_work(state: SchedulerState, schedule: Schedule, fire_time_ms: int, k
     return job_id
 
 
-def job_finished(state: SchedulerState, job: Job) -> None:
+def job_finished(state: FiringState, job: Job) -> None:
     """A job this schedule created ended: overlap bookkeeping, retention cap, buffered fire."""
     assert job.schedule is not None
     schedule = state.schedules.get(job.schedule)
@@ -255,7 +299,7 @@ def job_finished(state: SchedulerState, job: Job) -> None:
         fire(state, schedule, fire_time_ms, manual=bool(manual), force=True)
 
 
-def _trigger(state: SchedulerState, command: TriggerSchedule) -> Result:
+def _trigger(state: FiringState, command: TriggerSchedule) -> Result:
     schedule = _get(state, command.name)
     policy = schedule.spec.overlap
     if (
@@ -275,7 +319,7 @@ def _trigger(state: SchedulerState, command: TriggerSchedule) -> Result:
     return Ok({"job_id": None if buffered else outcome, "buffered": buffered})
 
 
-def _backfill(state: SchedulerState, command: BackfillSchedule) -> Result:
+def _backfill(state: FiringState, command: BackfillSchedule) -> Result:
     schedule = _get(state, command.name)
     oldest_ms = state.now_ms - limits.RETENTION_MS_DEFAULT
     if command.from_ms <= oldest_ms:

@@ -208,3 +208,18 @@ def backoff_delay_ms(backoff: BackoffSpec, job_id: int, attempt: int) -> int:
 def stable_hash(text: str) -> int:
     """A hash that is the same on every node and every run (builtin hash() is salted)."""
     return zlib.crc32(text.encode())
+
+
+class Workflow:
+    """A DAG of jobs submitted together (or fired by one schedule time)."""
+
+    __slots__ = ("created_ms", "fire_time_ms", "id", "job_ids", "key", "remaining", "schedule")
+
+    def __init__(self, workflow_id: int, created_ms: int) -> None:
+        self.id = workflow_id
+        self.created_ms = created_ms
+        self.key: str | None = None
+        self.schedule: str | None = None
+        self.fire_time_ms: int | None = None
+        self.job_ids: dict[str, int] = {}  # node name -> job id, in submit order
+        self.remaining = 0  # jobs not yet removed by retention

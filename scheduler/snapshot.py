@@ -21,10 +21,10 @@ import msgpack
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import STATUS, FrozenJob, job_from_list, row
-from raftcron.scheduler.jobs import Job
+from raftcron.scheduler.jobs import Job, Workflow
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import schedule_restore, schedule_snapshot
-from raftcron.scheduler.state import SchedulerState, Workflow
+from raftcron.scheduler.state import SchedulerState
 
 # 2: a job is a row with its packed record (scheduler/frozen.py), and request-id answers are
 # kept msgpack-packed (scheduler/requests.py). Version 1 snapshots (raftcron 0.1: jobs as lists

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftcron.scheduler import events, limits
+from raftcron.scheduler import events, firing, limits
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.commands import (
     Ack,
@@ -35,24 +35,11 @@ from raftcron.scheduler.commands import (
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import FrozenJob
-from raftcron.scheduler.jobs import Attempt, Job
+from raftcron.scheduler.jobs import Attempt, Job, Workflow
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import Schedule
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.store import JobTable
-
-
-class Workflow:
-    __slots__ = ("created_ms", "fire_time_ms", "id", "job_ids", "key", "remaining", "schedule")
-
-    def __init__(self, workflow_id: int, created_ms: int) -> None:
-        self.id = workflow_id
-        self.created_ms = created_ms
-        self.key: str | None = None
-        self.schedule: str | None = None
-        self.fire_time_ms: int | None = None
-        self.job_ids: dict[str, int] = {}  # node name -> job id, in submit order
-        self.remaining = 0  # jobs not yet removed by retention
 
 
 class SchedulerState:
@@ -127,10 +114,6 @@ class SchedulerState:
         return result
 
     def _dispatch(self, command: Command) -> Result:
-        from raftcron.scheduler import (
-            firing,  # firing works on this class; imported late to avoid a cycle
-        )
-
         match command:
             case Tick():
                 recorded = self.leader[0] if self.leader is not None else None
@@ -436,8 +419,6 @@ class SchedulerState:
         self._on_final(job)
 
     def _on_final(self, job: Job) -> None:
-        from raftcron.scheduler import firing
-
         if job.schedule is not None:
             firing.job_finished(self, job)
         if not job.children:
@@ -527,8 +508,6 @@ class SchedulerState:
     # -- time ---------------------------------------------------------------------------------
 
     def _tick(self, now_ms: int) -> Result:
-        from raftcron.scheduler import firing
-
         self.now_ms = max(self.now_ms, now_ms)
         now_ms = self.now_ms
         released = 0

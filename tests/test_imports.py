@@ -77,3 +77,85 @@ def test_the_check_catches_a_top_level_import(source, tmp_path):
     path.write_text(source + "\n")
     [(_, module)] = imports_of("raftcron.cluster.probe", path)
     assert module.split(".")[0] in ROOMS
+
+
+def graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (`from a import b` counts b when b is a
+    module). A package's __init__ re-exporting its modules is an edge like any other."""
+    names = modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in names.items():
+        targets = set()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for _, module in imports_of(name, path):
+            if module in names:
+                targets.add(module)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {f"{node.module}.{a.name}" for a in node.names} & names.keys()
+        edges[name] = targets - {name}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_module_imports_in_a_circle():
+    """Type-only imports included: a circle hidden behind TYPE_CHECKING is still one."""
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_circles():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"f"}, "f": {"e"}, "g": set()}
+    assert sorted(cycles(edges)) == [["a", "b", "c"], ["e", "f"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_core_imports_nothing_of_the_shell():
+    problems = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        if name.startswith("raftcron.scheduler")
+        for target in targets
+        if not target.startswith("raftcron.scheduler")
+    ]
+    assert problems == []

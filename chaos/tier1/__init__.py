@@ -30,6 +30,7 @@ include power losses (``tests/chaos/test_tier1_power.py``). The modules, each ow
 """
 
 from raftcron.chaos.tier1.checks import (
+    Probe,
     Replay,
     audit,
     check_answers,
@@ -43,7 +44,7 @@ from raftcron.chaos.tier1.checks import (
 from raftcron.chaos.tier1.faults import Nemesis, Profile
 from raftcron.chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaBug, ReplicaMachine
 from raftcron.chaos.tier1.requests import Outbox, Request
-from raftcron.chaos.tier1.run import WALL0_MS, Probe, Run, SeedResult, main, run_seed
+from raftcron.chaos.tier1.run import WALL0_MS, Run, SeedResult, main, run_seed
 from raftcron.chaos.tier1.workload import Client, Ticker, Worker
 from raftcron.cluster.ticker import leadership_entry
 

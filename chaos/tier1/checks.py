@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from raftcron.chaos.model import HistoryChecker, StepFacts, events_of
 from raftcron.chaos.sim.checks import check_replicas
+from raftcron.chaos.tier1.faults import Profile
+from raftcron.chaos.tier1.machine import RecordingCluster, ReplicaMachine
 from raftcron.chaos.tier1.requests import Request
 from raftcron.chaos.tier1.workload import KEPT, POLL_S
 from raftcron.cluster.replica import decode_batch
@@ -36,9 +38,31 @@ from raftcron.scheduler.schedules import fire_times_between
 from raftcron.scheduler.snapshot import digest
 from raftcron.scheduler.state import SchedulerState
 
-if TYPE_CHECKING:
-    from raftcron.chaos.tier1.faults import Profile
-    from raftcron.chaos.tier1.run import Probe, Run
+
+class AuditRun(Protocol):
+    """What the audit needs of the run (the `Run` of chaos.tier1.run), written out so that this
+    module does not import it."""
+
+    problems: list[str]
+    all_requests: list[Request]
+
+    @property
+    def cluster(self) -> RecordingCluster: ...
+
+    @property
+    def machine(self) -> ReplicaMachine: ...
+
+
+@dataclass
+class Probe:
+    """The liveness phase's lease probe: its worker dies holding the job's lease."""
+
+    job_id: int | None = None
+    token: int | None = None
+    died_s: float | None = None
+    rerun_s: float | None = None
+    leaders_changed: bool = False
+    stall_s: float = 0.0  # how far the state's clock was ahead of the leader's when it died
 
 BACKFILLED = (KEPT,)  # schedules whose times may fire out of order, and whose runs `retain` cuts
 
@@ -77,7 +101,7 @@ def replay(payloads: Iterator[tuple[int, bytes]]) -> Replay:
     return Replay(state, checker, results, schedule_of)
 
 
-def audit(run: Run, folded: Replay) -> list[str]:
+def audit(run: AuditRun, folded: Replay) -> list[str]:
     """Every check of a settled run (`folded`: its recorded log replayed); [] is a pass."""
     recorder = run.cluster.recorder
     replicas = {node_id: run.machine.state(node) for node_id, node in run.cluster.nodes.items()}

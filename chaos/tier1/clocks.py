@@ -17,13 +17,61 @@ stream, so a seed's other faults and requests are the ones it had before they ex
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from pysyncobj import SyncObj
+
+from raftcron.chaos.tier1.machine import RecordingCluster, ReplicaMachine
+from raftcron.cluster.clocks import ClockBook
 from raftcron.cluster.config import ClockSettings
 
-if TYPE_CHECKING:
-    from raftcron.chaos.tier1.run import Run
+
+class ClockHolder(Protocol):
+    """A node's ticker, as the clock sampler sees it (chaos.tier1.workload.Ticker)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def node(self) -> SyncObj | None: ...
+
+    @property
+    def book(self) -> ClockBook: ...
+
+
+class PausedNodes(Protocol):
+    @property
+    def paused(self) -> dict[str, SyncObj]: ...
+
+
+class ClockRun(Protocol):
+    """What the clock faults, the sampler and the checker need of the run (the `Run` of
+    chaos.tier1.run), written out so that this module does not import it."""
+
+    start_s: float
+
+    @property
+    def now_s(self) -> float: ...
+
+    @property
+    def cluster(self) -> RecordingCluster: ...
+
+    @property
+    def machine(self) -> ReplicaMachine: ...
+
+    @property
+    def nemesis(self) -> PausedNodes: ...
+
+    @property
+    def tickers(self) -> Sequence[ClockHolder]: ...
+
+    def wall_ms(self, node_id: str) -> int: ...
+
+    def note(self, *fields: object) -> None: ...
+
+    def after(self, delay_s: float, action: Callable[[], None]) -> None: ...
 
 MAX_SKEW_MS = ClockSettings.max_skew_ms
 TICK_SLACK_MS = ClockSettings.tick_slack_ms
@@ -63,7 +111,7 @@ class SimClocks:
         skew = self.skews.get(node_id)
         return self.base_ms[node_id] + (0 if skew is None else skew.error_ms(now_s))
 
-    def strike(self, run: Run) -> None:
+    def strike(self, run: ClockRun) -> None:
         """Between safety-phase steps: maybe the next clock fault (one node at a time)."""
         if not self.faults or run.now_s < self.next_fault_s:
             return
@@ -86,7 +134,7 @@ class SimClocks:
         run.note("clock", kind, node_id)
         run.after(rng.uniform(1.0, 3.0), lambda: self._undo(run, node_id, skew))
 
-    def _undo(self, run: Run, node_id: str, skew: Skew) -> None:
+    def _undo(self, run: ClockRun, node_id: str, skew: Skew) -> None:
         if self.skews.get(node_id) is skew:
             del self.skews[node_id]
             run.note("clock", "fixed", node_id)
@@ -96,7 +144,7 @@ class SimClocks:
         self.faults = False
 
 
-def sample(run: Run) -> None:
+def sample(run: ClockRun) -> None:
     """Every running node reads the wall clock of each running peer it can reach both ways."""
     cluster, now_s = run.cluster, run.now_s
     network = cluster.network
@@ -121,7 +169,7 @@ class TimeChecker:
         self.violations: list[str] = []
         self.checks = 0
 
-    def check(self, run: Run) -> None:
+    def check(self, run: ClockRun) -> None:
         clocks = sorted((run.wall_ms(node_id) for node_id in run.cluster.node_ids), reverse=True)
         majority_ms = clocks[len(clocks) // 2]  # the k-th largest, k a majority
         for node_id in sorted(run.cluster.nodes):

@@ -21,16 +21,41 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pysyncobj import SyncObj
 
 from raftcron.chaos.sim.network import LinkFaults, strike_network
+from raftcron.chaos.tier1.machine import RecordingCluster
 from raftcron.cluster.config import RaftTuning
 
-if TYPE_CHECKING:
-    from raftcron.chaos.tier1.run import Run
+
+class Crashable(Protocol):
+    def crash(self) -> None: ...
+
+
+class NemesisRun(Protocol):
+    """What the nemesis needs of the run (the `Run` of chaos.tier1.run), written out so that
+    this module does not import it."""
+
+    seed: int
+    rng: random.Random
+    later: list[tuple[float, int, Callable[[], None]]]  # what `after` scheduled; heal drops it
+
+    @property
+    def cluster(self) -> RecordingCluster: ...
+
+    @property
+    def profile(self) -> Profile: ...
+
+    @property
+    def workers(self) -> Sequence[Crashable]: ...
+
+    def note(self, *fields: object) -> None: ...
+
+    def after(self, delay_s: float, action: Callable[[], None]) -> None: ...
 
 POWER_FAULTS = ("power-node", "power-leader", "power-majority", "power-all")
 POWER_FAULT_P = 0.25  # of the faults of a run on raftcron's storage
@@ -111,7 +136,7 @@ class Profile:
 class Nemesis:
     """Injects one random fault at a time into a run; `heal` undoes what is still undone."""
 
-    def __init__(self, run: Run, *, power: bool = False) -> None:
+    def __init__(self, run: NemesisRun, *, power: bool = False) -> None:
         self.run = run
         self.power = power  # power faults too (nodes on raftcron's storage)
         self.disk_rng = random.Random(f"{run.seed}/disk")  # how power cuts tear the files

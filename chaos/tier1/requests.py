@@ -11,9 +11,10 @@ has not started), as cluster/client.py does. A request not answered by its deadl
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from raftcron.chaos.sim.cluster import Proposal
 from raftcron.cluster.replica import encode_batch
@@ -21,8 +22,20 @@ from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Command
 from raftcron.scheduler.errors import Rejected, Result
 
-if TYPE_CHECKING:
-    from raftcron.chaos.tier1.run import Run
+
+class OutboxRun(Protocol):
+    """What the outbox needs of the run (chaos.tier1.run.Run), written out so that this module
+    does not import it."""
+
+    problems: list[str]
+    rng: random.Random
+
+    @property
+    def now_s(self) -> float: ...
+
+    def pick_node(self) -> str | None: ...
+
+    def propose(self, node_id: str, key: str, payload: bytes) -> Proposal: ...
 
 COMMIT_TIMEOUT_S = 2.0  # an unanswered attempt is indeterminate after this: retry elsewhere
 REQUEST_DEADLINE_S = 8.0  # a client gives up (the outcome stays unknown) after this
@@ -71,7 +84,7 @@ class Request:
 class Outbox:
     """Sends requests in batches (one log entry per node per step), retries the unanswered."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: OutboxRun) -> None:
         self.run = run
         self.requests: list[Request] = []
         self.batches: list[tuple[Proposal, list[Request]]] = []

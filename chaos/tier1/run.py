@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from raftcron.chaos.sim.checks import settle
 from raftcron.chaos.sim.cluster import Proposal
-from raftcron.chaos.tier1.checks import Replay, audit, check_probe, replay
+from raftcron.chaos.tier1.checks import Probe, Replay, audit, check_probe, replay
 from raftcron.chaos.tier1.clocks import (
     CLOCK_FAULTS_SPREAD_MS,
     SAMPLE_S,
@@ -48,18 +48,6 @@ from raftcron.scheduler.specs import JobSpec
 from raftcron.scheduler.state import SchedulerState
 
 WALL0_MS = 1_800_000_000_000  # every node's wall clock at the start, before its offset
-
-
-@dataclass
-class Probe:
-    """The liveness phase's lease probe: its worker dies holding the job's lease."""
-
-    job_id: int | None = None
-    token: int | None = None
-    died_s: float | None = None
-    rerun_s: float | None = None
-    leaders_changed: bool = False
-    stall_s: float = 0.0  # how far the state's clock was ahead of the leader's when it died
 
 
 class Run:

@@ -18,14 +18,18 @@ beyond what the product's own client would do with it.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pysyncobj import SyncObj
 
 from raftcron.chaos.sim.cluster import Proposal
-from raftcron.chaos.tier1.clocks import MAX_SKEW_MS, TICK_SLACK_MS
+from raftcron.chaos.tier1.clocks import MAX_SKEW_MS, TICK_SLACK_MS, PausedNodes
+from raftcron.chaos.tier1.faults import Profile
+from raftcron.chaos.tier1.machine import RecordingCluster, ReplicaMachine
+from raftcron.chaos.tier1.requests import Request
 from raftcron.cluster.clocks import ClockBook, TickBound, TickDecision, decide_tick
 from raftcron.cluster.ticker import leadership_entry
 from raftcron.scheduler import limits
@@ -48,9 +52,51 @@ from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
-if TYPE_CHECKING:
-    from raftcron.chaos.tier1.requests import Request
-    from raftcron.chaos.tier1.run import Run
+
+class WorkloadRun(Protocol):
+    """What the clients, tickers and workers need of the run (the `Run` of chaos.tier1.run),
+    written out so that this module does not import it."""
+
+    rng: random.Random
+    phase: str  # start | safety | liveness
+    tick_s: float
+    requests_made: int
+    all_requests: list[Request]
+
+    @property
+    def now_s(self) -> float: ...
+
+    @property
+    def cluster(self) -> RecordingCluster: ...
+
+    @property
+    def machine(self) -> ReplicaMachine: ...
+
+    @property
+    def profile(self) -> Profile: ...
+
+    @property
+    def nemesis(self) -> PausedNodes: ...
+
+    def true_ms(self) -> int: ...
+
+    def wall_ms(self, node_id: str) -> int: ...
+
+    def rid(self) -> str: ...
+
+    def note(self, *fields: object) -> None: ...
+
+    def propose_entry(self, node_id: str, commands: list[Command]) -> Proposal: ...
+
+    def request(
+        self,
+        command: Command,
+        origin: str,
+        on_answer: Callable[[Result], None] | None = None,
+        on_give_up: Callable[[], None] | None = None,
+    ) -> Request: ...
+
+    def repeat(self, request: Request) -> Request: ...
 
 POLL_S = 0.2  # an idle worker's pause between empty claims
 DIAMOND = {
@@ -80,7 +126,7 @@ class Ticker:
     cluster/clocks.py's `decide_tick` on this process's ClockBook (fed by chaos.tier1.clocks)
     and TickBound: skewed, only the majority's time; without evidence of it, nothing."""
 
-    def __init__(self, run: Run, node_id: str) -> None:
+    def __init__(self, run: WorkloadRun, node_id: str) -> None:
         self.run, self.node_id = run, node_id
         self.node: SyncObj | None = None
         self.led_term: int | None = None
@@ -192,7 +238,9 @@ class Held:
 class Worker:
     """Claims, heartbeats and acks like cluster/worker, one request in flight at a time."""
 
-    def __init__(self, run: Run, name: str, queues: tuple[str, ...], *, honest: bool) -> None:
+    def __init__(
+        self, run: WorkloadRun, name: str, queues: tuple[str, ...], *, honest: bool
+    ) -> None:
         self.run, self.name, self.queues, self.honest = run, name, queues, honest
         self.held: dict[int, Held] = {}
         self.acks: list[Ack] = []  # to send with the next claim
@@ -308,7 +356,7 @@ class Worker:
 class Client:
     """The API's users: schedules, submits, repeats, backfills, triggers (see the module)."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: WorkloadRun) -> None:
         self.run = run
         self.manual_overlaps = ("allow", "buffer_one", "forbid")
         self.incarnations = 0  # of the manual schedule

@@ -50,7 +50,8 @@ _FOLLOWER = 0
 
 def storage_of(node: Any) -> RaftStorage | None:
     journal = getattr(node, "_SyncObj__raftLog", None)
-    return journal.storage if isinstance(journal, StorageJournal) else None
+    storage = journal.storage if isinstance(journal, StorageJournal) else None
+    return storage if isinstance(storage, RaftStorage) else None
 
 
 def _held_acks(node: Any) -> list[dict[str, Any]]:

@@ -17,13 +17,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from raftcron.cluster.storage.raftlog import LogDamaged, RaftLog
 from raftcron.cluster.storage.snapshots import Entry, Snapshot
 
-if TYPE_CHECKING:  # only for annotations: the storage builds its journal
-    from raftcron.cluster.storage.node import RaftStorage
+
+class JournalOwner(Protocol):
+    """What the journal needs of the storage that builds it (`storage.node.RaftStorage`),
+    written out so that this module does not import it."""
+
+    log: RaftLog
+
+    @property
+    def rejoining(self) -> bool: ...
+
+    def sync(self) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class LogView:
@@ -77,7 +88,7 @@ LEARNER_VOTE = "(rejoining: no vote until caught up)"
 class StorageJournal:
     """What PySyncObj calls its journal (``pysyncobj.journal.Journal``)."""
 
-    def __init__(self, storage: RaftStorage) -> None:
+    def __init__(self, storage: JournalOwner) -> None:
         self.storage = storage
         self.log = storage.log
         self.node: Any = None  # the SyncObj, once it ticks (hooks): for the learner's vote

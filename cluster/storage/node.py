@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 
-from raftcron.cluster.metrics import Histogram
+from raftcron.cluster.histogram import Histogram
 from raftcron.cluster.storage.datadir import DataDir, open_data_dir
 from raftcron.cluster.storage.disk import Disk, OsDisk
 from raftcron.cluster.storage.journal import StorageJournal, reconcile
