@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint typecheck unit demo bench clean
+.PHONY: test lint typecheck unit integration demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,18 +19,25 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy -p raftcron
 
+# The tiers (tests/conftest.py): `unit` starts no process (a test that does fails, naming the
+# tier), `integration` runs the ones that start nodes, workers, a browser or the chaos smoke.
+# Both use the machine's cores; integration keeps each module on one worker (--dist loadfile)
+# so a module's shared cluster is started once.
 unit: $(STAMP)
-	$(BIN)/pytest --durations=40
+	$(BIN)/pytest -n auto -m "not processes" --durations=20
 
-test: lint typecheck unit
+integration: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadfile -m processes --durations=20
+
+test: lint typecheck unit integration
 
 demo: $(STAMP)
 	$(BIN)/raftcron demo
 
-# The core alone (cluster/corebench.py: it needs a clock, which scheduler/ must not have),
+# The core alone (cluster/dev/corebench.py: it needs a clock, which scheduler/ must not have),
 # then a local cluster against the baselines.
 bench: $(STAMP)
-	$(BIN)/python -m raftcron.cluster.corebench
+	$(BIN)/python -m raftcron.cluster.dev.corebench
 	$(BIN)/raftcron bench
 
 clean:

@@ -49,14 +49,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
-        from raftcron.chaos.workload import worker_main
+        from raftcron.chaos.tier2.workload import worker_main
 
         return worker_main(argv[1:])
     args = _parse(argv)
     if args.command == "check":
         return _check(args.folders)
     if args.command == "cleanup":
-        from raftcron.chaos.netns import remove_leftovers
+        from raftcron.chaos.tier2.netns import remove_leftovers
 
         removed = remove_leftovers() if os.geteuid() == 0 else []  # slots no live run holds
         print(f"removed: {', '.join(removed) or 'nothing'}")
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from raftcron.chaos import report
-    from raftcron.chaos.scenarios import FULL, SCENARIOS, eprint, prune, run_scenario
+    from raftcron.chaos.tier2 import report
+    from raftcron.chaos.tier2.scenarios import FULL, SCENARIOS, eprint, prune, run_scenario
 
     if args.list:
         for scenario in SCENARIOS.values():
@@ -125,7 +125,7 @@ def _check(folders: list[Path]) -> int:
     """Re-judge kept runs (history.jsonl, final.json, sink.sqlite in each scenario folder)."""
     import json
 
-    from raftcron.chaos import checkers, history, workload
+    from raftcron.chaos.tier2 import checkers, history, workload
 
     status = 0
     for folder in folders:

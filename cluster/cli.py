@@ -32,13 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     worker_cli.add_arguments(worker)
     demo = commands.add_parser("demo", help="a local 3-node cluster, a worker and sample schedules")
-    from raftcron.cluster import demo as demo_module
+    from raftcron.cluster.dev import demo as demo_module
 
     demo_module.add_arguments(demo)
     bench = commands.add_parser(
         "bench", help="measure a local (or running) cluster: throughput, latency, failover"
     )
-    from raftcron.cluster.bench import run as bench_run
+    from raftcron.cluster.dev.bench import run as bench_run
 
     bench_run.add_arguments(bench)
     storage = commands.add_parser(

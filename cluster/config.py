@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROLES = ("admin", "submit", "worker", "read")
+API_ROLES = ("admin", "submit", "worker", "read")
 _NODE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -355,8 +355,8 @@ def _add_token(token: str, role: object, name: object, where: str,
                roles: dict[str, str], names: dict[str, str]) -> None:
     if len(token) < 8:
         raise ConfigError(where, "a token must be at least 8 characters")
-    if role not in ROLES:
-        raise ConfigError(where, f"role must be one of {', '.join(ROLES)}, not {role!r}")
+    if role not in API_ROLES:
+        raise ConfigError(where, f"role must be one of {', '.join(API_ROLES)}, not {role!r}")
     if name is None:
         # A name that identifies the token in the audit trail without revealing it.
         name = f"{role}-{hashlib.sha256(token.encode()).hexdigest()[:8]}"

@@ -20,10 +20,10 @@ from raftcron.scheduler.state import SchedulerState
 from raftcron.scheduler.views import queue_stats
 
 if TYPE_CHECKING:  # only what the gauges read
-    from raftcron.cluster.bridge import Proposer
+    from raftcron.cluster.proposer import Proposer
     from raftcron.cluster.storage.node import RaftStorage
 
-ROLES = {0: "follower", 1: "candidate", 2: "leader"}
+RAFT_ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
 
 @dataclass
@@ -109,7 +109,7 @@ def render(
         "Raft role of this node (1 for the current role)",
         [
             ({"node": node_id, "role": name}, 1 if number == role else 0)
-            for number, name in ROLES.items()
+            for number, name in RAFT_ROLES.items()
         ],
     )
     out.metric("raftcron_raft_term", "gauge", "Current Raft term", [({"node": node_id}, term)])

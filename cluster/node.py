@@ -18,7 +18,6 @@ from aiohttp import web
 
 from raftcron.cluster import config as configuration
 from raftcron.cluster import logs
-from raftcron.cluster.bridge import Proposer
 from raftcron.cluster.clockpoll import ClockPoller
 from raftcron.cluster.clocks import ClockBook
 from raftcron.cluster.config import NodeConfig
@@ -27,8 +26,9 @@ from raftcron.cluster.http.claims import ClaimWaiters
 from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
 from raftcron.cluster.http.trail import AuditTrail
-from raftcron.cluster.metrics import ROLES, NodeStats
+from raftcron.cluster.metrics import RAFT_ROLES, NodeStats
 from raftcron.cluster.peerhttp import PeerDialer, peer_dialer
+from raftcron.cluster.proposer import Proposer
 from raftcron.cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
 from raftcron.cluster.storage.raftlog import StorageError
 from raftcron.cluster.ticker import Ticker
@@ -80,7 +80,7 @@ class Node:
     def _on_state_changed(self, old: int, new: int) -> None:  # on the Raft thread
         if 2 in (old, new):
             self.stats.leader_changes += 1
-        before, after = ROLES.get(old, str(old)), ROLES.get(new, str(new))
+        before, after = RAFT_ROLES.get(old, str(old)), RAFT_ROLES.get(new, str(new))
         log.info(
             "raft role %s -> %s",
             before,

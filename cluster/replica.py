@@ -180,7 +180,7 @@ def sync_conf(
         connectionRetryTime=tuning.connection_retry_s,
         logCompactionMinEntries=tuning.compaction_min_entries,
         logCompactionMinTime=tuning.compaction_min_time_s,
-        commandsWaitLeader=False,  # fail fast without a leader: the bridge retries elsewhere
+        commandsWaitLeader=False,  # fail fast without a leader: the proposer retries
         autoTickPeriod=0.01,
         onStateChanged=on_state_changed,
         onReady=on_ready,

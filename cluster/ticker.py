@@ -28,9 +28,9 @@ import contextlib
 import logging
 import time
 
-from raftcron.cluster.bridge import Proposer, Unavailable
 from raftcron.cluster.clocks import ClockBook, ClockView, TickBound, TickDecision, decide_tick
 from raftcron.cluster.histogram import Histogram
+from raftcron.cluster.proposer import ProposalFailed, Proposer
 from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler.commands import BeginLeadership, Command, Tick
 from raftcron.scheduler.errors import Ok
@@ -98,7 +98,7 @@ class Ticker:
                 await self._step()
             except asyncio.CancelledError:
                 raise
-            except Unavailable as error:
+            except ProposalFailed as error:
                 log.debug("tick not committed: %s", error)
                 await asyncio.sleep(self.tick_ms / 1000)
             except Exception:

@@ -29,3 +29,54 @@ def pytest_configure(config: object) -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupt)
+
+
+# -- test tiers ---------------------------------------------------------------------------------
+# `processes`: the test starts processes (nodes, workers, a browser, the chaos smoke, a command
+# such as openssl or ip) or forks. `make unit` runs the others, `make integration` these, and
+# `make test` both. A test is in the tier when it uses a fixture that starts processes, or its
+# module says `pytestmark = pytest.mark.processes`; a test outside the tier that starts one
+# anyway fails, naming the tier, so the split cannot drift.
+PROCESS_FIXTURES = frozenset({
+    "cluster", "cluster_factory", "module_cluster_factory", "shared_cluster", "fresh_clusters",
+    "start_worker", "node", "fresh_node", "browser", "dashboard", "lab",
+})
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    import pytest
+
+    for item in items:
+        if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.processes)
+
+
+def _refuse_processes(monkeypatch, nodeid: str) -> None:
+    import os
+    import subprocess
+
+    def refused(*args: object, **kwargs: object):
+        raise AssertionError(
+            f"{nodeid} started a process outside the processes tier: mark its module "
+            "`pytestmark = pytest.mark.processes` (or use a fixture that starts processes)"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refused)
+    monkeypatch.setattr(os, "fork", refused)
+    monkeypatch.setattr(os, "posix_spawn", refused)
+    monkeypatch.setattr(os, "posix_spawnp", refused)
+
+
+import pytest  # noqa: E402  (below the hypothesis profiles, which must load first)
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request: pytest.FixtureRequest):
+    # Its own MonkeyPatch, not the `monkeypatch` fixture: sharing the test's would change the
+    # order in which the test's other fixtures and its patches are undone.
+    if request.node.get_closest_marker("processes") is not None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patches:
+        _refuse_processes(patches, request.node.nodeid)
+        yield

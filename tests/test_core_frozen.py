@@ -9,11 +9,11 @@ import pytest
 from snapshot_v1 import as_version_1
 
 from raftcron.scheduler.commands import RetryJob, SubmitJobs
+from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.invariants import violations
 from raftcron.scheduler.snapshot import restore, snapshot
 from raftcron.scheduler.specs import JobSpec
-from raftcron.scheduler.testing import Driver
 from raftcron.scheduler.views import job_view
 
 T0 = 1_800_000_000_000

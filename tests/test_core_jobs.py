@@ -13,11 +13,11 @@ from raftcron.scheduler.commands import (
     RetryJob,
     SubmitJobs,
 )
+from raftcron.scheduler.driver import Driver, Refused
 from raftcron.scheduler.errors import Rejected
 from raftcron.scheduler.invariants import violations
 from raftcron.scheduler.snapshot import snapshot
 from raftcron.scheduler.specs import BackoffSpec, JobSpec
-from raftcron.scheduler.testing import Driver, Refused
 
 
 @pytest.fixture

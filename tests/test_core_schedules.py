@@ -10,11 +10,11 @@ from raftcron.scheduler.commands import (
     ResumeSchedule,
     TriggerSchedule,
 )
+from raftcron.scheduler.driver import Driver, Refused
 from raftcron.scheduler.errors import Invalid, Rejected
 from raftcron.scheduler.invariants import violations
 from raftcron.scheduler.jobs import unpack
 from raftcron.scheduler.schedulespec import ScheduleSpec
-from raftcron.scheduler.testing import Driver, Refused
 
 T0 = 1_800_000_000_000  # a whole minute: 2027-01-15T08:00:00Z
 

@@ -7,10 +7,10 @@ job's idempotency key.
 """
 
 from raftcron.scheduler.commands import CompleteJob
+from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.errors import Rejected
 from raftcron.scheduler.jobs import unpack
 from raftcron.scheduler.snapshot import snapshot
-from raftcron.scheduler.testing import Driver
 
 SECOND = 1_000
 

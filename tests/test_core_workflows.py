@@ -3,10 +3,10 @@
 import pytest
 
 from raftcron.scheduler.commands import CancelJob, RetryJob, SubmitJobs, SubmitWorkflow
+from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.errors import Invalid, Rejected
 from raftcron.scheduler.invariants import violations
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
-from raftcron.scheduler.testing import Driver
 
 DIAMOND = {
     "jobs": [

@@ -159,3 +159,17 @@ def test_the_core_imports_nothing_of_the_shell():
         if not target.startswith("raftcron.scheduler")
     ]
     assert problems == []
+
+
+def test_the_product_imports_no_tool_but_the_commands_that_run_them():
+    """cluster/dev (local cluster, demo, benchmarks) and chaos are tools beside the product:
+    only the `raftcron` command reaches them, for `raftcron demo|bench|chaos`."""
+    tools = ("raftcron.cluster.dev", "raftcron.chaos")
+    problems = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        if not name.startswith(tools) and name != "raftcron.cluster.cli"
+        for target in targets
+        if target.startswith(tools)
+    ]
+    assert problems == []

@@ -92,7 +92,7 @@ def test_scheduler_imports_nothing_impure():
         "import random as r",
         "from cluster import node",
         "from raftcron.cluster import node",
-        "import raftcron.chaos.workload",
+        "import raftcron.chaos.tier2.workload",
         "from raftcron import Worker",
         "import asyncio.events",
     ],

@@ -17,7 +17,7 @@ include power losses (``tests/chaos/test_tier1_power.py``). The modules, each ow
   backfill a schedule whose runs `retain` deletes (and from beyond the retention horizon),
   and delete, create again and trigger a manual schedule.
 * ``faults``: the seed's ``Profile`` (clock offsets up to 30 s either way, link faults, Raft
-  timings) and the ``Nemesis`` (crashes, whole-cluster downtime, a paused leader, partitions
+  timings) and the ``SimNemesis`` (crashes, whole-cluster downtime, a paused leader, partitions
   both ways and one way, slow and duplicating links, crashed workers; on raftcron's storage,
   power losses of a node, the leader, a majority, every node).
 * ``checks``: the committed log replayed under ``chaos.model.HistoryChecker`` must give every
@@ -41,17 +41,39 @@ from raftcron.chaos.tier1.checks import (
     check_probe,
     replay,
 )
-from raftcron.chaos.tier1.faults import Nemesis, Profile
+from raftcron.chaos.tier1.faults import Profile, SimNemesis
 from raftcron.chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaBug, ReplicaMachine
 from raftcron.chaos.tier1.requests import Outbox, Request
 from raftcron.chaos.tier1.run import WALL0_MS, Run, SeedResult, main, run_seed
-from raftcron.chaos.tier1.workload import Client, Ticker, Worker
+from raftcron.chaos.tier1.workload import SimClient, SimTicker, SimWorker
 from raftcron.cluster.ticker import leadership_entry
 
 __all__ = [
-    "WALL0_MS", "Client", "LogRecorder", "Nemesis", "Outbox", "Probe", "Profile",
-    "RecordingCluster", "Replay", "ReplicaBug", "ReplicaMachine", "Request", "Run",
-    "SeedResult", "Ticker", "Worker", "audit", "check_answers", "check_digests",
-    "check_fencing", "check_final_state", "check_fires", "check_probe", "leadership_entry",
-    "main", "replay", "run_seed",
+    "WALL0_MS",
+    "LogRecorder",
+    "Outbox",
+    "Probe",
+    "Profile",
+    "RecordingCluster",
+    "Replay",
+    "ReplicaBug",
+    "ReplicaMachine",
+    "Request",
+    "Run",
+    "SeedResult",
+    "SimClient",
+    "SimNemesis",
+    "SimTicker",
+    "SimWorker",
+    "audit",
+    "check_answers",
+    "check_digests",
+    "check_fencing",
+    "check_final_state",
+    "check_fires",
+    "check_probe",
+    "leadership_entry",
+    "main",
+    "replay",
+    "run_seed",
 ]

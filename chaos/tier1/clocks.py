@@ -29,7 +29,7 @@ from raftcron.cluster.config import ClockSettings
 
 
 class ClockHolder(Protocol):
-    """A node's ticker, as the clock sampler sees it (chaos.tier1.workload.Ticker)."""
+    """A node's ticker, as the clock sampler sees it (chaos.tier1.workload.SimTicker)."""
 
     @property
     def node_id(self) -> str: ...

@@ -1,7 +1,7 @@
 """The shape of one seed's run, and the faults it injects.
 
 Owns ``Profile`` (cluster size, per-node clock offsets, link faults, Raft timings, lease,
-workers, phase lengths, drawn from the seed) and ``Nemesis``: crash a node or the leader (it
+workers, phase lengths, drawn from the seed) and ``SimNemesis``: crash a node or the leader (it
 restarts from its journal and dump 0.2-2 s later), rarely the whole cluster (down 1-8 s, longer
 than a short misfire grace), pause the leader (SIGSTOP: it wakes up believing it still leads),
 isolate a node or the leader, cut a link one way, slow a link, duplicate and delay messages,
@@ -133,7 +133,7 @@ class Profile:
         return max(self.offsets_ms) - min(self.offsets_ms)
 
 
-class Nemesis:
+class SimNemesis:
     """Injects one random fault at a time into a run; `heal` undoes what is still undone."""
 
     def __init__(self, run: NemesisRun, *, power: bool = False) -> None:

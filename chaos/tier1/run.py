@@ -30,7 +30,7 @@ from raftcron.chaos.tier1.clocks import (
     TimeChecker,
     sample,
 )
-from raftcron.chaos.tier1.faults import Nemesis, Profile
+from raftcron.chaos.tier1.faults import Profile, SimNemesis
 from raftcron.chaos.tier1.machine import (
     LogRecorder,
     RecordingCluster,
@@ -38,7 +38,7 @@ from raftcron.chaos.tier1.machine import (
     replica_bugs_raise,
 )
 from raftcron.chaos.tier1.requests import REQUEST_DEADLINE_S, Outbox, Request
-from raftcron.chaos.tier1.workload import KEPT, NOMINAL, Client, Ticker, Worker
+from raftcron.chaos.tier1.workload import KEPT, NOMINAL, SimClient, SimTicker, SimWorker
 from raftcron.cluster.replica import encode_batch
 from raftcron.cluster.storage.node import DURABILITY_MODES
 from raftcron.scheduler import codec
@@ -66,16 +66,16 @@ class Run:
         self.next_sample_s = 0.0
         self.tick_s = profile.tuning.tick_ms / 1000
         self.outbox = Outbox(self)
-        self.nemesis = Nemesis(self, power=machine.durability is not None)
-        self.client = Client(self)
+        self.nemesis = SimNemesis(self, power=machine.durability is not None)
+        self.client = SimClient(self)
         self.all_requests: list[Request] = []
-        self.tickers = [Ticker(self, node_id) for node_id in cluster.node_ids]
+        self.tickers = [SimTicker(self, node_id) for node_id in cluster.node_ids]
         self.workers = [
-            Worker(self, f"w{i}", ("default",), honest=False) for i in range(profile.workers)
+            SimWorker(self, f"w{i}", ("default",), honest=False) for i in range(profile.workers)
         ]
         self.probe = Probe()
-        self.prober = Worker(self, "prober", ("probe",), honest=True)
-        self.rescuer = Worker(self, "rescuer", ("probe",), honest=True)
+        self.prober = SimWorker(self, "prober", ("probe",), honest=True)
+        self.rescuer = SimWorker(self, "rescuer", ("probe",), honest=True)
         self.prober.enabled = self.rescuer.enabled = False
         self.phase = "start"
         self.requests_made = 0

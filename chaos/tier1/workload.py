@@ -2,11 +2,11 @@
 
 Owns the actors of a run, each stepped by chaos.tier1.run once per simulated step:
 
-* ``Ticker``: cluster/ticker.py's rules on a node's simulated wall clock (see its docstring).
-* ``Worker``: claims, heartbeats and acks like cluster/worker, one request in flight at a
+* ``SimTicker``: cluster/ticker.py's rules on a node's simulated wall clock (see its docstring).
+* ``SimWorker``: claims, heartbeats and acks like cluster/worker, one request in flight at a
   time; a dishonest one fails, stalls past its lease (then heartbeats and completes with a
   stale token) or crashes holding leases.
-* ``Client``: puts the schedules (every 1, 2, 3 and 5 s; ``fire_once``, ``fire_all``,
+* ``SimClient``: puts the schedules (every 1, 2, 3 and 5 s; ``fire_once``, ``fire_all``,
   ``skip``; one fires a diamond workflow; one keeps only two finished runs), submits jobs and
   workflows with idempotency keys (some keys repeated, some requests re-proposed whole),
   backfills the schedule that keeps few runs (over times whose jobs are gone, and from before
@@ -116,7 +116,7 @@ RETENTION_MS = limits.RETENTION_MS_DEFAULT
 # -- the leader's clock -----------------------------------------------------------------------
 
 
-class Ticker:
+class SimTicker:
     """cluster/ticker.py's Ticker on a simulated wall clock. Like it: asleep while not leader
     (checking every tick_ms, woken at once by a role change, after `wake_s`, the loop's
     delay); on a term not yet begun, [BeginLeadership, Tick] as one entry and, once it
@@ -235,7 +235,7 @@ class Held:
     beat_s: float
 
 
-class Worker:
+class SimWorker:
     """Claims, heartbeats and acks like cluster/worker, one request in flight at a time."""
 
     def __init__(
@@ -353,7 +353,7 @@ class Worker:
 # -- clients ----------------------------------------------------------------------------------
 
 
-class Client:
+class SimClient:
     """The API's users: schedules, submits, repeats, backfills, triggers (see the module)."""
 
     def __init__(self, run: WorkloadRun) -> None:

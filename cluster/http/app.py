@@ -17,8 +17,8 @@ from raftcron.cluster.http.common import (
     BODY_BYTES_MAX,
     CALLER,
     SERVICES,
-    ApiError,
     Handler,
+    HttpError,
     Services,
     check_token,
 )
@@ -35,12 +35,12 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         if request.path not in OPEN_PATHS and not request.path.startswith("/ui/"):
             check_token(svc.config, request, getattr(handler, "grant", "read"))
         response = await handler(request)
-    except ApiError as error:
+    except HttpError as error:
         response = error.response()
         if error.code in ("stale_token", "job_cancelled"):
             svc.stats.stale_writes_rejected += 1
     except web.HTTPRequestEntityTooLarge:
-        response = ApiError(
+        response = HttpError(
             413, "too_large", f"request body over {BODY_BYTES_MAX} bytes"
         ).response()
     except web.HTTPException as http_error:
@@ -52,10 +52,10 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         )
         # RFC 9110: a 405 says which methods the route has.
         allow = {k: v for k, v in http_error.headers.items() if k.lower() == "allow"}
-        response = ApiError(http_error.status, code, message, headers=allow).response()
+        response = HttpError(http_error.status, code, message, headers=allow).response()
     except Exception:
         log.exception("unexpected error serving %s %s", request.method, request.path)
-        response = ApiError(
+        response = HttpError(
             500, "internal", "internal error; the node log has the details"
         ).response()
     if svc.trail is not None and (

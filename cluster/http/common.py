@@ -18,9 +18,9 @@ from typing import Any
 
 from aiohttp import web
 
-from raftcron.cluster.bridge import Proposer, TooLarge, Unavailable
 from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.peerhttp import PeerDialer, peer_token
+from raftcron.cluster.proposer import ProposalFailed, Proposer, TooLarge
 from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler import parse
 from raftcron.scheduler.commands import Barrier, Command
@@ -73,7 +73,7 @@ def services(request: web.Request) -> Services:
     return request.app[SERVICES]
 
 
-class ApiError(Exception):
+class HttpError(Exception):
     def __init__(
         self,
         status: int,
@@ -109,28 +109,28 @@ def json_response(
 
 async def read_json(request: web.Request) -> Any:
     if request.content_length is not None and request.content_length > BODY_BYTES_MAX:
-        raise ApiError(413, "too_large", f"request body over {BODY_BYTES_MAX} bytes")
+        raise HttpError(413, "too_large", f"request body over {BODY_BYTES_MAX} bytes")
     try:
         async with asyncio.timeout(BODY_READ_S):  # a body trickled in forever holds a slot
             raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, "too_large", f"request body over {BODY_BYTES_MAX} bytes") from None
+        raise HttpError(413, "too_large", f"request body over {BODY_BYTES_MAX} bytes") from None
     except TimeoutError:
-        raise ApiError(408, "timeout", f"request body not received within {BODY_READ_S} s",
+        raise HttpError(408, "timeout", f"request body not received within {BODY_READ_S} s",
                        "body") from None
     if not raw:
-        raise ApiError(400, "invalid", "a JSON body is required", "body")
+        raise HttpError(400, "invalid", "a JSON body is required", "body")
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
-        raise ApiError(400, "invalid", f"body is not JSON: {error}", "body") from None
+        raise HttpError(400, "invalid", f"body is not JSON: {error}", "body") from None
     except RecursionError:
-        raise ApiError(400, "invalid", "body is nested too deeply", "body") from None
+        raise HttpError(400, "invalid", "body is nested too deeply", "body") from None
 
 
 def object_body(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise ApiError(400, "invalid", "body must be a JSON object", "body")
+        raise HttpError(400, "invalid", "body must be a JSON object", "body")
     return body
 
 
@@ -143,7 +143,7 @@ def take_request_id(body: dict[str, Any], request: web.Request) -> str:
         return uuid.uuid4().hex
     text: str = parse_or_400(lambda: parse.text(value, "request_id", chars_max=200))
     if not text.isprintable():
-        raise ApiError(400, "invalid", "must hold printable characters only", "request_id")
+        raise HttpError(400, "invalid", "must hold printable characters only", "request_id")
     return text
 
 
@@ -152,18 +152,18 @@ def only(body: dict[str, Any], known: set[str]) -> dict[str, Any]:
     unknown = sorted(set(body) - known)
     if unknown:
         names = ", ".join(sorted(known))
-        raise ApiError(400, "invalid", f"unknown field (known: {names})", unknown[0])
+        raise HttpError(400, "invalid", f"unknown field (known: {names})", unknown[0])
     return body
 
 
-def invalid(error: Invalid) -> ApiError:
+def invalid(error: Invalid) -> HttpError:
     status = 413 if error.code == "too_large" else 400
-    return ApiError(status, error.code, f"{error.field}: {error.message}", error.field)
+    return HttpError(status, error.code, f"{error.field}: {error.message}", error.field)
 
 
-def rejected(result: Rejected) -> ApiError:
+def rejected(result: Rejected) -> HttpError:
     retry = {"Retry-After": "1"} if result.http_status == 503 else None
-    return ApiError(result.http_status, result.code, result.message, result.field, headers=retry)
+    return HttpError(result.http_status, result.code, result.message, result.field, headers=retry)
 
 
 def parse_or_400(parser: Callable[[], Any]) -> Any:
@@ -174,7 +174,7 @@ def parse_or_400(parser: Callable[[], Any]) -> Any:
 
 
 async def commit(request: web.Request, command: Command) -> dict[str, Any]:
-    """Propose a command through Raft; the Ok value, or the matching ApiError."""
+    """Propose a command through Raft; the Ok value, or the matching HttpError."""
     result = await commit_result(request, command)
     if isinstance(result, Rejected):
         raise rejected(result)
@@ -187,14 +187,14 @@ async def commit_result(request: web.Request, command: Command) -> Result:
     try:
         return await proposer.submit(command)
     except TooLarge as error:
-        raise ApiError(413, "too_large", str(error)) from None
-    except Unavailable as error:
+        raise HttpError(413, "too_large", str(error)) from None
+    except ProposalFailed as error:
         raise unavailable(str(error), indeterminate=error.indeterminate) from None
 
 
-def unavailable(message: str, *, indeterminate: bool = False) -> ApiError:
+def unavailable(message: str, *, indeterminate: bool = False) -> HttpError:
     hint = " (it may still be applied: retry with the same request_id)" if indeterminate else ""
-    return ApiError(503, "unavailable", message + hint, headers={"Retry-After": "1"})
+    return HttpError(503, "unavailable", message + hint, headers={"Retry-After": "1"})
 
 
 async def maybe_consistent(request: web.Request) -> None:
@@ -212,23 +212,23 @@ def query_int(
     try:
         value = int(raw)
     except ValueError:
-        raise ApiError(400, "invalid", f"must be an integer, not {raw!r}", name) from None
+        raise HttpError(400, "invalid", f"must be an integer, not {raw!r}", name) from None
     if not low <= value <= high:
-        raise ApiError(400, "invalid", f"must be between {low} and {high}", name)
+        raise HttpError(400, "invalid", f"must be between {low} and {high}", name)
     return value
 
 
 def query_flag(request: web.Request, name: str) -> bool:
     raw = request.query.get(name, "")
     if raw not in ("", "0", "1", "true", "false"):
-        raise ApiError(400, "invalid", f"must be 0, 1, true or false, not {raw!r}", name)
+        raise HttpError(400, "invalid", f"must be 0, 1, true or false, not {raw!r}", name)
     return raw in ("1", "true")
 
 
 def path_int(request: web.Request, name: str) -> int:
     raw = request.match_info[name]
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or int(raw) < 1:
-        raise ApiError(400, "invalid", f"{name} must be a positive integer, not {raw!r}", name)
+        raise HttpError(400, "invalid", f"{name} must be a positive integer, not {raw!r}", name)
     return int(raw)
 
 
@@ -261,7 +261,7 @@ def identify(config: NodeConfig, request: web.Request) -> Caller:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
-        raise ApiError(
+        raise HttpError(
             401,
             "unauthorized",
             "an 'Authorization: Bearer <token>' header is required",
@@ -276,7 +276,7 @@ def identify(config: NodeConfig, request: web.Request) -> Caller:
     if peer is not None and secrets.compare_digest(peer.encode(), given):
         caller = Caller(PEER_ROLE, PEER_ROLE)
     if caller is None:
-        raise ApiError(
+        raise HttpError(
             401,
             "unauthorized",
             "the token is not known to this node",
@@ -288,7 +288,7 @@ def identify(config: NodeConfig, request: web.Request) -> Caller:
 def authorize(caller: Caller, grant: str) -> None:
     """403 unless the caller's role has the grant (no role: auth is off, all may)."""
     if caller.role is not None and grant not in ROLE_GRANTS[caller.role]:
-        raise ApiError(
+        raise HttpError(
             403, "forbidden",
             f"role {caller.role!r} may not {grant} (needs a token with that grant)"
         )

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from raftcron.cluster.http.common import (
-    ApiError,
+    HttpError,
     commit,
     json_response,
     maybe_consistent,
@@ -50,7 +50,7 @@ def render_jobs(request: web.Request, items: list[list[Any]]) -> list[dict[str, 
     return out
 
 
-def _as_single_job(error: ApiError) -> ApiError:
+def _as_single_job(error: HttpError) -> HttpError:
     """A single submit is a batch of one inside; its errors name the fields the client sent."""
     if error.field and error.field.startswith("jobs[0]."):
         error.field = error.field.removeprefix("jobs[0].")
@@ -65,7 +65,7 @@ async def submit_job(request: web.Request) -> web.Response:
     spec = parse_or_400(lambda: JobSpec.parse(body))
     try:
         value = await commit(request, SubmitJobs(request_id, (spec,)))
-    except ApiError as error:
+    except HttpError as error:
         raise _as_single_job(error) from None
     [view] = render_jobs(request, value["jobs"])
     return json_response(view, status=201 if view["created"] else 200)
@@ -76,7 +76,7 @@ async def submit_batch(request: web.Request) -> web.Response:
     body = object_body(await read_json(request))
     request_id = take_request_id(body, request)
     if set(body) - {"jobs"}:
-        raise ApiError(
+        raise HttpError(
             400,
             "invalid",
             "unknown field (known: jobs, request_id)",
@@ -114,14 +114,14 @@ async def get_job(request: web.Request) -> web.Response:
         job = machine.state.table.get(job_id)
         view = None if job is None else job_view(job)
     if view is None:
-        raise ApiError(404, "not_found", f"no job {job_id}", "id")
+        raise HttpError(404, "not_found", f"no job {job_id}", "id")
     return json_response(view)
 
 
 async def get_jobs(request: web.Request) -> web.Response:
     status = request.query.get("status") or None
     if status is not None and status not in j.STATUSES:
-        raise ApiError(400, "invalid", f"must be one of {', '.join(j.STATUSES)}", "status")
+        raise HttpError(400, "invalid", f"must be one of {', '.join(j.STATUSES)}", "status")
     queue = request.query.get("queue") or None
     schedule = request.query.get("schedule") or None
     limit = query_int(request, "limit", default=100, low=1, high=1_000)

@@ -16,7 +16,7 @@ from raftcron.cluster import metrics
 from raftcron.cluster.http.common import (
     CALLER,
     PEER_ROLE,
-    ApiError,
+    HttpError,
     commit,
     json_response,
     query_flag,
@@ -70,7 +70,7 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
             "fence": state.fence,
             "leader": None if state.leader is None else list(state.leader),
         }
-    role = metrics.ROLES.get(status.get("state", 0), "follower")
+    role = metrics.RAFT_ROLES.get(status.get("state", 0), "follower")
     return {
         "node": config.node_id,
         "role": role,
@@ -97,7 +97,7 @@ async def get_cluster(request: web.Request) -> web.Response:
     if query_flag(request, "members"):
         caller = request.get(CALLER)
         if caller is not None and caller.role == PEER_ROLE:
-            raise ApiError(403, "forbidden", "role 'peer' may not ask the members (read)")
+            raise HttpError(403, "forbidden", "role 'peer' may not ask the members (read)")
         await _ask_members(request, view)
     return json_response(view)
 
@@ -109,7 +109,7 @@ async def _ask_members(request: web.Request, view: dict[str, Any]) -> None:
     """
     dialer = services(request).dialer
     if dialer is None:  # an app built without one (tests): no member can be asked
-        raise ApiError(503, "unavailable", "this node cannot ask its members")
+        raise HttpError(503, "unavailable", "this node cannot ask its members")
 
     async def ask(session: aiohttp.ClientSession, member: dict[str, Any]) -> None:
         own: dict[str, Any] | None
@@ -170,7 +170,7 @@ def _audit_view(request: web.Request, audit_id: str) -> dict[str, Any]:
     with svc.node.machine.lock:
         found = svc.node.machine.audits.get(audit_id)
     if found is None:
-        raise ApiError(
+        raise HttpError(
             404, "not_found", f"audit {audit_id!r} is not applied on this node (yet)", "id"
         )
     return {"id": audit_id, "node": svc.config.node_id, "index": found[0], "digest": found[1]}

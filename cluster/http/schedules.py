@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from raftcron.cluster.http.common import (
-    ApiError,
+    HttpError,
     commit,
     json_response,
     maybe_consistent,
@@ -49,7 +49,7 @@ def _view(request: web.Request, name: str) -> dict[str, Any]:
         schedule = machine.state.schedules.get(name)
         view = None if schedule is None else schedule_view(machine.state, schedule)
     if view is None:
-        raise ApiError(404, "not_found", f"no schedule {name!r}", "name")
+        raise HttpError(404, "not_found", f"no schedule {name!r}", "name")
     return view
 
 
@@ -60,7 +60,7 @@ async def put_schedule(request: web.Request) -> web.Response:
     request_id = take_request_id(body, request)
     spec = parse_or_400(lambda: ScheduleSpec.parse(body))
     if isinstance(spec.recurrence, At) and spec.recurrence.at_ms < wall_ms() - 1_000:
-        raise ApiError(
+        raise HttpError(
             400, "invalid", f"at: {spec.text!r} is in the past; it would never fire", "at"
         )
     value = await commit(request, PutSchedule(request_id, name, spec))
@@ -157,7 +157,7 @@ async def preview_saved(request: web.Request) -> web.Response:
         schedule = machine.state.schedules.get(name)
         spec = None if schedule is None else schedule.spec
     if spec is None:
-        raise ApiError(404, "not_found", f"no schedule {name!r}", "name")
+        raise HttpError(404, "not_found", f"no schedule {name!r}", "name")
     return json_response({"name": name, "fires": preview(spec, from_ms=from_ms, count=count)})
 
 

@@ -23,11 +23,11 @@ from raftcron.cluster.worker.tasks import JobError
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
 
-Ack = dict[str, Any]
+AckWire = dict[str, Any]  # an ack as a claim request carries it (scheduler.commands.Ack parses)
 ACK_BATCH_BYTES_MAX = 256 * 1024  # JSON bytes of the acks in one request
 
 
-def success_ack(job_id: int, token: int, result: Any) -> Ack:
+def success_ack(job_id: int, token: int, result: Any) -> AckWire:
     try:
         parse.json_value(result, "result", bytes_max=limits.RESULT_BYTES_MAX)
     except Invalid as error:
@@ -38,13 +38,13 @@ def success_ack(job_id: int, token: int, result: Any) -> Ack:
             f"of at most {limits.RESULT_BYTES_MAX} bytes as msgpack)",
             retryable=False,
         )
-    ack: Ack = {"id": job_id, "token": token, "outcome": "succeeded"}
+    ack: AckWire = {"id": job_id, "token": token, "outcome": "succeeded"}
     if result is not None:
         ack["result"] = result
     return ack
 
 
-def failure_ack(job_id: int, token: int, error: str, *, retryable: bool = True) -> Ack:
+def failure_ack(job_id: int, token: int, error: str, *, retryable: bool = True) -> AckWire:
     return {
         "id": job_id,
         "token": token,
@@ -84,17 +84,17 @@ class AckBuffer:
 
     def __init__(self, batch_bytes_max: int = ACK_BATCH_BYTES_MAX) -> None:
         self.batch_bytes_max = batch_bytes_max
-        self._pending: list[tuple[Ack, int]] = []
+        self._pending: list[tuple[AckWire, int]] = []
         self._nonempty = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add(self, ack: Ack) -> None:
+    def add(self, ack: AckWire) -> None:
         self._pending.append((ack, len(json.dumps(ack, default=str))))
         self._nonempty.set()
 
-    def take(self, count_max: int = limits.ACKS_MAX) -> list[Ack]:
+    def take(self, count_max: int = limits.ACKS_MAX) -> list[AckWire]:
         """The oldest acks that fit one batch (at least one, when any is pending)."""
         count, total = 0, 0
         for _, size in self._pending[:count_max]:
@@ -106,7 +106,7 @@ class AckBuffer:
             self._nonempty.clear()
         return [ack for ack, _ in taken]
 
-    def put_back(self, acks: Iterable[Ack]) -> None:
+    def put_back(self, acks: Iterable[AckWire]) -> None:
         returned = [(ack, len(json.dumps(ack, default=str))) for ack in acks]
         if returned:
             self._pending[:0] = returned

@@ -38,7 +38,7 @@ from raftcron.cluster.client import (
     new_request_id,
     normalize_urls,
 )
-from raftcron.cluster.worker.acks import Ack, AckBuffer, failure_ack
+from raftcron.cluster.worker.acks import AckBuffer, AckWire, failure_ack
 from raftcron.cluster.worker.execution import WORKER_STOPPING, Execution
 from raftcron.cluster.worker.shell import SHELL_TASK, shell_task
 from raftcron.cluster.worker.tasks import Handler, TaskRegistry
@@ -245,7 +245,7 @@ class Worker:
             for claimed in answer.get("jobs") or []:
                 self._start(claimed, sent)
 
-    async def _claim_failed(self, error: Exception, acks: list[Ack]) -> None:
+    async def _claim_failed(self, error: Exception, acks: list[AckWire]) -> None:
         log.warning(
             f"claim failed: {error}",
             extra={"action": "claim_failed", "status": getattr(error, "status", None)},
@@ -332,7 +332,7 @@ class Worker:
                 await asyncio.sleep(retry_s)
                 retry_s = min(2 * retry_s, RETRY_S_MAX)
 
-    async def _send_acks(self, acks: list[Ack], *, deadline_s: float | None = None) -> bool:
+    async def _send_acks(self, acks: list[AckWire], *, deadline_s: float | None = None) -> bool:
         """Send acks alone (a claim of max 0). False if they went back into the buffer."""
         if not acks:
             return True
@@ -355,7 +355,7 @@ class Worker:
         self._note_ack_outcomes(answer.get("acks") or [])
         return True
 
-    async def _send_one_by_one(self, acks: list[Ack]) -> None:
+    async def _send_one_by_one(self, acks: list[AckWire]) -> None:
         """The fallback when a batch was refused: each ack through complete/fail."""
         for index, ack in enumerate(acks):
             try:

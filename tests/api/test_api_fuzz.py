@@ -38,7 +38,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 from .livenode import REPO, TOKENS, LiveNode, Reply, wait_until
 
@@ -47,6 +47,8 @@ pytest.importorskip("schemathesis", reason="pip install raftcron[test]")
 from raftcron.scheduler.limits import RETENTION_MS_DEFAULT, TIME_MS_MAX
 
 from .fuzz_hooks import KNOWN_BUGS_SEEN, NODE_LOG, describe, known_bug
+
+pytestmark = pytest.mark.processes  # starts processes: make integration
 
 EXAMPLES = int(os.environ.get("RAFTCRON_FUZZ_EXAMPLES", "15"))
 SCHEDULE_EXAMPLES = int(os.environ.get("RAFTCRON_FUZZ_SCHEDULES", "60"))

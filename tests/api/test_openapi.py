@@ -80,7 +80,7 @@ def test_a_route_documents_403_exactly_when_it_needs_more_than_read(method: str,
     grant = registered_routes()[(method, path)]
     responses = apidoc.operation(method, path)["responses"]
     # "status" (the cluster view) is a grant every user role has, as "read" is.
-    needs_more = any(grant not in ROLE_GRANTS[role] for role in config.ROLES)
+    needs_more = any(grant not in ROLE_GRANTS[role] for role in config.API_ROLES)
     assert ("403" in responses) == needs_more
     if needs_more:
         assert f"the {grant} grant" in apidoc.operation(method, path)["description"]
@@ -610,6 +610,7 @@ def leaderless_node(tmp_path: Path) -> Iterator[LiveNode]:
         node.stop()
 
 
+@pytest.mark.processes
 def test_a_node_without_a_leader_answers_503_as_documented(leaderless_node: LiveNode) -> None:
     status, readiness = call(leaderless_node, "GET", "/readyz", role=None)
     assert (status, readiness["ready"], readiness["leader"]) == (503, False, None)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.chaos import checkers
-from raftcron.chaos.checkers import RunData
+from raftcron.chaos.tier2 import checkers
+from raftcron.chaos.tier2.checkers import RunData
 
 BASE = 1_800_000_000_000  # a multiple of every period
 GRACE = 8_000
@@ -482,7 +482,7 @@ def test_a_raft_alarm_in_a_node_log_fails_convergence() -> None:
 
 
 def test_raft_alarms_are_read_from_every_node_log(tmp_path) -> None:
-    from raftcron.chaos.scenarios import _raft_alarms
+    from raftcron.chaos.tier2.scenarios import _raft_alarms
 
     for node, text in [("n1", "ok\n"), ("n2", "x\n[pysyncobj] truncating already-applied 7\n")]:
         (tmp_path / node).mkdir()

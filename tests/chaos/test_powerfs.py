@@ -27,6 +27,8 @@ import pytest
 from raftcron.chaos.powerfs.harness import PowerFS, fuse_unavailable_reason, mounted
 from raftcron.chaos.powerfs.power import choose_torn_prefix
 
+pytestmark = pytest.mark.processes  # starts processes: make integration
+
 MiB = 1 << 20
 
 

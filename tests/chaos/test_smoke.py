@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.chaos.netns import Relay, leftover_namespaces, pick_ports
+from raftcron.chaos.tier2.netns import Relay, leftover_namespaces, pick_ports
+
+pytestmark = pytest.mark.processes  # starts processes: make integration
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 300
@@ -104,7 +106,7 @@ def test_the_relay_fallback_forwards_cuts_and_heals() -> None:
 
 def _in_namespace(net: object, host: str, work: object) -> object:
     """Run `work()` on a thread that entered host's namespace (setns is per thread)."""
-    from raftcron.chaos.netns import Namespaces, _setns
+    from raftcron.chaos.tier2.netns import Namespaces, _setns
 
     assert isinstance(net, Namespaces)
     box: dict[str, object] = {}
@@ -128,7 +130,7 @@ def _in_namespace(net: object, host: str, work: object) -> object:
                     reason="namespaces need root and ip; the relay test covers this machine")
 @pytest.mark.parametrize("iptables", ["1", "0"], ids=["iptables", "neighbour-entry"])
 def test_namespaces_isolate_drop_and_heal(iptables: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from raftcron.chaos.netns import Namespaces
+    from raftcron.chaos.tier2.netns import Namespaces
 
     if iptables == "1" and shutil.which("iptables") is None:
         pytest.skip("iptables not installed; the neighbour-entry variant runs instead")

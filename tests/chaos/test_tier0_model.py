@@ -64,12 +64,12 @@ from raftcron.scheduler.commands import (
     Tick,
     TriggerSchedule,
 )
+from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.state import SchedulerState
 from raftcron.scheduler.store import JobTable
-from raftcron.scheduler.testing import Driver
 
 EXAMPLES = int(os.environ.get("RAFTCRON_TIER0_EXAMPLES", "500"))
 

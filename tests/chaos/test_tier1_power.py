@@ -88,6 +88,7 @@ def test_a_power_loss_seed_replays_the_same_run() -> None:
     assert run_seed(3).digest != first.digest  # PySyncObj's files and no power loss: another run
 
 
+@pytest.mark.processes
 def test_the_command_line_runs_power_loss_seeds() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "raftcron.chaos.tier1", "3", "-v", "--durability", "fsync"],

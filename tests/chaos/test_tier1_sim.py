@@ -63,11 +63,11 @@ from raftcron.scheduler.commands import (
     SubmitJobs,
     Tick,
 )
+from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.specs import JobSpec
 from raftcron.scheduler.state import SchedulerState
 from raftcron.scheduler.store import JobTable
-from raftcron.scheduler.testing import Driver
 
 SEED_COUNT = int(os.environ.get("RAFTCRON_TIER1_SEEDS", "80"))
 FIRST_SEED = int(os.environ.get("RAFTCRON_TIER1_FIRST_SEED", "0"))
@@ -170,6 +170,7 @@ def test_the_same_seed_replays_the_same_run() -> None:
     assert seed_result(4).digest != first.digest
 
 
+@pytest.mark.processes
 def test_the_run_does_not_depend_on_the_hash_seed() -> None:
     program = "from chaos.tier1 import run_seed; print(run_seed(3).digest)"
     digests = set()
@@ -181,6 +182,7 @@ def test_the_run_does_not_depend_on_the_hash_seed() -> None:
     assert digests == {seed_result(3).digest}
 
 
+@pytest.mark.processes
 def test_the_command_line_replays_a_seed() -> None:
     completed = subprocess.run([sys.executable, "-m", "raftcron.chaos.tier1", "3", "-v"], cwd=REPO,
                                capture_output=True, text=True, timeout=120)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from problems import cluster_problems
 
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

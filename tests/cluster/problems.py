@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from raftcron.cluster import raftpatch
-from raftcron.cluster.localcluster import LocalCluster
+from raftcron.cluster.dev.localcluster import LocalCluster
 
 TRUNCATION_WARNING = raftpatch.TRUNCATION_ALARM
 

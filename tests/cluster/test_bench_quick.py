@@ -10,28 +10,39 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
-from raftcron.cluster.localcluster import REPO_ROOT
+import pytest
+
+from raftcron.cluster.dev.localcluster import REPO_ROOT
+
+pytestmark = pytest.mark.processes  # starts processes: make integration
 
 MEASURES = "submit_single,submit_batched,drain,claim,fire,failover,scale"
 
 
-def raftcron_processes() -> dict[int, str]:
-    """pid -> command line of every running process of ours."""
+def processes_marked(mark: str) -> dict[int, str]:
+    """pid -> command line of every running process whose environment carries `mark`: the
+    bench and what it started (children inherit the environment), never another test's or
+    another checkout's nodes running on the same machine at the same time."""
     found = {}
+    needle = f"RAFTCRON_TEST_MARK={mark}".encode()
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
             line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
-            continue  # not a process, or gone meanwhile
-        if entry.name.isdigit() and ("raftcron" in line or "raftcron.cluster.cli" in line):
-            found[int(entry.name)] = line
+            continue  # gone meanwhile, or not ours to read
+        found[int(entry.name)] = line
     return found
 
 
 def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
-    before = raftcron_processes()
+    mark = f"bench-quick-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     finished = subprocess.run(
         [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--quick", "--json",
          "--only", MEASURES],
@@ -39,7 +50,7 @@ def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAFTCRON_TEST_MARK": mark},
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     figures = json.loads(finished.stdout.strip().splitlines()[-1])
@@ -52,7 +63,7 @@ def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
     assert (figures["scale_schedules"], figures["scale_jobs"]) == (1_000, 20_000)
     assert figures["snapshot_bytes"] > 0 and figures["restart_to_ready_s"] > 0
     assert len(figures["rss_mb_per_node"]) == 3
-    leftovers = {pid: line for pid, line in raftcron_processes().items() if pid not in before}
+    leftovers = processes_marked(mark)
     assert leftovers == {}, f"the bench left processes running: {leftovers}"
 
 

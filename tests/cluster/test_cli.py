@@ -9,7 +9,7 @@ import pytest
 
 from raftcron.cluster import cli
 from raftcron.cluster.client import AsyncClient
-from raftcron.cluster.localcluster import LocalCluster
+from raftcron.cluster.dev.localcluster import LocalCluster
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.localcluster import LocalCluster
+from raftcron.cluster.dev.localcluster import LocalCluster
 
 TOKENS = {
     "admin-token-0123": "admin",

@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from problems import cluster_problems
 
-from raftcron.chaos.nemesis import CLOCK_HOOK
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.chaos.tier2.nemesis import CLOCK_HOOK
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
 
 DAY_MS = 86_400_000
 FAST_NODE = "n1"
@@ -63,6 +64,7 @@ def cluster_view(cluster: LocalCluster, node: LocalNode) -> dict[str, Any] | Non
     return body if status == 200 and isinstance(body, dict) else None
 
 
+@pytest.mark.processes
 def test_a_node_ten_days_ahead_does_not_move_the_clusters_time(tmp_path: Path) -> None:
     with FastClockCluster(tmp_path, raft=FAST_RAFT) as cluster:
         passed = False

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 # -- a paused leader --------------------------------------------------------------------------
 

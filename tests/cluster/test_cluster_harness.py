@@ -1,4 +1,4 @@
-"""The harness itself (cluster/localcluster.py): the configs it writes are valid node configs,
+"""The harness itself (cluster/dev/localcluster.py): the configs it writes are valid node configs,
 its checks can fail (a traceback through our code is found, a crash is noticed), and `close`
 leaves no process behind, paused ones included."""
 
@@ -8,8 +8,10 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from raftcron.cluster import config as configuration
-from raftcron.cluster.localcluster import (
+from raftcron.cluster.dev.localcluster import (
     FAST_RAFT,
     REPO_ROOT,
     LocalCluster,
@@ -62,6 +64,7 @@ def test_tracebacks_finds_ours_in_json_and_raw_logs_and_ignores_library_ones() -
     assert len(tracebacks(foreign, ours_only=False)) == 1
 
 
+@pytest.mark.processes
 def test_close_kills_every_node_even_a_paused_one_and_a_crash_is_noticed(
     tmp_path: Path,
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 BODY_BYTES_MAX = 8 * 1024 * 1024
 

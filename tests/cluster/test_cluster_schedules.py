@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from raftcron.cluster.localcluster import LocalCluster
+from raftcron.cluster.dev.localcluster import LocalCluster
 
 INTERVAL_MS = 1_000
 EVERY_SECOND = {"every": "1s", "job": {"task": "tick", "queue": "scheduled"}}

@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from raftcron.cluster.localcluster import REPO_ROOT, LocalCluster
+import pytest
+
+from raftcron.cluster.dev.localcluster import REPO_ROOT, LocalCluster
+
+pytestmark = pytest.mark.processes  # starts processes: make integration
 
 
 def test_the_demo_starts_runs_a_fire_and_stops_cleanly(tmp_path: Path) -> None:

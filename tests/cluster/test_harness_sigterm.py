@@ -9,11 +9,18 @@ import sys
 import time
 from pathlib import Path
 
-from raftcron.cluster.localcluster import REPO_ROOT
+import pytest
+
+from raftcron.cluster.dev.localcluster import REPO_ROOT
+
+pytestmark = pytest.mark.processes  # starts processes: make integration
 
 INNER = '''
 import os, time
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
+import pytest
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+
+pytestmark = pytest.mark.processes  # the copied conftest refuses processes without it
 
 def test_holds_a_node(tmp_path):
     cluster = LocalCluster(tmp_path / "c", nodes=1, raft=FAST_RAFT)

@@ -18,7 +18,7 @@ from hangup import closed_within
 
 from raftcron.cluster.config import load
 from raftcron.cluster.config import split_address as host_port
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 from raftcron.cluster.peerhttp import peer_token
 
 IDLE_TIMEOUT_S = 2.0

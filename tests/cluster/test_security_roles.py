@@ -14,9 +14,9 @@ from typing import Any, cast
 import pytest
 
 from raftcron.cluster.config import load
+from raftcron.cluster.dev.localcluster import LocalCluster
 from raftcron.cluster.http import app as http_app
 from raftcron.cluster.http.common import Services
-from raftcron.cluster.localcluster import LocalCluster
 from raftcron.cluster.peerhttp import peer_token
 
 OPEN = None

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from raftcron.cluster.client import Client, Unavailable
-from raftcron.cluster.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster
+from raftcron.cluster.dev.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None and not os.environ.get("CI"),

@@ -1,4 +1,5 @@
-"""`python -m raftcron.cluster.bench.storebench --quick` runs every measure and reports each figure.
+"""`python -m raftcron.cluster.dev.bench.storebench --quick` runs every measure and reports each
+figure.
 
 A smoke test of the store benchmark, not a benchmark: speed is never asserted, only that every
 store, workload and figure is there and sane. The two stores it measures are also checked to do
@@ -18,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.bench import storebench
-from raftcron.cluster.bench.logstores import Meta, SegmentStore, SqliteStore, StoreDamaged
-from raftcron.cluster.bench.storebench import BATCHES, ENTRY_SIZES, STORES
-from raftcron.cluster.localcluster import REPO_ROOT
+from raftcron.cluster.dev.bench import storebench
+from raftcron.cluster.dev.bench.logstores import Meta, SegmentStore, SqliteStore, StoreDamaged
+from raftcron.cluster.dev.bench.storebench import BATCHES, ENTRY_SIZES, STORES
+from raftcron.cluster.dev.localcluster import REPO_ROOT
 
 
 def ordered(figures: dict[str, float]) -> bool:
@@ -31,7 +32,7 @@ def ordered(figures: dict[str, float]) -> bool:
 @pytest.fixture(scope="module")
 def quick_figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("storebench")
-    command = [sys.executable, "-m", "raftcron.cluster.bench.storebench", "--quick", "--json"]
+    command = [sys.executable, "-m", "raftcron.cluster.dev.bench.storebench", "--quick", "--json"]
     finished = subprocess.run(
         [*command, "--dir", str(folder), "--allow-tmpfs"],
         cwd=REPO_ROOT,

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
 
 CHROMIUM = os.environ.get("RAFTCRON_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [

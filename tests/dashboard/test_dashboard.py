@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 try:
     from playwright.sync_api import expect

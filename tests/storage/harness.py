@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode, Response, http_request
+from raftcron.cluster.dev.localcluster import (
+    FAST_RAFT,
+    LocalCluster,
+    LocalNode,
+    Response,
+    http_request,
+)
 
 T = TypeVar("T")
 ADMIN_TOKEN = "storage-test-admin-token"

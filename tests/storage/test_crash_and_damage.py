@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.localcluster import ClusterError, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import ClusterError, LocalCluster, LocalNode
 
 from .harness import (
     ADMIN_TOKEN,

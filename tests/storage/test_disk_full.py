@@ -16,14 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
 
 TMPFS_BYTES = 3 << 20
 FILLER_BYTES = 1 << 20
 BATCH = 200
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("mount") is None, reason="mounting a tmpfs needs root")
+pytestmark = [
+    pytest.mark.processes,  # starts processes: make integration
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("mount") is None, reason="mounting a tmpfs needs root"
+    ),
+]
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from raftcron.chaos.powerfs.harness import PowerFS, fuse_unavailable_reason, mounted
-from raftcron.cluster.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 from .harness import Lab, api, job_problems, poll, ready, submit_keyed
 

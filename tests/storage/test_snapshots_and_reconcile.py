@@ -116,6 +116,7 @@ def test_an_older_snapshot_finishing_after_a_newer_one_is_current_is_dropped(
     assert snapshots.check(disk.read("/a/snapshot"), "/a/snapshot") == (50, 3)
 
 
+@pytest.mark.processes
 def test_a_forked_writer_that_finishes_after_a_newer_install_is_dropped(tmp_path: Path) -> None:
     """The same with a real fork: the child renames nothing, the node keeps the newer one."""
     leader_dir, follower_dir = tmp_path / "leader", tmp_path / "follower"

@@ -15,12 +15,14 @@ import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
 from raftcron.cluster import raftpatch
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
 from raftcron.cluster.replica import StateMachine, encode_batch
 from raftcron.cluster.storage.raftlog import segment_name
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import SubmitJobs, Tick
 from raftcron.scheduler.errors import Rejected
+
+pytestmark = pytest.mark.processes  # starts processes: make integration
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import pytest
 
 from raftcron.cluster.client import Client
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from raftcron.cluster.client import ApiError, Client
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 from .conftest import StartWorker, eventually, markers
 

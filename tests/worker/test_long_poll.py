@@ -6,7 +6,7 @@ import json
 import socket
 
 from raftcron.cluster.client import Client
-from raftcron.cluster.localcluster import LocalCluster
+from raftcron.cluster.dev.localcluster import LocalCluster
 
 from .conftest import StartWorker
 

@@ -24,6 +24,8 @@ from raftcron.cluster.worker.shell import (
 )
 from raftcron.scheduler import limits, parse
 
+pytestmark = pytest.mark.processes  # starts processes: make integration
+
 
 async def _no_heartbeat(lease_ms: int | None) -> bool:
     return True

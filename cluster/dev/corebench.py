@@ -1,5 +1,5 @@
 """Benchmark of the pure core on one core:
-`python -m raftcron.cluster.corebench [--quick] [--json]`.
+`python -m raftcron.cluster.dev.corebench [--quick] [--json]`.
 
 It lives in cluster/ because it needs a clock, and scheduler/ has none. What it measures is
 what every replica does per command: decode the log entry and apply it.
@@ -156,7 +156,7 @@ def snapshot_figures(jobs: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m raftcron.cluster.corebench", description=__doc__.split("\n")[0]
+        prog="python -m raftcron.cluster.dev.corebench", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -1,5 +1,5 @@
 """What idle long-polling claims cost the node:
-`python -m raftcron.cluster.bench.longpoll [WAITERS]`.
+`python -m raftcron.cluster.dev.bench.longpoll [WAITERS]`.
 
 One node (loopback, a temporary folder). WAITERS claims long-poll queue `idle` (each re-sent
 when it returns), while jobs are submitted to queue `busy` and claimed there, so entries keep
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
-from raftcron.cluster.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 MEASURE_S = 10.0
 SUBMITS_PER_S = 100
@@ -68,7 +68,7 @@ async def load(url: str, waiters: int, pid: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m raftcron.cluster.bench.longpoll")
+    parser = argparse.ArgumentParser(prog="python -m raftcron.cluster.dev.bench.longpoll")
     parser.add_argument("waiters", type=int, nargs="?", default=500)
     args = parser.parse_args(argv)
     if not 0 <= args.waiters <= 5_000:

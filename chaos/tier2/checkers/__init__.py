@@ -26,24 +26,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raftcron.chaos.checkers.dag_liveness import check_convergence, check_dag, check_liveness
-from raftcron.chaos.checkers.data import FINAL, VIOLATIONS_LISTED_MAX, CheckResult, RunData
-from raftcron.chaos.checkers.firing import (
+from raftcron.chaos.tier2.checkers.dag_liveness import check_convergence, check_dag, check_liveness
+from raftcron.chaos.tier2.checkers.data import FINAL, VIOLATIONS_LISTED_MAX, CheckResult, RunData
+from raftcron.chaos.tier2.checkers.firing import (
     NODE_FAULTS,
     START_SLACK_MS,
     check_fires,
     expected_plan,
     nominal_times,
 )
-from raftcron.chaos.checkers.jobs import (
+from raftcron.chaos.tier2.checkers.jobs import (
     HISTORY_KEPT,
     check_fencing,
     check_idempotent,
     check_lost,
     check_rerun,
 )
-from raftcron.chaos.checkers.statetime import check_state_time
-from raftcron.chaos.checkers.storage import STORAGE_FAULTS, check_storage
+from raftcron.chaos.tier2.checkers.statetime import check_state_time
+from raftcron.chaos.tier2.checkers.storage import STORAGE_FAULTS, check_storage
 
 __all__ = [
     "CHECKERS",

@@ -3,7 +3,7 @@ time is ever ahead of the harness's clock by more than `max_skew_ms`.
 
 The harness runs on the nodes' machine with an honest clock, and the clock nemesis skews at
 most a minority at once, so the harness's clock is the majority's. The monitor records every
-reading of a node's state time that was ahead of it (`state_time` events, chaos/workload.py);
+reading of a node's state time that was ahead of it (`state_time` events, chaos/tier2/workload.py);
 a reading is taken before its event's `t`, so lateness of the monitor only makes it look
 further behind. Behind is not judged here: during downtime the state's time stands still
 (coverage and misfires are the firing checker's).
@@ -11,7 +11,7 @@ further behind. Behind is not judged here: during downtime the state's time stan
 
 from __future__ import annotations
 
-from raftcron.chaos.checkers.data import CheckResult, RunData
+from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
 from raftcron.cluster.config import ClockSettings
 
 MAX_SKEW_MS_DEFAULT = ClockSettings.max_skew_ms  # what the chaos nodes run with

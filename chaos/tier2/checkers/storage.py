@@ -1,5 +1,5 @@
-"""Checker 9: the storage faults of CHAOS.md "Wave 2" (chaos/storage_faults.py and
-chaos/power_faults.py).
+"""Checker 9: the storage faults of CHAOS.md "Wave 2" (chaos/tier2/storage_faults.py and
+chaos/tier2/power_faults.py).
 
 A snapshot writer never outlives its node (it would rename a stale snapshot over a newer one
 after the node restarted), a node whose data dir was damaged never starts: it exits non-zero
@@ -11,7 +11,7 @@ like after any other fault.
 
 from __future__ import annotations
 
-from raftcron.chaos.checkers.data import CheckResult, RunData
+from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
 
 STORAGE_FAULTS = frozenset({"kill_main", "term_group", "damage"})
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftcron.chaos.history import Event
+from raftcron.chaos.tier2.history import Event
 
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 VIOLATIONS_LISTED_MAX = 50

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from raftcron.chaos.checkers.data import CheckResult, RunData
-from raftcron.chaos.checkers.jobs import _acked_workflows
-from raftcron.chaos.history import Event
+from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
+from raftcron.chaos.tier2.checkers.jobs import _acked_workflows
+from raftcron.chaos.tier2.history import Event
 
 # Faults during which no node runs: a failover is measured from their end (the restart).
 WHOLE_CLUSTER = frozenset({"downtime", "power_all"})

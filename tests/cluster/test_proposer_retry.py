@@ -1,6 +1,6 @@
 """A write that met "no leader" is retried as soon as a leader is known, not after a backoff.
 
-Driven on a virtual clock (the bridge's sleep and monotonic replaced), so the test measures
+Driven on a virtual clock (the proposer's sleep and monotonic replaced), so the test measures
 nothing about the machine: it checks when the retry is made relative to when the leader
 appeared. With a doubling backoff (0.05, 0.1, 0.2, 0.4 s) a leader elected at 0.36 s was only
 tried at 0.75 s.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import bridge
+from raftcron.cluster import proposer as proposing
 from raftcron.scheduler.commands import Barrier
 from raftcron.scheduler.errors import Ok
 
@@ -33,10 +33,10 @@ class VirtualClock:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
-    """The bridge's monotonic clock and asyncio's sleep, virtual for the test's length."""
+    """The proposer's monotonic clock and asyncio's sleep, virtual for the test's length."""
     virtual = VirtualClock()
-    monkeypatch.setattr(bridge.time, "monotonic", virtual.monotonic)
-    monkeypatch.setattr(bridge.asyncio, "sleep", virtual.sleep)
+    monkeypatch.setattr(proposing.time, "monotonic", virtual.monotonic)
+    monkeypatch.setattr(proposing.asyncio, "sleep", virtual.sleep)
     return virtual
 
 
@@ -44,7 +44,7 @@ def submit_with(node: Any, propose: Any, request_id: str) -> Any:
     """`Proposer.submit` of a Barrier, each attempt made by `propose`."""
 
     async def run() -> Any:
-        proposer = bridge.Proposer(
+        proposer = proposing.Proposer(
             node, asyncio.get_running_loop(), commit_timeout_s=5.0, batch_commands_max=16
         )
         proposer.propose = propose  # type: ignore[method-assign]
@@ -61,13 +61,13 @@ def test_a_leaderless_failure_is_retried_once_a_leader_is_known(clock, reason):
     async def propose(command: Any) -> Any:
         attempts.append(clock.now)
         if clock.now < ELECTED_AT_S:
-            error = bridge.Indeterminate if reason == "leader_changed" else bridge.NotApplied
+            error = proposing.Indeterminate if reason == "leader_changed" else proposing.NotApplied
             raise error(f"not applied: {reason}", reason=reason)
         return Ok({})
 
     assert submit_with(node, propose, "retry-1") == Ok({})
     assert attempts[-1] >= ELECTED_AT_S
-    assert attempts[-1] - ELECTED_AT_S <= 2 * bridge.LEADER_POLL_S, attempts
+    assert attempts[-1] - ELECTED_AT_S <= 2 * proposing.LEADER_POLL_S, attempts
 
 
 def test_other_failures_still_back_off(clock):
@@ -77,7 +77,7 @@ def test_other_failures_still_back_off(clock):
     async def propose(command: Any) -> Any:
         attempts.append(clock.now)
         if len(attempts) < 4:
-            raise bridge.NotApplied("not applied: queue_full", reason="queue_full")
+            raise proposing.NotApplied("not applied: queue_full", reason="queue_full")
         return Ok({})
 
     assert submit_with(node, propose, "retry-2") == Ok({})
@@ -97,10 +97,10 @@ def test_a_failure_after_the_caller_gave_up_is_not_logged_as_never_retrieved(cap
     node: Any = SimpleNamespace(machine=machine, leader_id=lambda: "n1")
 
     async def run() -> None:
-        proposer = bridge.Proposer(
+        proposer = proposing.Proposer(
             node, asyncio.get_running_loop(), commit_timeout_s=0.05, batch_commands_max=16
         )
-        with pytest.raises(bridge.Indeterminate):
+        with pytest.raises(proposing.Indeterminate):
             await proposer.propose(Barrier("late-1"))
         assert callbacks, "the entry was handed to the node"
         callbacks[0](None, FAIL_REASON.DISCARDED)

@@ -1,7 +1,7 @@
 """`Context`: what a tier-2 plan uses while it injects faults: the nemesis, a seeded RNG, the
 clock of the fault phase, progress, and the waits every plan needs (a ready cluster, a leader,
-leadership moved to a node). The plans are in chaos/plans.py and the fault kinds of their own
-(chaos/storage_faults.py, chaos/power_faults.py); all of them take a Context.
+leadership moved to a node). The plans are in chaos/tier2/plans.py and the fault kinds of their own
+(chaos/tier2/storage_faults.py, chaos/tier2/power_faults.py); all of them take a Context.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import random
 import time
 from collections.abc import Callable
 
-from raftcron.chaos.history import History
-from raftcron.chaos.nemesis import Nemesis
-from raftcron.chaos.netns import Namespaces
-from raftcron.cluster.localcluster import ClusterError
+from raftcron.chaos.tier2.history import History
+from raftcron.chaos.tier2.nemesis import Nemesis
+from raftcron.chaos.tier2.netns import Namespaces
+from raftcron.cluster.dev.localcluster import ClusterError
 
 
 class Context:

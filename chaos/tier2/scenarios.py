@@ -1,6 +1,6 @@
 """Scenarios: which plan, on how many nodes; and the run of one scenario.
 
-What it owns: `SCENARIOS` (each a plan of chaos/plans.py, which injects faults through a
+What it owns: `SCENARIOS` (each a plan of chaos/tier2/plans.py, which injects faults through a
 `Context` until its deadline, with the cluster's size, its clock skew and workflow rate) and
 `run_scenario`, which builds everything one run needs (network, nodes, workers, client), runs
 warm-up -> faults -> final heal -> drain -> collection -> checkers, and always tears
@@ -8,7 +8,7 @@ everything down.
 
 Rules: every wait on the cluster is a bounded poll of a condition; a node that exits by itself
 is recorded (the liveness checker fails the run) and started again so the run can go on (the
-plans' rules are in chaos/plans.py).
+plans' rules are in chaos/tier2/plans.py).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raftcron.chaos import checkers, workload
-from raftcron.chaos.context import Context
-from raftcron.chaos.history import History
-from raftcron.chaos.nemesis import ADMIN, ChaosCluster, Nemesis
-from raftcron.chaos.netns import Namespaces, Relay, namespaces_possible
-from raftcron.chaos.plans import (
+from raftcron.chaos.tier2 import checkers, workload
+from raftcron.chaos.tier2.context import Context
+from raftcron.chaos.tier2.history import History
+from raftcron.chaos.tier2.nemesis import ADMIN, ChaosCluster, Nemesis
+from raftcron.chaos.tier2.netns import Namespaces, Relay, namespaces_possible
+from raftcron.chaos.tier2.plans import (
     READY_TIMEOUT_S,
     WORKERS,
     plan_clock,
@@ -44,11 +44,11 @@ from raftcron.chaos.plans import (
     plan_pause,
     plan_smoke,
 )
-from raftcron.chaos.power_faults import PowerCluster, plan_power
-from raftcron.chaos.storage_faults import STORAGE_RAFT, plan_storage
+from raftcron.chaos.tier2.power_faults import PowerCluster, plan_power
+from raftcron.chaos.tier2.storage_faults import STORAGE_RAFT, plan_storage
 from raftcron.cluster import raftpatch
 from raftcron.cluster.config import ClockSettings
-from raftcron.cluster.localcluster import ClusterError
+from raftcron.cluster.dev.localcluster import ClusterError
 
 DRAIN_BOUND_S = 60
 

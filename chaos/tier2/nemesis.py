@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from raftcron.chaos.history import History
-from raftcron.chaos.netns import Namespaces, Relay, pick_ports
-from raftcron.cluster.localcluster import ClusterError, LocalCluster, LocalNode, toml_value
+from raftcron.chaos.tier2.history import History
+from raftcron.chaos.tier2.netns import Namespaces, Relay, pick_ports
+from raftcron.cluster.dev.localcluster import ClusterError, LocalCluster, LocalNode, toml_value
 
 # The per-node clock offset: a `sitecustomize` module the harness writes into the run folder
 # and puts first on the node's PYTHONPATH. Python runs it at start-up, before any product code,

@@ -27,10 +27,10 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from raftcron.chaos.nemesis import ADMIN, CHAOS_RAFT, Nemesis, wait_until
+from raftcron.chaos.tier2.nemesis import ADMIN, CHAOS_RAFT, Nemesis, wait_until
 
 if TYPE_CHECKING:
-    from raftcron.chaos.context import Context
+    from raftcron.chaos.tier2.context import Context
 
 STORAGE_RAFT: dict[str, object] = {
     **CHAOS_RAFT,

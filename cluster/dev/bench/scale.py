@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.bench.measures import Target
-from raftcron.cluster.bench.stats import Progress
-from raftcron.cluster.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.bench.measures import Target
+from raftcron.cluster.dev.bench.stats import Progress
+from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 
 def rss_mb(pid: int) -> float:
@@ -46,7 +46,7 @@ async def measure(target: Target, *, schedules: int, jobs: int) -> dict[str, Any
             await _snapshot(target, node)
     figures |= await _restart_to_ready(target)
     figures["rss_mb_per_node_after_compaction"] = _rss_per_node(cluster)
-    from raftcron.cluster.corebench import tick_cost_ms
+    from raftcron.cluster.dev.corebench import tick_cost_ms
 
     figures |= {
         f"core_{k}": round(v, 3) for k, v in tick_cost_ms(schedules, min(1_000, schedules)).items()

@@ -3,7 +3,7 @@
 What it owns: `PowerCluster`, a `ChaosCluster` whose nodes' data dirs are powerfs mounts
 (chaos/powerfs: a FUSE filesystem that keeps written-but-unsynced data apart and drops it on a
 cut), the power faults, and the `power` scenario's plan that mixes them with kills of the main
-PID mid-snapshot (chaos/storage_faults.py):
+PID mid-snapshot (chaos/tier2/storage_faults.py):
 
 - ``power_one``, ``power_majority``, ``power_all``: the power of one node, of a majority, of
   every node goes at once: SIGKILL of each node's process group (all of them first), then a
@@ -15,9 +15,9 @@ PID mid-snapshot (chaos/storage_faults.py):
 Every cut is recorded in the history as a ``power_cut`` event per node (what the cut dropped:
 dirty files, bytes and folders, open handles, the torn writes), and every restart as a
 ``power_restart`` event (did the node come back, or exit, and with which code); the checker in
-chaos/checkers/storage.py counts them and fails a run in which a node did not come back after a
-cut. Lost writes and divergence are judged by the jobs and convergence checkers, as after any
-other fault: with ``durability = "fsync"`` (the default) nothing acknowledged may be lost.
+chaos/tier2/checkers/storage.py counts them and fails a run in which a node did not come back
+after a cut. Lost writes and divergence are judged by the jobs and convergence checkers, as after
+any other fault: with ``durability = "fsync"`` (the default) nothing acknowledged may be lost.
 
 Network namespaces: `ip netns exec` gives the node a new mount namespace that is a copy of the
 harness's, made when the node starts; a mount made before then is in it (checked on this
@@ -34,13 +34,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from raftcron.chaos.nemesis import ChaosCluster, Nemesis, wait_until
 from raftcron.chaos.powerfs.harness import PowerFS
-from raftcron.chaos.storage_faults import _compact_and_wait_for_writer, kill_main
-from raftcron.cluster.localcluster import LocalNode, http_request
+from raftcron.chaos.tier2.nemesis import ChaosCluster, Nemesis, wait_until
+from raftcron.chaos.tier2.storage_faults import _compact_and_wait_for_writer, kill_main
+from raftcron.cluster.dev.localcluster import LocalNode, http_request
 
 if TYPE_CHECKING:
-    from raftcron.chaos.context import Context
+    from raftcron.chaos.tier2.context import Context
 
 POWER_FAULTS = ("power_one", "power_majority", "power_all")
 EXIT_WAIT_S = 10.0

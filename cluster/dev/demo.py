@@ -23,7 +23,7 @@ from typing import Any
 
 from raftcron.cluster import config as configuration
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "local-3"
 SCHEDULES: dict[str, dict[str, Any]] = {
     "demo-every-5s": {

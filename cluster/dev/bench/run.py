@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.bench import measures, scale
-from raftcron.cluster.bench.measures import Target
-from raftcron.cluster.localcluster import LocalCluster
+from raftcron.cluster.dev.bench import measures, scale
+from raftcron.cluster.dev.bench.measures import Target
+from raftcron.cluster.dev.localcluster import LocalCluster
 
 MEASURES = ("submit_single", "submit_batched", "drain", "claim", "fire", "failover", "scale")
 FULL = {

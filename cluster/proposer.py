@@ -34,7 +34,7 @@ from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Command
 from raftcron.scheduler.errors import Rejected, Result
 
-log = logging.getLogger("raftcron.bridge")
+log = logging.getLogger("raftcron.proposer")
 
 _DEFINITE = {
     FAIL_REASON.QUEUE_FULL,
@@ -47,7 +47,7 @@ FRAME_BYTES_MAX = 512 * 1024  # one command; PySyncObj slows badly past a few hu
 ENTRY_BYTES_MAX = 1024 * 1024  # one coalesced log entry
 
 
-class Unavailable(Exception):
+class ProposalFailed(Exception):
     """The cluster could not commit in time (no leader, no quorum): HTTP 503, retry later."""
 
     def __init__(self, message: str, *, indeterminate: bool, reason: str = "") -> None:
@@ -56,12 +56,12 @@ class Unavailable(Exception):
         self.reason = reason  # PySyncObj's failure, lower case ("missing_leader"), if it gave one
 
 
-class NotApplied(Unavailable):
+class NotApplied(ProposalFailed):
     def __init__(self, message: str, *, reason: str = "") -> None:
         super().__init__(message, indeterminate=False, reason=reason)
 
 
-class Indeterminate(Unavailable):
+class Indeterminate(ProposalFailed):
     def __init__(self, message: str, *, reason: str = "") -> None:
         super().__init__(message, indeterminate=True, reason=reason)
 
@@ -262,7 +262,7 @@ class Proposer:
         while True:
             try:
                 return await self.propose(command)
-            except Unavailable as error:
+            except ProposalFailed as error:
                 if not retriable or time.monotonic() + delay_s >= deadline:
                     raise
                 if on_retry is not None:

@@ -36,7 +36,7 @@ from typing import IO, Any, TypeVar
 
 T = TypeVar("T")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.05
 STOP_TIMEOUT_S = 10.0
 

@@ -37,10 +37,10 @@ from typing import Any
 
 import aiohttp
 
-from raftcron.chaos.history import History, now_ms
-from raftcron.chaos.netns import Namespaces
+from raftcron.chaos.tier2.history import History, now_ms
+from raftcron.chaos.tier2.netns import Namespaces
 from raftcron.cluster.client import ApiError, AsyncClient, RaftcronError, Unavailable
-from raftcron.cluster.localcluster import REPO_ROOT
+from raftcron.cluster.dev.localcluster import REPO_ROOT
 
 QUEUE = "chaos"
 TASK = "chaos.effect"
@@ -238,7 +238,7 @@ class WorkerPool:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         env["PYTHONUNBUFFERED"] = "1"
-        from raftcron.chaos.nemesis import WORKER
+        from raftcron.chaos.tier2.nemesis import WORKER
 
         self.processes[name] = subprocess.Popen(
             [*prefix, sys.executable, "-m", "raftcron.chaos", "worker", "--name", name,
@@ -344,7 +344,7 @@ class ClientLoad:
         self.loop.close()
 
     async def _main(self) -> None:
-        from raftcron.chaos.nemesis import ADMIN, SUBMIT, WORKER
+        from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, WORKER
 
         self.stopping = asyncio.Event()
         self.submitter = AsyncClient(self.urls, token=SUBMIT, request_timeout_s=3,

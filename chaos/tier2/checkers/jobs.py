@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from raftcron.chaos.checkers.data import FINAL, CheckResult, RunData
-from raftcron.chaos.history import Event
+from raftcron.chaos.tier2.checkers.data import FINAL, CheckResult, RunData
+from raftcron.chaos.tier2.history import Event
 
 HISTORY_KEPT = 20  # attempts a job's history keeps (scheduler.limits.HISTORY_ATTEMPTS_MAX)
 

@@ -1,7 +1,7 @@
 """The benchmark's measures, each an async function of a `Target` returning plain figures.
 
 Load is generated in this process with aiohttp (one connection pool, many coroutines), except
-one-job-per-request submits, which use a lean client (cluster/bench/lean.py) so the load
+one-job-per-request submits, which use a lean client (cluster/dev/bench/lean.py) so the load
 generator takes as little as it can of the cores the cluster runs on; the drain uses real
 `raftcron worker` processes, because the workers are part of what is measured.
 Every loop is bounded by a count and a deadline.
@@ -20,15 +20,16 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from raftcron.cluster.bench.lean import LeanConnection
-from raftcron.cluster.bench.stats import Progress, percentile
-from raftcron.cluster.localcluster import LocalCluster
+from raftcron.cluster.dev.bench.lean import LeanConnection
+from raftcron.cluster.dev.bench.stats import Progress, percentile
+from raftcron.cluster.dev.localcluster import LocalCluster
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = str(Path(__file__).resolve().parents[3])
 
 
 @dataclass
@@ -112,7 +113,7 @@ def _unique(prefix: str) -> str:
 
 async def submit_single(target: Target, *, jobs: int, concurrency: int) -> dict[str, Any]:
     """One job per request from `concurrency` clients, each on its own kept-alive connection
-    (the lean client: see cluster/bench/lean.py), spread over every node as users would be."""
+    (the lean client: see cluster/dev/bench/lean.py), spread over every node as users would be."""
     queue = _unique("bench-single")
     progress = Progress("submit single", jobs, quiet=target.quiet)
     done = 0
@@ -226,7 +227,7 @@ async def drain(
         "--concurrency",
         str(concurrency),
         "--import",
-        "raftcron.cluster.bench.tasks",
+        "raftcron.cluster.dev.bench.tasks",
         "--no-shell",
         "--wait-ms",
         "1000",

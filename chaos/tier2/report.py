@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from raftcron.chaos.checkers import CheckResult
-from raftcron.chaos.scenarios import Outcome
+from raftcron.chaos.tier2.checkers import CheckResult
+from raftcron.chaos.tier2.scenarios import Outcome
 
 COLUMNS = [
     ("scenario", 10), ("faults", 6), ("fires exp/seen/dup", 18), ("jobs ack/lost", 13),

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from raftcron.chaos.checkers.data import CheckResult, RunData
-from raftcron.chaos.history import Event
+from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
+from raftcron.chaos.tier2.history import Event
 
 NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader",
                          "kill_main", "term_group", "damage",

@@ -1,6 +1,6 @@
 """The candidate stores for the Raft log and its metadata, measured with fsync really on.
 
-    python -m raftcron.cluster.bench.storebench [--quick] [--json] [--dir DIR]
+    python -m raftcron.cluster.dev.bench.storebench [--quick] [--json] [--dir DIR]
 
 Measures the two stores of `cluster.bench.logstores` (DESIGN.md §8.1, issue 11) side by side in
 one sitting, each in several durability settings:
@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.bench.logstores import (
+from raftcron.cluster.dev.bench.logstores import (
     SEGMENT_BYTES,
     LoadReport,
     LogStore,
@@ -61,7 +61,7 @@ from raftcron.cluster.bench.logstores import (
     SegmentStore,
     SqliteStore,
 )
-from raftcron.cluster.bench.stats import percentile
+from raftcron.cluster.dev.bench.stats import percentile
 
 STORES = (
     "sqlite-full",
@@ -643,7 +643,7 @@ def render(figures: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m raftcron.cluster.bench.storebench",
+        prog="python -m raftcron.cluster.dev.bench.storebench",
         description="Measure the candidate Raft log stores with fsync really on.",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")

@@ -2,9 +2,9 @@
 
 What it owns: the plans (`plan_smoke`, `plan_partitions`, `plan_crash`, `plan_pause`,
 `plan_clock`, `plan_downtime`, `plan_mixed`, `plan_five`), each of which injects faults
-through a `Context` (chaos/context.py) until its deadline, drawn from a seeded RNG so a seed
+through a `Context` (chaos/tier2/context.py) until its deadline, drawn from a seeded RNG so a seed
 replays the same choices; and the worker names and readiness bound the run shares (`WORKERS`,
-`READY_TIMEOUT_S`). The scenarios that use the plans, and the run, are in chaos/scenarios.py.
+`READY_TIMEOUT_S`). The scenarios that use the plans, and the run, are in chaos/tier2/scenarios.py.
 
 Rules: one fault at a time (a fault is held for a planned time, then healed); every wait on
 the cluster is a bounded poll of a condition; a node that exits by itself is recorded (the
@@ -13,8 +13,8 @@ liveness checker fails the run) and started again so the run can go on.
 
 from __future__ import annotations
 
-from raftcron.chaos import storage_faults, workload
-from raftcron.chaos.context import Context
+from raftcron.chaos.tier2 import storage_faults, workload
+from raftcron.chaos.tier2.context import Context
 
 WORKERS = ["w1", "w2", "w3"]
 READY_TIMEOUT_S = 60
