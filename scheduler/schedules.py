@@ -130,6 +130,18 @@ class FirePlan:
 def plan_fires(spec: ScheduleSpec, cursor_ms: int, now_ms: int) -> FirePlan:
     """Which due times in (cursor_ms, now_ms] to fire, by the misfire policy."""
     grace_cutoff_ms = now_ms - spec.misfire_grace_ms
+    # The usual Tick has one time due (or none): listing two tells it apart from a backlog
+    # without the cost of counting, which only a backlog pays.
+    due = fire_times_between(spec, cursor_ms, now_ms, 2)
+    if len(due) < 2:
+        return _choose(
+            spec,
+            due,
+            sum(1 for t in due if t < grace_cutoff_ms),
+            len(due),
+            grace_cutoff_ms,
+            truncated=False,
+        )
     due_count = count_fire_times(spec, cursor_ms, now_ms)
     if due_count is not None and due_count > limits.FIRE_LIST_MAX:
         # A long outage of a frequent schedule: count the missed times, list only the newest.
