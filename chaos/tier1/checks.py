@@ -19,9 +19,9 @@ from typing import Protocol
 from raftcron.chaos.model import HistoryChecker, StepFacts, events_of
 from raftcron.chaos.sim.checks import check_replicas
 from raftcron.chaos.tier1.faults import Profile
-from raftcron.chaos.tier1.machine import RecordingCluster, ReplicaMachine
 from raftcron.chaos.tier1.requests import Request
 from raftcron.chaos.tier1.workload import KEPT, POLL_S
+from raftcron.chaos.tier1.world import SimWorld
 from raftcron.cluster.replica import decode_batch
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import (
@@ -39,18 +39,11 @@ from raftcron.scheduler.snapshot import digest
 from raftcron.scheduler.state import SchedulerState
 
 
-class AuditRun(Protocol):
-    """What the audit needs of the run (the `Run` of chaos.tier1.run), written out so that this
-    module does not import it."""
+class AuditRun(SimWorld, Protocol):
+    """What the audit needs of the run beyond the `SimWorld` (the `Run` of chaos.tier1.run
+    implements both; this module does not import it)."""
 
-    problems: list[str]
     all_requests: list[Request]
-
-    @property
-    def cluster(self) -> RecordingCluster: ...
-
-    @property
-    def machine(self) -> ReplicaMachine: ...
 
 
 @dataclass

@@ -17,13 +17,13 @@ stream, so a seed's other faults and requests are the ones it had before they ex
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pysyncobj import SyncObj
 
-from raftcron.chaos.tier1.machine import RecordingCluster, ReplicaMachine
+from raftcron.chaos.tier1.world import SimWorld
 from raftcron.cluster.clocks import ClockBook
 from raftcron.cluster.config import ClockSettings
 
@@ -46,20 +46,10 @@ class PausedNodes(Protocol):
     def paused(self) -> dict[str, SyncObj]: ...
 
 
-class ClockRun(Protocol):
-    """What the clock faults, the sampler and the checker need of the run (the `Run` of
-    chaos.tier1.run), written out so that this module does not import it."""
-
-    start_s: float
-
-    @property
-    def now_s(self) -> float: ...
-
-    @property
-    def cluster(self) -> RecordingCluster: ...
-
-    @property
-    def machine(self) -> ReplicaMachine: ...
+class ClockRun(SimWorld, Protocol):
+    """What the clock faults, the sampler and the checker need of the run beyond the
+    `SimWorld` (the `Run` of chaos.tier1.run implements both; this module does not import
+    it)."""
 
     @property
     def nemesis(self) -> PausedNodes: ...
@@ -67,11 +57,6 @@ class ClockRun(Protocol):
     @property
     def tickers(self) -> Sequence[ClockHolder]: ...
 
-    def wall_ms(self, node_id: str) -> int: ...
-
-    def note(self, *fields: object) -> None: ...
-
-    def after(self, delay_s: float, action: Callable[[], None]) -> None: ...
 
 MAX_SKEW_MS = ClockSettings.max_skew_ms
 TICK_SLACK_MS = ClockSettings.tick_slack_ms

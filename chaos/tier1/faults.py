@@ -28,7 +28,7 @@ from typing import Protocol
 from pysyncobj import SyncObj
 
 from raftcron.chaos.sim.network import LinkFaults, strike_network
-from raftcron.chaos.tier1.machine import RecordingCluster
+from raftcron.chaos.tier1.world import SimWorld
 from raftcron.cluster.config import RaftTuning
 
 
@@ -36,16 +36,12 @@ class Crashable(Protocol):
     def crash(self) -> None: ...
 
 
-class NemesisRun(Protocol):
-    """What the nemesis needs of the run (the `Run` of chaos.tier1.run), written out so that
-    this module does not import it."""
+class NemesisRun(SimWorld, Protocol):
+    """What the nemesis needs of the run beyond the `SimWorld` (the `Run` of chaos.tier1.run
+    implements both; this module does not import it)."""
 
     seed: int
-    rng: random.Random
     later: list[tuple[float, int, Callable[[], None]]]  # what `after` scheduled; heal drops it
-
-    @property
-    def cluster(self) -> RecordingCluster: ...
 
     @property
     def profile(self) -> Profile: ...
@@ -53,9 +49,6 @@ class NemesisRun(Protocol):
     @property
     def workers(self) -> Sequence[Crashable]: ...
 
-    def note(self, *fields: object) -> None: ...
-
-    def after(self, delay_s: float, action: Callable[[], None]) -> None: ...
 
 POWER_FAULTS = ("power-node", "power-leader", "power-majority", "power-all")
 POWER_FAULT_P = 0.25  # of the faults of a run on raftcron's storage

@@ -11,31 +11,26 @@ has not started), as cluster/client.py does. A request not answered by its deadl
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from raftcron.chaos.sim.cluster import Proposal
+from raftcron.chaos.tier1.world import SimWorld
 from raftcron.cluster.replica import encode_batch
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Command
 from raftcron.scheduler.errors import Rejected, Result
 
 
-class OutboxRun(Protocol):
-    """What the outbox needs of the run (chaos.tier1.run.Run), written out so that this module
-    does not import it."""
-
-    problems: list[str]
-    rng: random.Random
-
-    @property
-    def now_s(self) -> float: ...
+class OutboxRun(SimWorld, Protocol):
+    """What the outbox needs of the run beyond the `SimWorld` (the `Run` of chaos.tier1.run
+    implements both; this module does not import it)."""
 
     def pick_node(self) -> str | None: ...
 
     def propose(self, node_id: str, key: str, payload: bytes) -> Proposal: ...
+
 
 COMMIT_TIMEOUT_S = 2.0  # an unanswered attempt is indeterminate after this: retry elsewhere
 REQUEST_DEADLINE_S = 8.0  # a client gives up (the outcome stays unknown) after this

@@ -18,7 +18,6 @@ beyond what the product's own client would do with it.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,8 +27,8 @@ from pysyncobj import SyncObj
 from raftcron.chaos.sim.cluster import Proposal
 from raftcron.chaos.tier1.clocks import MAX_SKEW_MS, TICK_SLACK_MS, PausedNodes
 from raftcron.chaos.tier1.faults import Profile
-from raftcron.chaos.tier1.machine import RecordingCluster, ReplicaMachine
 from raftcron.chaos.tier1.requests import Request
+from raftcron.chaos.tier1.world import SimWorld
 from raftcron.cluster.clocks import ClockBook, TickBound, TickDecision, decide_tick
 from raftcron.cluster.ticker import leadership_entry
 from raftcron.scheduler import limits
@@ -53,24 +52,14 @@ from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 
-class WorkloadRun(Protocol):
-    """What the clients, tickers and workers need of the run (the `Run` of chaos.tier1.run),
-    written out so that this module does not import it."""
+class WorkloadRun(SimWorld, Protocol):
+    """What the clients, tickers and workers need of the run beyond the `SimWorld` (the
+    `Run` of chaos.tier1.run implements both; this module does not import it)."""
 
-    rng: random.Random
     phase: str  # start | safety | liveness
     tick_s: float
     requests_made: int
     all_requests: list[Request]
-
-    @property
-    def now_s(self) -> float: ...
-
-    @property
-    def cluster(self) -> RecordingCluster: ...
-
-    @property
-    def machine(self) -> ReplicaMachine: ...
 
     @property
     def profile(self) -> Profile: ...
@@ -80,11 +69,7 @@ class WorkloadRun(Protocol):
 
     def true_ms(self) -> int: ...
 
-    def wall_ms(self, node_id: str) -> int: ...
-
     def rid(self) -> str: ...
-
-    def note(self, *fields: object) -> None: ...
 
     def propose_entry(self, node_id: str, commands: list[Command]) -> Proposal: ...
 
@@ -97,6 +82,7 @@ class WorkloadRun(Protocol):
     ) -> Request: ...
 
     def repeat(self, request: Request) -> Request: ...
+
 
 POLL_S = 0.2  # an idle worker's pause between empty claims
 DIAMOND = {
