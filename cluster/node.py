@@ -22,7 +22,6 @@ from raftcron.cluster.clockpoll import ClockPoller
 from raftcron.cluster.clocks import ClockBook
 from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.http.app import build_app
-from raftcron.cluster.http.claims import ClaimWaiters
 from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
 from raftcron.cluster.http.trail import AuditTrail
@@ -32,6 +31,7 @@ from raftcron.cluster.proposer import Proposer
 from raftcron.cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
 from raftcron.cluster.storage.raftlog import StorageError
 from raftcron.cluster.ticker import Ticker
+from raftcron.cluster.waiters import ClaimWaiters
 
 log = logging.getLogger("raftcron.node")
 

@@ -166,6 +166,12 @@ def list_jobs(
     return found, None
 
 
+def queues_with_work(state: SchedulerState, queues: tuple[str, ...]) -> list[str]:
+    """The queues among `queues` holding a job ready to claim, in the order given."""
+    ready = state.table.ready
+    return [queue for queue in queues if len(ready.get(queue) or ())]
+
+
 def queue_stats(state: SchedulerState) -> dict[str, dict[str, int]]:
     """Per queue: depth (queued now) and running."""
     stats: dict[str, dict[str, int]] = {}

@@ -2,20 +2,19 @@
 long-polling up to `wait_ms` when nothing is queued.
 
 The wait happens before proposing: the handler waits until this node's state shows queued jobs
-in one of the requested queues (`ClaimWaiters` is woken from the Raft thread when an applied
-entry leaves jobs queued), then proposes ONE claim. When the claim comes back empty (another
-worker was faster) and time remains, it waits and proposes again under `<request_id>/<n>`, so
-a worker that re-sends a lost request with the same request_id replays the same commands and
-gets the same jobs and tokens back. A replay does not wait before a round this node already
-applied (it is answered from the request-id table at once: waiting would strand the jobs that
-round leased until their lease ended), and it hands back only the jobs still leased under the
-token it claimed them with (a lease that ended and went to another worker is not handed out).
+in one of the requested queues (`cluster.waiters.ClaimWaiters` is woken from the Raft thread
+when an applied entry leaves jobs queued), then proposes ONE claim. When the claim comes back
+empty (another worker was faster) and time remains, it waits and proposes again under
+`<request_id>/<n>`, so a worker that re-sends a lost request with the same request_id replays
+the same commands and gets the same jobs and tokens back. A replay does not wait before a round
+this node already applied (it is answered from the request-id table at once: waiting would
+strand the jobs that round leased until their lease ended), and it hands back only the jobs
+still leased under the token it claimed them with (a lease that ended and went to another
+worker is not handed out).
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from typing import Any
 
@@ -32,85 +31,15 @@ from raftcron.cluster.http.common import (
     services,
     take_request_id,
 )
+from raftcron.cluster.waiters import ClaimWaiters
 from raftcron.scheduler import parse
 from raftcron.scheduler.commands import ClaimJobs
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import RUNNING, Job
-from raftcron.scheduler.state import SchedulerState
-from raftcron.scheduler.views import claimed_job_view
+from raftcron.scheduler.views import claimed_job_view, queues_with_work
 
 WAIT_MS_MAX = 30_000
 CLAIM_ROUNDS_MAX = 8
-
-
-class ClaimWaiters:
-    """Wakes the long-polling claims of a queue when jobs in that queue may have become
-    claimable. Per queue: a job queued in one queue wakes no claim waiting on others (500
-    waiters on an idle queue cost a tenth of a core when every entry woke them all)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.events: dict[str, asyncio.Event] = {}  # queue -> the event its waiters wait on
-        self.counts: dict[str, int] = {}  # queue -> waiters (on the loop thread)
-        # The queues with waiters, replaced whole on the loop thread and read by the Raft
-        # thread: a tuple is never seen half-changed.
-        self.watched: tuple[str, ...] = ()
-        self.lock = threading.Lock()  # guards `due` between the Raft thread and the loop
-        self.due: set[str] = set()  # queues to wake, collected on the Raft thread
-
-    @property
-    def waiting(self) -> int:
-        return sum(self.counts.values())
-
-    def on_applied(self, state: SchedulerState) -> None:
-        """On the Raft thread, after every applied entry: cheap, and at most one wake queued."""
-        watched = self.watched
-        if not watched:
-            return
-        ready = state.table.ready
-        due = [queue for queue in watched if len(ready.get(queue) or ())]
-        if not due:
-            return
-        with self.lock:
-            first = not self.due
-            self.due.update(due)
-        if first:
-            self.loop.call_soon_threadsafe(self._wake)
-
-    def _wake(self) -> None:
-        with self.lock:
-            due, self.due = self.due, set()
-        for queue in sorted(due):
-            event = self.events.pop(queue, None)
-            if event is not None:
-                event.set()
-
-    async def wait(self, queues: tuple[str, ...], timeout_s: float) -> None:
-        events = []
-        for queue in queues:
-            event = self.events.get(queue)
-            if event is None:
-                event = self.events[queue] = asyncio.Event()
-            events.append(event)
-            self.counts[queue] = self.counts.get(queue, 0) + 1
-        self.watched = tuple(sorted(self.counts))
-        waits = [asyncio.ensure_future(event.wait()) for event in events]
-        try:
-            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in waits:
-                task.cancel()
-            for queue in queues:
-                self.counts[queue] -= 1
-                if not self.counts[queue]:
-                    del self.counts[queue]
-                    if queue in self.events and not self.events[queue].is_set():
-                        del self.events[queue]
-            self.watched = tuple(sorted(self.counts))
-
-
-def _queued_in(state: SchedulerState, queues: tuple[str, ...]) -> bool:
-    return any(len(state.table.ready.get(name) or ()) for name in queues)
 
 
 @requires("work")
@@ -199,7 +128,7 @@ async def _wait_for_work(
 ) -> None:
     while not _gone(request):
         with machine.lock:
-            if _queued_in(machine.state, queues):
+            if queues_with_work(machine.state, queues):
                 return
         remaining = deadline - time.monotonic()
         if remaining <= 0:

@@ -60,7 +60,7 @@ class Services:
     config: NodeConfig
     node: RaftNode
     proposer: Proposer
-    claims: Any  # cluster.http.claims.ClaimWaiters
+    claims: Any  # cluster.waiters.ClaimWaiters
     stats: Any  # cluster.metrics.NodeStats
     trail: Any = None  # cluster.http.trail.AuditTrail (None: nothing is recorded)
     dialer: PeerDialer | None = None  # how this node asks its peers (None: it never does)
