@@ -12,8 +12,10 @@ by a forked child that never outlives the node), which asks `snapshot_bytes` and
 `load_snapshot`. PySyncObj's own files (`_serialize` hands it a placeholder whose pickling
 computes the same bytes) remain only for simulations that compare against the library.
 
-Reads from other threads take `lock` (the Raft thread holds it while applying): PySyncObj
-mutates state on its own thread, and an unlocked reader can see a dict change size mid-walk.
+The shell reads the state through one seam, `read(query)`: a pure query (`scheduler.views`)
+run under `lock`, which the Raft thread holds while applying (PySyncObj mutates the state on
+its own thread, and an unlocked reader can see a dict change size mid-walk). Queries return
+plain data, so nothing outside this module holds the lock or a live record.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
@@ -45,6 +47,8 @@ BATCH_COMMANDS_MAX = 4_096  # a payload with more frames is refused whole (none 
 AUDIT_PREFIX = "audit:"  # a Barrier with this request_id prefix is an audit checkpoint
 AUDITS_KEPT = 64
 EXIT_BUG = 70  # EX_SOFTWARE: a bug in apply; the supervisor restarts, the log says why
+
+T = TypeVar("T")
 
 
 class _SnapshotOnPickle:
@@ -127,6 +131,22 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
             log.critical("bug while applying a log entry; stopping the node", exc_info=True)
             logging.shutdown()
             os._exit(EXIT_BUG)
+
+    def read(self, query: Callable[[SchedulerState], T]) -> T:
+        """The answer of a pure query of the state, run between two applied entries."""
+        with self.lock:
+            return query(self.state)
+
+    @property
+    def clock_started(self) -> bool:
+        """Read without the lock: one attribute, for health checks that must not wait out a
+        long apply (a stale answer is at most one entry old)."""
+        return bool(self.state.clock_started)
+
+    def audit(self, audit_id: str) -> tuple[int, str] | None:
+        """(log index, digest) of an audit checkpoint applied here, or None."""
+        with self.lock:
+            return self.audits.get(audit_id)
 
     def _record_audit(self, audit_id: str) -> None:
         index = int(getattr(self._syncObj, "raftLastApplied", 0)) + 1
@@ -234,8 +254,13 @@ class RaftNode:
         self.raft_ids = {peer.raft_address: peer.node_id for peer in config.members}
         others = [peer.raft_address for peer in config.peers]
         try:
-            self.sync = SyncObj(config.raft_address, others, conf=conf, consumers=[self.machine],
-                                transportClass=raftguard.GuardedTransport)
+            self.sync = SyncObj(
+                config.raft_address,
+                others,
+                conf=conf,
+                consumers=[self.machine],
+                transportClass=raftguard.GuardedTransport,
+            )
         except BaseException:
             self.storage.close()
             raise

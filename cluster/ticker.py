@@ -32,6 +32,7 @@ from raftcron.cluster.clocks import ClockBook, ClockView, TickBound, TickDecisio
 from raftcron.cluster.histogram import Histogram
 from raftcron.cluster.proposer import ProposalFailed, Proposer
 from raftcron.cluster.replica import RaftNode
+from raftcron.scheduler import views
 from raftcron.scheduler.commands import BeginLeadership, Command, Tick
 from raftcron.scheduler.errors import Ok
 
@@ -70,8 +71,9 @@ class Ticker:
         self.tick_ms = tick_ms
         if clocks is None:
             members = [peer.node_id for peer in node.config.members]
-            clocks = ClockBook(node.config.node_id, members,
-                               max_skew_ms=node.config.clock.max_skew_ms)
+            clocks = ClockBook(
+                node.config.node_id, members, max_skew_ms=node.config.clock.max_skew_ms
+            )
         self.clocks = clocks
         self.bound = bound or TickBound(node.config.clock.tick_slack_ms)
         self.last_view: ClockView | None = None  # for /v1/cluster and /metrics
@@ -106,10 +108,14 @@ class Ticker:
                 await asyncio.sleep(self.tick_ms / 1000)
 
     def decide(self) -> TickDecision:
-        with self.node.machine.lock:
-            state_now_ms = self.node.machine.state.now_ms
-        decision = decide_tick(self.clocks, self.bound, wall_ms=wall_ms(),
-                               mono_s=time.monotonic(), state_now_ms=state_now_ms)
+        state_now_ms = self.node.machine.read(views.now_ms)
+        decision = decide_tick(
+            self.clocks,
+            self.bound,
+            wall_ms=wall_ms(),
+            mono_s=time.monotonic(),
+            state_now_ms=state_now_ms,
+        )
         self.last_view = decision.view
         skewed = decision.reason == "skewed"
         if skewed != self.skewed:
@@ -119,12 +125,15 @@ class Ticker:
                 log.warning(
                     "this node's clock is %d ms off from the majority's (max_skew_ms %d): "
                     "its Ticks carry the majority's time only, until it agrees again",
-                    skew_ms, decision.view.max_skew_ms,
+                    skew_ms,
+                    decision.view.max_skew_ms,
                     extra={"action": "clock_skewed", "skew_ms": skew_ms},
                 )
             else:
-                log.info("this node's clock agrees with the majority's again",
-                         extra={"action": "clock_agrees", "skew_ms": skew_ms})
+                log.info(
+                    "this node's clock agrees with the majority's again",
+                    extra={"action": "clock_agrees", "skew_ms": skew_ms},
+                )
         return decision
 
     async def _step(self) -> None:
@@ -178,8 +187,7 @@ class Ticker:
     def next_due_ms(self) -> int | None:
         """The earliest time the state has work to do (SchedulerState.next_due_ms)."""
         machine = self.node.machine
-        with machine.lock:
-            return machine.state.next_due_ms()
+        return machine.read(views.next_due_ms)
 
     async def _sleep(self, wait_ms: int) -> None:
         self.wake.clear()

@@ -39,8 +39,13 @@ def _token(data: Mapping[str, Any]) -> int:
     return parse.integer(data.get("token"), "token", low=1)
 
 
+def schedule_name(value: object) -> str:
+    """A schedule's name as every command takes it (the API's paths parse names with this)."""
+    return parse.name(value, "name", chars_max=limits.NAME_CHARS_MAX)
+
+
 def _schedule_name(data: Mapping[str, Any]) -> str:
-    return parse.name(data.get("name"), "name", chars_max=limits.NAME_CHARS_MAX)
+    return schedule_name(data.get("name"))
 
 
 def _lease_ms(value: object, field: str = "lease_ms") -> int:

@@ -1,8 +1,10 @@
 """Read-only views of the state as the API shows them (DESIGN.md section 4 field names).
 
 Command results are compact (ids, tokens, flags) so the request-dedupe table stays small; the
-shell renders them with these functions against the state, under the same lock the apply
-thread takes. Nothing here changes the state.
+shell renders them with these functions against the state. They are the queries of the shell's
+one read seam, `StateMachine.read(query)`, which runs them under the lock the apply thread
+takes: each returns plain data (dicts, lists, ints) that stays valid after the lock is let go,
+never a live record. Nothing here changes the state.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any
 from raftcron.scheduler import calendar
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.frozen import FrozenJob, readable
-from raftcron.scheduler.jobs import Attempt, Job
+from raftcron.scheduler.jobs import RUNNING, Attempt, Job
 from raftcron.scheduler.schedules import Schedule, next_fire_ms
+from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.state import SchedulerState
 
 
@@ -181,3 +184,120 @@ def queue_stats(state: SchedulerState) -> dict[str, dict[str, int]]:
         queue = state.table.jobs[job_id].queue
         stats.setdefault(queue, {"queued": 0, "running": 0})["running"] += 1
     return stats
+
+
+# --- Queries for the read seam: each takes the state first and returns plain data. ---
+
+
+def summary(state: SchedulerState) -> dict[str, Any]:
+    """The few numbers `/v1/cluster` shows about the replicated state."""
+    return {
+        "now_ms": state.now_ms,
+        "jobs": len(state.table),
+        "schedules": len(state.schedules),
+        "fence": state.fence,
+        "leader": None if state.leader is None else list(state.leader),
+    }
+
+
+def find_job(state: SchedulerState, job_id: int, *, history: bool = True) -> dict[str, Any] | None:
+    """One job (with its attempt history unless told otherwise), or None."""
+    job = state.table.get(job_id)
+    return None if job is None else job_view(job, history=history)
+
+
+def created_jobs(state: SchedulerState, items: list[list[Any]]) -> list[dict[str, Any]]:
+    """[id, created] pairs from a submit result -> job views (an id gone since: just the id)."""
+    out = []
+    for job_id, created in items:
+        job = state.table.get(job_id)
+        view = job_view(job, history=False) if job is not None else {"id": job_id}
+        view["created"] = created
+        out.append(view)
+    return out
+
+
+def fired_jobs(state: SchedulerState, fires: list[list[Any]]) -> list[dict[str, Any]]:
+    """[fire_time_ms, job id or None, created] triples from a backfill -> job views."""
+    out = []
+    for fire_time_ms, job_id, created in fires:
+        found = None if job_id is None else state.table.get(job_id)
+        view = {"id": job_id} if found is None else job_view(found, history=False)
+        out.append({**view, "fire_time_ms": fire_time_ms, "created": created})
+    return out
+
+
+def job_page(
+    state: SchedulerState,
+    *,
+    status: str | None,
+    queue: str | None,
+    schedule: str | None,
+    limit: int,
+    before_id: int | None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """A page of `list_jobs` as views, with the cursor for the next page."""
+    found, next_cursor = list_jobs(
+        state, status=status, queue=queue, schedule=schedule, limit=limit, before_id=before_id
+    )
+    return [job_view(job, history=False) for job in found], next_cursor
+
+
+def claimed_jobs(state: SchedulerState, claimed: list[list[int]]) -> list[dict[str, Any]]:
+    """[id, token] pairs a claim leased -> what the worker runs; a job whose lease has passed
+    to another token since (a replayed claim) is left out, so no two workers hold it."""
+    table = state.table
+    return [
+        claimed_job_view(table.jobs[job_id], token)
+        for job_id, token in claimed
+        if _still_leased(table.jobs.get(job_id), token)
+    ]
+
+
+def _still_leased(job: Job | FrozenJob | None, token: int) -> bool:
+    # A finished (frozen) job holds no lease: checked first, so its record is not decoded.
+    return isinstance(job, Job) and job.status == RUNNING and job.token == token
+
+
+def answered(state: SchedulerState, request_id: str) -> bool:
+    """Whether a command under request_id has been applied (its result is remembered)."""
+    return request_id in state.requests.results
+
+
+def find_schedule(state: SchedulerState, name: str) -> dict[str, Any] | None:
+    schedule = state.schedules.get(name)
+    return None if schedule is None else schedule_view(state, schedule)
+
+
+def all_schedules(state: SchedulerState) -> list[dict[str, Any]]:
+    """Every schedule's view, by name."""
+    return [schedule_view(state, state.schedules[name]) for name in sorted(state.schedules)]
+
+
+def schedule_spec(state: SchedulerState, name: str) -> ScheduleSpec | None:
+    """A schedule's spec (immutable: safe to use after the lock is let go), or None."""
+    schedule = state.schedules.get(name)
+    return None if schedule is None else schedule.spec
+
+
+def events_page(
+    state: SchedulerState, *, cursor: int, limit: int, tail: int | None
+) -> dict[str, Any]:
+    """Events after `cursor` (or the newest `tail` of them), with the cursor to go on from."""
+    last = state.events.last_seq
+    if tail is not None:  # the newest `tail` events, for a page that just opened
+        cursor, limit = max(0, last - tail), tail
+    events = [
+        {"seq": seq, "time_ms": at_ms, "kind": kind, **fields}
+        for seq, at_ms, kind, fields in state.events.since(cursor, limit)
+    ]
+    next_cursor = events[-1]["seq"] if events else min(cursor, last)
+    return {"events": events, "next_cursor": next_cursor}
+
+
+def now_ms(state: SchedulerState) -> int:
+    return state.now_ms
+
+
+def next_due_ms(state: SchedulerState) -> int | None:
+    return state.next_due_ms()

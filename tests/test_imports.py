@@ -173,3 +173,46 @@ def test_the_product_imports_no_tool_but_the_commands_that_run_them():
         if target.startswith(tools)
     ]
     assert problems == []
+
+
+SEAM_PRIVATE = {"state", "lock", "audits"}  # what only cluster/replica.py touches
+
+
+def reaches_past_the_seam(path: Path) -> list[int]:
+    """Lines reading `<...>machine.state`, `.lock` or `.audits` (a StateMachine's insides)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.Attribute) or node.attr not in SEAM_PRIVATE:
+            continue
+        owner = node.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if name == "machine":
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_shell_reads_the_state_through_one_seam():
+    """Every read of the replicated state goes through `StateMachine.read(query)` (a pure
+    query from scheduler/views.py, run under the apply lock); nothing else takes the lock or
+    holds a live record."""
+    problems = [
+        f"{path.relative_to(REPO)}:{line}"
+        for name, path in modules().items()
+        if name.startswith("raftcron.cluster") and name != "raftcron.cluster.replica"
+        for line in reaches_past_the_seam(path)
+    ]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "with node.machine.lock:\n    pass\n",
+        "x = machine.state.table\n",
+        "y = svc.node.machine.audits\n",
+    ],
+)
+def test_the_seam_check_catches_a_reach_past_it(source, tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert reaches_past_the_seam(path) == [1]

@@ -13,8 +13,8 @@ import logging
 from aiohttp import web
 
 from raftcron.cluster.http import claims, dashboard, jobs, ops, schedules
+from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import (
-    BODY_BYTES_MAX,
     CALLER,
     SERVICES,
     Handler,

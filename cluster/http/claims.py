@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     commit,
     json_response,
@@ -31,15 +32,10 @@ from raftcron.cluster.http.common import (
     services,
     take_request_id,
 )
+from raftcron.cluster.replica import StateMachine
 from raftcron.cluster.waiters import ClaimWaiters
-from raftcron.scheduler import parse
+from raftcron.scheduler import parse, views
 from raftcron.scheduler.commands import ClaimJobs
-from raftcron.scheduler.frozen import FrozenJob
-from raftcron.scheduler.jobs import RUNNING, Job
-from raftcron.scheduler.views import claimed_job_view, queues_with_work
-
-WAIT_MS_MAX = 30_000
-CLAIM_ROUNDS_MAX = 8
 
 
 @requires("work")
@@ -50,7 +46,9 @@ async def claim(request: web.Request) -> web.Response:
     )
     request_id = take_request_id(body, request)
     wait_ms = parse_or_400(
-        lambda: parse.integer(body.pop("wait_ms", 0), "wait_ms", low=0, high=WAIT_MS_MAX)
+        lambda: parse.integer(
+            body.pop("wait_ms", 0), "wait_ms", low=0, high=bounds.CLAIM_WAIT_MS_MAX
+        )
     )
     svc = services(request)
     body["node"] = svc.config.node_id
@@ -59,10 +57,9 @@ async def claim(request: web.Request) -> web.Response:
     machine = svc.node.machine
     acks: list[Any] = []
     claimed: list[list[int]] = []
-    for round_number in range(CLAIM_ROUNDS_MAX):
+    for round_number in range(bounds.CLAIM_ROUNDS_MAX):
         round_id = f"{request_id}/{round_number}" if round_number else request_id
-        with machine.lock:
-            replayed = round_id in machine.state.requests.results
+        replayed = machine.read(lambda state: views.answered(state, round_id))  # noqa: B023
         if (round_number or not command.acks) and not replayed:
             await _wait_for_work(svc.claims, machine, command.queues, deadline, request)
         if _gone(request):
@@ -97,22 +94,10 @@ async def claim(request: web.Request) -> web.Response:
         claimed = value["jobs"]
         if claimed or command.max == 0 or time.monotonic() >= deadline:
             break
-    with machine.lock:
-        table = machine.state.table
-        jobs = [
-            claimed_job_view(table.jobs[job_id], token)
-            for job_id, token in claimed
-            if _still_leased(table.jobs.get(job_id), token)
-        ]
+    jobs = machine.read(lambda state: views.claimed_jobs(state, claimed))
     return json_response(
         {"jobs": jobs, "acks": [{"id": job_id, "outcome": outcome} for job_id, outcome in acks]}
     )
-
-
-def _still_leased(job: Job | FrozenJob | None, token: int) -> bool:
-    """A replayed claim's job is handed out only while the claim's token holds its lease."""
-    # A finished (frozen) job holds no lease: checked first, so its record is not decoded.
-    return isinstance(job, Job) and job.status == RUNNING and job.token == token
 
 
 def _gone(request: web.Request) -> bool:
@@ -121,15 +106,14 @@ def _gone(request: web.Request) -> bool:
 
 async def _wait_for_work(
     waiters: ClaimWaiters,
-    machine: Any,
+    machine: StateMachine,
     queues: tuple[str, ...],
     deadline: float,
     request: web.Request,
 ) -> None:
     while not _gone(request):
-        with machine.lock:
-            if queues_with_work(machine.state, queues):
-                return
+        if machine.read(lambda state: views.queues_with_work(state, queues)):
+            return
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return

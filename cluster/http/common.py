@@ -19,6 +19,8 @@ from typing import Any
 from aiohttp import web
 
 from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.http import bounds
+from raftcron.cluster.http.bounds import BODY_BYTES_MAX, BODY_READ_S
 from raftcron.cluster.peerhttp import PeerDialer, peer_token
 from raftcron.cluster.proposer import ProposalFailed, Proposer, TooLarge
 from raftcron.cluster.replica import RaftNode
@@ -27,8 +29,6 @@ from raftcron.scheduler.commands import Barrier, Command
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-BODY_BYTES_MAX = 8 * 1024 * 1024
-BODY_READ_S = 30
 
 # role -> what it may do. "read" = every GET; the rest are named per route. "status" is the
 # cluster view (GET /v1/cluster), the one thing nodes ask each other over HTTP: the "peer"
@@ -141,7 +141,9 @@ def take_request_id(body: dict[str, Any], request: web.Request) -> str:
         value = request.headers.get("X-Request-Id")
     if value is None:
         return uuid.uuid4().hex
-    text: str = parse_or_400(lambda: parse.text(value, "request_id", chars_max=200))
+    text: str = parse_or_400(
+        lambda: parse.text(value, "request_id", chars_max=bounds.REQUEST_ID_CHARS_MAX)
+    )
     if not text.isprintable():
         raise HttpError(400, "invalid", "must hold printable characters only", "request_id")
     return text
@@ -227,7 +229,8 @@ def query_flag(request: web.Request, name: str) -> bool:
 
 def path_int(request: web.Request, name: str) -> int:
     raw = request.match_info[name]
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or int(raw) < 1:
+    digits_ok = raw.isascii() and raw.isdigit() and len(raw) <= bounds.PATH_ID_DIGITS_MAX
+    if not digits_ok or int(raw) < 1:
         raise HttpError(400, "invalid", f"{name} must be a positive integer, not {raw!r}", name)
     return int(raw)
 

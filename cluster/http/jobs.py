@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     HttpError,
     commit,
@@ -23,7 +24,7 @@ from raftcron.cluster.http.common import (
     take_request_id,
 )
 from raftcron.scheduler import jobs as j
-from raftcron.scheduler import limits, parse
+from raftcron.scheduler import views
 from raftcron.scheduler.commands import (
     CancelJob,
     CompleteJob,
@@ -34,20 +35,11 @@ from raftcron.scheduler.commands import (
     SubmitWorkflow,
 )
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
-from raftcron.scheduler.views import job_view, list_jobs
 
 
 def render_jobs(request: web.Request, items: list[list[Any]]) -> list[dict[str, Any]]:
-    """[id, created] pairs from a submit result -> job views, read under the state lock."""
-    machine = services(request).node.machine
-    out = []
-    with machine.lock:
-        for job_id, created in items:
-            job = machine.state.table.get(job_id)
-            view = job_view(job, history=False) if job is not None else {"id": job_id}
-            view["created"] = created
-            out.append(view)
-    return out
+    """[id, created] pairs from a submit result -> job views."""
+    return services(request).node.machine.read(lambda state: views.created_jobs(state, items))
 
 
 def _as_single_job(error: HttpError) -> HttpError:
@@ -84,9 +76,9 @@ async def submit_batch(request: web.Request) -> web.Response:
         )
     command = parse_or_400(lambda: SubmitJobs.from_wire({"jobs": body.get("jobs")}))
     value = await commit(request, SubmitJobs(request_id, command.jobs))
-    views = render_jobs(request, value["jobs"])
-    created = any(view["created"] for view in views)
-    return json_response({"jobs": views}, status=201 if created else 200)
+    jobs = render_jobs(request, value["jobs"])
+    created = any(view["created"] for view in jobs)
+    return json_response({"jobs": jobs}, status=201 if created else 200)
 
 
 @requires("submit")
@@ -96,12 +88,12 @@ async def submit_workflow(request: web.Request) -> web.Response:
     spec = parse_or_400(lambda: WorkflowSpec.parse(body))
     value = await commit(request, SubmitWorkflow(request_id, spec))
     names = {job_id: name for name, job_id in value["jobs"]}
-    views = render_jobs(request, [[job_id, value["created"]] for job_id in names])
-    for view in views:
+    jobs = render_jobs(request, [[job_id, value["created"]] for job_id in names])
+    for view in jobs:
         view["name"] = names[view["id"]]
     status = 201 if value["created"] else 200
     return json_response(
-        {"workflow_id": value["workflow_id"], "created": value["created"], "jobs": views},
+        {"workflow_id": value["workflow_id"], "created": value["created"], "jobs": jobs},
         status=status,
     )
 
@@ -109,10 +101,7 @@ async def submit_workflow(request: web.Request) -> web.Response:
 async def get_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     await maybe_consistent(request)
-    machine = services(request).node.machine
-    with machine.lock:
-        job = machine.state.table.get(job_id)
-        view = None if job is None else job_view(job)
+    view = services(request).node.machine.read(lambda state: views.find_job(state, job_id))
     if view is None:
         raise HttpError(404, "not_found", f"no job {job_id}", "id")
     return json_response(view)
@@ -124,23 +113,23 @@ async def get_jobs(request: web.Request) -> web.Response:
         raise HttpError(400, "invalid", f"must be one of {', '.join(j.STATUSES)}", "status")
     queue = request.query.get("queue") or None
     schedule = request.query.get("schedule") or None
-    limit = query_int(request, "limit", default=100, low=1, high=1_000)
-    cursor = query_int(request, "cursor", default=None, low=1, high=2**62)
+    limit = query_int(request, "limit", default=100, low=1, high=bounds.PAGE_MAX)
+    cursor = query_int(request, "cursor", default=None, low=1, high=bounds.CURSOR_MAX)
     await maybe_consistent(request)
     node = services(request).node
-    with node.machine.lock:
-        found, next_cursor = list_jobs(
-            node.machine.state,
+    page, next_cursor = node.machine.read(
+        lambda state: views.job_page(
+            state,
             status=status,
             queue=queue,
             schedule=schedule,
             limit=limit or 100,
             before_id=cursor,
         )
-        views = [job_view(job, history=False) for job in found]
+    )
     return json_response(
         {
-            "jobs": views,
+            "jobs": page,
             "next_cursor": next_cursor,
             "node": node.config.node_id,
             "applied_index": node.applied_index,
@@ -159,10 +148,10 @@ async def cancel_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     body = only(await _optional_body(request), {"request_id", "reason"})
     request_id = take_request_id(body, request)
-    reason = parse_or_400(
-        lambda: parse.optional_text(body.get("reason"), "reason", chars_max=1_000)
+    command = parse_or_400(
+        lambda: CancelJob.from_wire({**body, "job_id": job_id, "request_id": request_id})
     )
-    value = await commit(request, CancelJob(request_id, job_id, reason))
+    value = await commit(request, command)
     return json_response({"id": job_id, **value})
 
 
@@ -170,12 +159,9 @@ async def cancel_job(request: web.Request) -> web.Response:
 async def retry_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     request_id = take_request_id(only(await _optional_body(request), {"request_id"}), request)
-    value = await commit(request, RetryJob(request_id, job_id))
+    command = parse_or_400(lambda: RetryJob.from_wire({"job_id": job_id, "request_id": request_id}))
+    value = await commit(request, command)
     return json_response({"id": job_id, **value})
-
-
-def _token(body: dict[str, Any]) -> int:
-    return int(parse_or_400(lambda: parse.integer(body.get("token"), "token", low=1)))
 
 
 @requires("work")
@@ -183,17 +169,10 @@ async def heartbeat(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     body = only(object_body(await read_json(request)), {"request_id", "token", "lease_ms"})
     request_id = take_request_id(body, request)
-    lease = body.get("lease_ms")
-    lease_ms = (
-        None
-        if lease is None
-        else parse_or_400(
-            lambda: parse.integer(
-                lease, "lease_ms", low=limits.LEASE_MS_MIN, high=limits.LEASE_MS_MAX
-            )
-        )
+    command = parse_or_400(
+        lambda: Heartbeat.from_wire({**body, "job_id": job_id, "request_id": request_id})
     )
-    value = await commit(request, Heartbeat(request_id, job_id, _token(body), lease_ms))
+    value = await commit(request, command)
     return json_response({"id": job_id, **value})
 
 
@@ -202,10 +181,10 @@ async def complete(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     body = only(object_body(await read_json(request)), {"request_id", "token", "result"})
     request_id = take_request_id(body, request)
-    result = parse_or_400(
-        lambda: parse.json_value(body.get("result"), "result", bytes_max=limits.RESULT_BYTES_MAX)
+    command = parse_or_400(
+        lambda: CompleteJob.from_wire({**body, "job_id": job_id, "request_id": request_id})
     )
-    value = await commit(request, CompleteJob(request_id, job_id, _token(body), result))
+    value = await commit(request, command)
     return json_response({"id": job_id, **value})
 
 

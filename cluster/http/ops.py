@@ -13,6 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from raftcron.cluster import metrics
+from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     CALLER,
     PEER_ROLE,
@@ -25,6 +26,7 @@ from raftcron.cluster.http.common import (
     services,
 )
 from raftcron.cluster.replica import AUDIT_PREFIX, RaftNode
+from raftcron.scheduler import views
 from raftcron.scheduler.commands import Barrier
 
 
@@ -61,15 +63,7 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
                 "clock_offset_ms": offsets.get(peer.node_id),
             }
         )
-    with node.machine.lock:
-        state = node.machine.state
-        summary = {
-            "now_ms": state.now_ms,
-            "jobs": len(state.table),
-            "schedules": len(state.schedules),
-            "fence": state.fence,
-            "leader": None if state.leader is None else list(state.leader),
-        }
+    summary = node.machine.read(views.summary)
     role = metrics.RAFT_ROLES.get(status.get("state", 0), "follower")
     return {
         "node": config.node_id,
@@ -82,7 +76,9 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
         "has_quorum": bool(status.get("has_quorum", False)),
         "members": members,
         "state": summary,
-        "clock": None if clock is None else {
+        "clock": None
+        if clock is None
+        else {
             "skew_ms": clock.skew_ms,
             "skewed": clock.skewed,
             "max_skew_ms": clock.max_skew_ms,
@@ -155,8 +151,8 @@ async def compact(request: web.Request) -> web.Response:
 async def get_audit_trail(request: web.Request) -> web.Response:
     """This node's audit trail, newest first (cluster/http/trail.py says why per node)."""
     svc = services(request)
-    limit = query_int(request, "limit", default=100, low=1, high=1_000)
-    before_seq = query_int(request, "before_seq", default=None, low=1, high=2**62)
+    limit = query_int(request, "limit", default=100, low=1, high=bounds.PAGE_MAX)
+    before_seq = query_int(request, "before_seq", default=None, low=1, high=bounds.CURSOR_MAX)
     entries = [] if svc.trail is None else svc.trail.newest(limit or 100, before_seq)
     return json_response({"node": svc.config.node_id, "entries": entries})
 
@@ -167,8 +163,7 @@ async def get_audit(request: web.Request) -> web.Response:
 
 def _audit_view(request: web.Request, audit_id: str) -> dict[str, Any]:
     svc = services(request)
-    with svc.node.machine.lock:
-        found = svc.node.machine.audits.get(audit_id)
+    found = svc.node.machine.audit(audit_id)
     if found is None:
         raise HttpError(
             404, "not_found", f"audit {audit_id!r} is not applied on this node (yet)", "id"
@@ -179,8 +174,13 @@ def _audit_view(request: web.Request, audit_id: str) -> dict[str, Any]:
 async def healthz(request: web.Request) -> web.Response:
     # wall_ms: the peers read this node's clock here (cluster/clockpoll.py); open, as the
     # Date header of every answer already is.
-    return json_response({"ok": True, "node": services(request).config.node_id,
-                          "wall_ms": time.time_ns() // 1_000_000})
+    return json_response(
+        {
+            "ok": True,
+            "node": services(request).config.node_id,
+            "wall_ms": time.time_ns() // 1_000_000,
+        }
+    )
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -189,9 +189,13 @@ async def readyz(request: web.Request) -> web.Response:
     storage_problem = node.storage.write_error
     # Until the first Tick every write is refused not_ready: so is readiness. One attribute,
     # read without the apply lock: a health check must not wait out a long apply.
-    clock_started = node.machine.state.clock_started
-    ready = (leader is not None and bool(node.sync.isReady()) and storage_problem is None
-             and clock_started)
+    clock_started = node.machine.clock_started
+    ready = (
+        leader is not None
+        and bool(node.sync.isReady())
+        and storage_problem is None
+        and clock_started
+    )
     body = {
         "ready": ready,
         "node": node.config.node_id,
@@ -207,9 +211,9 @@ async def get_metrics(request: web.Request) -> web.Response:
     svc = services(request)
     node = svc.node
     role = _status(node).get("state", 0)
-    with node.machine.lock:
-        text = metrics.render(
-            node.machine.state,
+    text = node.machine.read(
+        lambda state: metrics.render(
+            state,
             node_id=svc.config.node_id,
             role=role,
             term=node.term,
@@ -219,6 +223,7 @@ async def get_metrics(request: web.Request) -> web.Response:
             proposer=svc.proposer,
             storage=node.storage,
         )
+    )
     return web.Response(
         text=text,
         content_type="text/plain",
@@ -228,21 +233,13 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 
 async def get_events(request: web.Request) -> web.Response:
-    cursor = query_int(request, "cursor", default=0, low=0, high=2**62) or 0
-    limit = query_int(request, "limit", default=100, low=1, high=1_000) or 100
-    tail = query_int(request, "tail", default=None, low=1, high=1_000)
-    machine = services(request).node.machine
-    with machine.lock:
-        last = machine.state.events.last_seq
-        if tail is not None:  # the newest `tail` events, for a page that just opened
-            cursor, limit = max(0, last - tail), tail
-        entries = machine.state.events.since(cursor, limit)
-    events = [
-        {"seq": seq, "time_ms": at_ms, "kind": kind, **fields}
-        for seq, at_ms, kind, fields in entries
-    ]
-    next_cursor = events[-1]["seq"] if events else min(cursor, last)
-    return json_response({"events": events, "next_cursor": next_cursor})
+    cursor = query_int(request, "cursor", default=0, low=0, high=bounds.CURSOR_MAX) or 0
+    limit = query_int(request, "limit", default=100, low=1, high=bounds.PAGE_MAX) or 100
+    tail = query_int(request, "tail", default=None, low=1, high=bounds.PAGE_MAX)
+    page = services(request).node.machine.read(
+        lambda state: views.events_page(state, cursor=cursor, limit=limit, tail=tail)
+    )
+    return json_response(page)
 
 
 _OPENAPI = Path(__file__).with_name("openapi.json")

@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     HttpError,
     commit,
@@ -22,7 +23,7 @@ from raftcron.cluster.http.common import (
     take_request_id,
 )
 from raftcron.cluster.ticker import wall_ms
-from raftcron.scheduler import limits, parse
+from raftcron.scheduler import limits, views
 from raftcron.scheduler.calendar import At
 from raftcron.scheduler.commands import (
     BackfillSchedule,
@@ -31,23 +32,20 @@ from raftcron.scheduler.commands import (
     PutSchedule,
     ResumeSchedule,
     TriggerSchedule,
+    schedule_name,
 )
 from raftcron.scheduler.schedulespec import ScheduleSpec
-from raftcron.scheduler.views import job_view, preview, schedule_view
-
-PREVIEW_COUNT_MAX = 1_000
+from raftcron.scheduler.views import preview
 
 
 def _name(request: web.Request) -> str:
     raw = request.match_info["name"]
-    return str(parse_or_400(lambda: parse.name(raw, "name", chars_max=limits.NAME_CHARS_MAX)))
+    return str(parse_or_400(lambda: schedule_name(raw)))
 
 
 def _view(request: web.Request, name: str) -> dict[str, Any]:
     machine = services(request).node.machine
-    with machine.lock:
-        schedule = machine.state.schedules.get(name)
-        view = None if schedule is None else schedule_view(machine.state, schedule)
+    view = machine.read(lambda state: views.find_schedule(state, name))
     if view is None:
         raise HttpError(404, "not_found", f"no schedule {name!r}", "name")
     return view
@@ -76,11 +74,9 @@ async def get_schedule(request: web.Request) -> web.Response:
 async def list_schedules(request: web.Request) -> web.Response:
     await maybe_consistent(request)
     node = services(request).node
-    with node.machine.lock:
-        state = node.machine.state
-        views = [schedule_view(state, state.schedules[name]) for name in sorted(state.schedules)]
+    found = node.machine.read(views.all_schedules)
     return json_response(
-        {"schedules": views, "node": node.config.node_id, "applied_index": node.applied_index}
+        {"schedules": found, "node": node.config.node_id, "applied_index": node.applied_index}
     )
 
 
@@ -88,7 +84,10 @@ async def list_schedules(request: web.Request) -> web.Response:
 async def delete_schedule(request: web.Request) -> web.Response:
     name = _name(request)
     request_id = take_request_id({}, request)
-    await commit(request, DeleteSchedule(request_id, name))
+    await commit(
+        request,
+        parse_or_400(lambda: DeleteSchedule.from_wire({"name": name, "request_id": request_id})),
+    )
     return json_response({"name": name, "deleted": True})
 
 
@@ -97,9 +96,11 @@ def _control(command_type: Any) -> Any:
     async def handler(request: web.Request) -> web.Response:
         name = _name(request)
         body = object_body(await read_json(request)) if request.can_read_body else {}
-        await commit(
-            request, command_type(take_request_id(only(body, {"request_id"}), request), name)
+        request_id = take_request_id(only(body, {"request_id"}), request)
+        command = parse_or_400(
+            lambda: command_type.from_wire({"name": name, "request_id": request_id})
         )
+        await commit(request, command)
         return json_response(_view(request, name))
 
     return handler
@@ -110,14 +111,14 @@ async def trigger(request: web.Request) -> web.Response:
     name = _name(request)
     body = object_body(await read_json(request)) if request.can_read_body else {}
     request_id = take_request_id(only(body, {"request_id", "force"}), request)
-    force = parse_or_400(lambda: parse.boolean(body.get("force", False), "force"))
-    value = await commit(request, TriggerSchedule(request_id, name, force))
+    command = parse_or_400(
+        lambda: TriggerSchedule.from_wire({**body, "name": name, "request_id": request_id})
+    )
+    value = await commit(request, command)
     job = None
     if value["job_id"] is not None:
         machine = services(request).node.machine
-        with machine.lock:
-            found = machine.state.table.get(value["job_id"])
-            job = None if found is None else job_view(found, history=False)
+        job = machine.read(lambda state: views.find_job(state, value["job_id"], history=False))
     return json_response(
         {"name": name, "buffered": value["buffered"], "job": job}, status=201 if job else 202
     )
@@ -134,17 +135,12 @@ async def backfill(request: web.Request) -> web.Response:
     )
     value = await commit(request, command)
     machine = services(request).node.machine
-    jobs = []
-    with machine.lock:
-        for fire_time_ms, job_id, created in value["fires"]:
-            found = None if job_id is None else machine.state.table.get(job_id)
-            view = {"id": job_id} if found is None else job_view(found, history=False)
-            jobs.append({**view, "fire_time_ms": fire_time_ms, "created": created})
+    jobs = machine.read(lambda state: views.fired_jobs(state, value["fires"]))
     return json_response({"name": name, "jobs": jobs})
 
 
 def _preview_params(request: web.Request) -> tuple[int, int]:
-    count = query_int(request, "count", default=10, low=1, high=PREVIEW_COUNT_MAX)
+    count = query_int(request, "count", default=10, low=1, high=bounds.PREVIEW_COUNT_MAX)
     from_ms = query_int(request, "from_ms", default=None, low=0, high=limits.TIME_MS_MAX)
     return count or 10, from_ms if from_ms is not None else wall_ms()
 
@@ -153,9 +149,7 @@ async def preview_saved(request: web.Request) -> web.Response:
     name = _name(request)
     count, from_ms = _preview_params(request)
     machine = services(request).node.machine
-    with machine.lock:
-        schedule = machine.state.schedules.get(name)
-        spec = None if schedule is None else schedule.spec
+    spec = machine.read(lambda state: views.schedule_spec(state, name))
     if spec is None:
         raise HttpError(404, "not_found", f"no schedule {name!r}", "name")
     return json_response({"name": name, "fires": preview(spec, from_ms=from_ms, count=count)})

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,19 +16,22 @@ from aiohttp.test_utils import make_mocked_request
 
 from raftcron.cluster.http.common import SERVICES
 from raftcron.cluster.http.ops import readyz
+from raftcron.cluster.replica import StateMachine
 from raftcron.scheduler.commands import Tick
 from raftcron.scheduler.state import SchedulerState
 
 
 def fake_node(state: SchedulerState, *, leader: str | None = "n1",
               write_error: str | None = None) -> Any:
+    machine = StateMachine()
+    machine.state = state
     return SimpleNamespace(
         leader_id=lambda: leader,
         sync=SimpleNamespace(isReady=lambda: True),
         storage=SimpleNamespace(write_error=write_error),
         applied_index=7,
         config=SimpleNamespace(node_id="n1"),
-        machine=SimpleNamespace(lock=threading.Lock(), state=state),
+        machine=machine,
     )
 
 

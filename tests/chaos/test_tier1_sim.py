@@ -29,7 +29,6 @@ import pathlib
 import random
 import subprocess
 import sys
-import threading
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
@@ -54,6 +53,7 @@ from raftcron.chaos.tier1 import (
 )
 from raftcron.cluster import ticker as product_ticker
 from raftcron.cluster.clocks import ClockBook, TickBound, TickDecision
+from raftcron.cluster.replica import StateMachine
 from raftcron.scheduler.commands import (
     Barrier,
     BeginLeadership,
@@ -226,7 +226,8 @@ def test_the_simulated_ticker_proposes_what_cluster_ticker_proposes(
     Ticks, each at the time cluster/clocks.py's decide_tick allows (chaos.tier1 asks it too)."""
     monkeypatch.setattr(product_ticker, "wall_ms", lambda: 1_800_000_000_000)
     state = SchedulerState()
-    machine = SimpleNamespace(lock=threading.Lock(), state=state)
+    machine = StateMachine()
+    machine.state = state
     node: Any = SimpleNamespace(is_leader=lambda: True, term=7, machine=machine,
                                 config=SimpleNamespace(node_id="n2"))
     proposer: Any = FakeProposer()
