@@ -3,8 +3,8 @@
 What it owns: choosing free loopback ports, writing one TOML config per node (with a random
 cluster password, optional API tokens and [raft] tuning), starting each node as its own process
 group with its output in a log file under `base_dir`, delivering signals (kill, pause, resume,
-stop, restart), waiting for readiness and leadership, plain HTTP requests (stdlib only), audits
-(every live replica's state digest at one log entry) and log scans.
+stop, restart), waiting for readiness and leadership, audits (every live replica's state digest
+at one log entry) and log scans. Ports and plain HTTP are `loopback`'s, tracebacks `nodelogs`'.
 
 Rules it keeps: every wait is bounded by a deadline and polls a condition (no fixed sleeps);
 every process it started is killed by `close()`, which runs on context exit and at interpreter
@@ -19,20 +19,21 @@ import contextlib
 import http.client
 import json
 import os
-import random
 import re
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+from raftcron.cluster.dev.loopback import Response, free_ports, http_request
+from raftcron.cluster.dev.nodelogs import tracebacks
 
 T = TypeVar("T")
 
@@ -101,7 +102,6 @@ class LocalNode:
         return int(self.raft_address.rsplit(":", 1)[1])
 
 
-Response = tuple[int, Any, dict[str, str]]
 
 
 class LocalCluster:
@@ -637,89 +637,6 @@ class LocalCluster:
 
 # -- helpers (no cluster needed) -----------------------------------------------------------
 
-_OUR_FRAME = re.compile(
-    r'File "' + re.escape(str(REPO_ROOT)) + r'/(cluster|scheduler|chaos)/[^"]+\.py"'
-)
-
-
-def tracebacks(lines: list[str], *, ours_only: bool = True) -> list[str]:
-    """Python tracebacks in a node log: JSON lines with an `exc` field, and raw ones written
-    to stderr. With ours_only, only those with a frame in this repository's packages."""
-    found = []
-    raw: list[str] = []
-    for line in lines:
-        if raw and (line.startswith((" ", "\t")) or not line.strip()):
-            raw.append(line)
-            continue
-        if raw:
-            raw.append(line)  # the exception line ends a raw traceback
-            found.append("\n".join(raw))
-            raw = []
-        elif line.startswith("Traceback (most recent call last)"):
-            raw = [line]
-        elif line.startswith("{") and "Traceback" in line:
-            found.append(_json_traceback(line))
-    if raw:
-        found.append("\n".join(raw))
-    return [trace for trace in found if not ours_only or _OUR_FRAME.search(trace)]
-
-
-def _json_traceback(line: str) -> str:
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return line
-    if not isinstance(entry, dict):
-        return line
-    return f"{entry.get('msg', '')}\n{entry.get('exc', '')}"
-
-
-def http_request(
-    address: str,
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    token: str | None = None,
-    timeout_s: float = 10,
-    headers: dict[str, str] | None = None,
-    tls: ssl.SSLContext | None = None,
-) -> Response:
-    """A stdlib HTTP request to host:port (HTTPS with `tls`): (status, parsed JSON or
-    text, headers)."""
-    host, port = address.rsplit(":", 1)
-    sent = dict(headers or {})
-    if token is not None:
-        sent["Authorization"] = f"Bearer {token}"
-    data: bytes | Iterator[bytes] | None = None
-    if body is not None:
-        # bytes as they are, an iterator of bytes chunked, anything else as JSON
-        data = body if isinstance(body, bytes | Iterator) else json.dumps(body).encode()
-        sent.setdefault("Content-Type", "application/json")
-    connection = (
-        http.client.HTTPConnection(host, int(port), timeout=timeout_s)
-        if tls is None
-        else http.client.HTTPSConnection(host, int(port), timeout=timeout_s, context=tls)
-    )
-    try:
-        connection.request(method, path, body=data, headers=sent)
-        response = connection.getresponse()
-        raw = response.read()
-        answer_headers = dict(response.getheaders())
-        return response.status, _decode(raw, answer_headers), answer_headers
-    finally:
-        connection.close()
-
-
-def _decode(raw: bytes, headers: dict[str, str]) -> Any:
-    text = raw.decode("utf-8", errors="replace")
-    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
-    if "json" in content_type:
-        with contextlib.suppress(ValueError):
-            return json.loads(text)
-    return text
-
-
 def toml_value(value: object) -> str:
     """A TOML literal for a str, bool, int or float (what our configs hold)."""
     if isinstance(value, bool):
@@ -729,43 +646,3 @@ def toml_value(value: object) -> str:
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a valid TOML basic string
     raise TypeError(f"cannot write {type(value).__name__} as a TOML value")
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports that are free now, below the kernel's ephemeral range, so that
-    no outgoing connection takes one while its node is down between a kill and a restart."""
-    low, _ = _ephemeral_range()
-    chosen: list[int] = []
-    sockets: list[socket.socket] = []
-    try:
-        for port in _candidate_ports(max(1025, low - 12_000), max(2048, low - 1)):
-            if len(chosen) == count:
-                break
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.bind((host, port))
-            except OSError:
-                sock.close()
-                continue
-            sockets.append(sock)
-            chosen.append(port)
-    finally:
-        for sock in sockets:
-            sock.close()
-    if len(chosen) < count:
-        raise ClusterError(f"found only {len(chosen)} free ports of {count}")
-    return chosen
-
-
-def _candidate_ports(low: int, high: int) -> Iterator[int]:
-    ports = list(range(low, high + 1))
-    random.SystemRandom().shuffle(ports)
-    yield from ports
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999

@@ -15,10 +15,9 @@ from raftcron.cluster.dev.localcluster import (
     FAST_RAFT,
     REPO_ROOT,
     LocalCluster,
-    _ephemeral_range,
-    free_ports,
-    tracebacks,
 )
+from raftcron.cluster.dev.loopback import _ephemeral_range, free_ports
+from raftcron.cluster.dev.nodelogs import tracebacks
 
 
 def test_written_configs_load_as_node_configs_with_every_option(tmp_path: Path) -> None:

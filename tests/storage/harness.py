@@ -23,9 +23,8 @@ from raftcron.cluster.dev.localcluster import (
     FAST_RAFT,
     LocalCluster,
     LocalNode,
-    Response,
-    http_request,
 )
+from raftcron.cluster.dev.loopback import Response, http_request
 
 T = TypeVar("T")
 ADMIN_TOKEN = "storage-test-admin-token"

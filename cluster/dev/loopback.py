@@ -1,0 +1,106 @@
+"""Loopback plumbing for local clusters: free ports to give nodes, and plain HTTP requests to
+them (stdlib only, so a harness works before any client library is importable)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import random
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+Response = tuple[int, Any, dict[str, str]]
+
+
+class NoFreePorts(RuntimeError):
+    """Fewer free loopback ports than a cluster needs."""
+
+
+def http_request(
+    address: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    token: str | None = None,
+    timeout_s: float = 10,
+    headers: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> Response:
+    """A stdlib HTTP request to host:port (HTTPS with `tls`): (status, parsed JSON or
+    text, headers)."""
+    host, port = address.rsplit(":", 1)
+    sent = dict(headers or {})
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    data: bytes | Iterator[bytes] | None = None
+    if body is not None:
+        # bytes as they are, an iterator of bytes chunked, anything else as JSON
+        data = body if isinstance(body, bytes | Iterator) else json.dumps(body).encode()
+        sent.setdefault("Content-Type", "application/json")
+    connection = (
+        http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+        if tls is None
+        else http.client.HTTPSConnection(host, int(port), timeout=timeout_s, context=tls)
+    )
+    try:
+        connection.request(method, path, body=data, headers=sent)
+        response = connection.getresponse()
+        raw = response.read()
+        answer_headers = dict(response.getheaders())
+        return response.status, _decode(raw, answer_headers), answer_headers
+    finally:
+        connection.close()
+
+
+def _decode(raw: bytes, headers: dict[str, str]) -> Any:
+    text = raw.decode("utf-8", errors="replace")
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    if "json" in content_type:
+        with contextlib.suppress(ValueError):
+            return json.loads(text)
+    return text
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports that are free now, below the kernel's ephemeral range, so that
+    no outgoing connection takes one while its node is down between a kill and a restart."""
+    low, _ = _ephemeral_range()
+    chosen: list[int] = []
+    sockets: list[socket.socket] = []
+    try:
+        for port in _candidate_ports(max(1025, low - 12_000), max(2048, low - 1)):
+            if len(chosen) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
+            sockets.append(sock)
+            chosen.append(port)
+    finally:
+        for sock in sockets:
+            sock.close()
+    if len(chosen) < count:
+        raise NoFreePorts(f"found only {len(chosen)} free ports of {count}")
+    return chosen
+
+
+def _candidate_ports(low: int, high: int) -> Iterator[int]:
+    ports = list(range(low, high + 1))
+    random.SystemRandom().shuffle(ports)
+    yield from ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
