@@ -128,7 +128,8 @@ class Inline:
         spec = _parsed(lambda: ScheduleSpec.parse(fields))
         return self._ok(PutSchedule(self._request_id(), name, spec))
 
-    def cancel(self, job_id: int, reason: str = "") -> dict[str, Any]:
+    def cancel(self, job_id: int, reason: str | None = None) -> dict[str, Any]:
+        """Cancel a job as `POST /v1/jobs/{id}/cancel` does (its descendants too)."""
         return self._ok(CancelJob(self._request_id(), job_id, reason))
 
     def advance(self, ms: int = 0, *, to_ms: int | None = None) -> None:
@@ -281,7 +282,10 @@ class Inline:
         return sorted({name for registry in self.registries for name in registry.names()})
 
     def _apply(self, command: Command) -> Ok | Rejected:
-        result = self.state.apply(codec.decode(codec.encode(command)))  # as a replica does
+        # Through the codec, as a replica applies it: a field the core would refuse from the
+        # wire is refused here too, named as the API names it.
+        command = _parsed(lambda: codec.decode(codec.encode(command)))
+        result = self.state.apply(command)
         assert isinstance(result, Ok | Rejected)
         return result
 

@@ -10,6 +10,7 @@ import pytest
 
 from raftcron import LeaseLost, PermanentError
 from raftcron.cluster.worker import TaskRegistry, default_registry
+from raftcron.scheduler.commands import Tick
 from raftcron.testing import Inline, InlineError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -173,3 +174,35 @@ def test_queues_limit_what_drain_runs(tasks):
     other = inline.submit("one", queue="other")
     assert [r.job_id for r in inline.drain(queues=["mine"])] == [mine]
     assert inline.job(other)["status"] == "queued"
+
+
+def count_ticks(inline, monkeypatch) -> list[int]:
+    ticks: list[int] = []
+    apply = inline._apply
+
+    def counted(command):
+        if isinstance(command, Tick):
+            ticks.append(command.now_ms)
+        return apply(command)
+
+    monkeypatch.setattr(inline, "_apply", counted)
+    return ticks
+
+
+def test_advance_steps_over_what_is_no_longer_due(tasks, monkeypatch):
+    """The state's heaps keep entries for what changed since (a delayed job cancelled, a lease
+    of a job that finished): advancing past them takes a Tick each at most, never a loop."""
+    tasks.add("quick", lambda ctx: "done")
+    inline = Inline(tasks)
+    finished = inline.submit("quick")
+    assert [r.outcome for r in inline.drain()] == ["succeeded"]  # its lease entry stays
+    delayed = inline.submit("quick", delay_ms=60_000)
+    inline.cancel(delayed)
+    assert inline.state.table.leases and inline.state.table.delayed  # the stale entries
+    assert inline.state.next_due_ms() is not None
+    ticks = count_ticks(inline, monkeypatch)
+    inline.advance(3_600_000)
+    assert len(ticks) <= 3, ticks
+    assert inline.state.next_due_ms() is None
+    assert inline.job(delayed)["status"] == "cancelled"
+    assert inline.job(finished)["status"] == "succeeded"
