@@ -248,7 +248,7 @@ class Inline:
         execution = Execution(
             claimed,
             task=self._task(claimed["task"]),
-            client=_CoreClient(self),  # type: ignore[arg-type]  # the heartbeat it calls
+            client=_CoreClient(self),
             worker=self.worker,
             lease_ms=self.lease_ms,
             acks=acks,

@@ -51,27 +51,13 @@ class FiringState(Protocol):
 
     def emit(self, kind: str, *, at_ms: int | None = None, **fields: Any) -> None: ...
 
+    # Only the arguments firing passes: the implementation takes more (workflow nodes...).
     def create_job(
-        self,
-        spec: JobSpec,
-        *,
-        key: str | None,
-        schedule: str | None = None,
-        fire_time_ms: int | None = None,
-        run_at_ms: int | None = None,
-        workflow: Workflow | None = None,
-        node_name: str | None = None,
-        blocked_on: int = 0,
+        self, spec: JobSpec, *, key: str, schedule: str, fire_time_ms: int, run_at_ms: int
     ) -> Job: ...
 
     def create_workflow(
-        self,
-        spec: WorkflowSpec,
-        *,
-        key: str | None,
-        schedule: str | None = None,
-        fire_time_ms: int | None = None,
-        run_at_ms: int | None = None,
+        self, spec: WorkflowSpec, *, key: str, schedule: str, fire_time_ms: int, run_at_ms: int
     ) -> Workflow: ...
 
     def cancel_job(self, job: Job, reason: str) -> None: ...

@@ -23,9 +23,9 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from raftcron.cluster.client import ApiError, AsyncClient, Unavailable
+from raftcron.cluster.client import ApiError, Unavailable
 from raftcron.cluster.worker.acks import AckBuffer, failure_ack, success_ack
 from raftcron.cluster.worker.acks import exception_text as describe
 from raftcron.cluster.worker.context import JobContext
@@ -44,13 +44,27 @@ CANCEL_GRACE_S = 10.0  # a cancelled coroutine (a shell killing its process) get
 HEARTBEAT_ATTEMPT_S_MIN = 1.0
 
 
+class HeartbeatClient(Protocol):
+    """The one call a running job makes to the cluster (`AsyncClient.heartbeat`; in
+    `raftcron.testing`, the in-process core's)."""
+
+    async def heartbeat(
+        self,
+        job_id: int,
+        token: int,
+        *,
+        lease_ms: int | None = None,
+        deadline_s: float | None = None,
+    ) -> dict[str, Any]: ...
+
+
 class Execution:
     def __init__(
         self,
         claimed: dict[str, Any],
         *,
         task: Task | None,
-        client: AsyncClient,
+        client: HeartbeatClient,
         worker: str,
         lease_ms: int,
         acks: AckBuffer,
