@@ -21,4 +21,7 @@ CLAIM_ROUNDS_MAX = 8  # proposals one claim request makes while others win the r
 PAGE_MAX = 1_000  # items one GET returns: jobs, events, audit entries, a tail
 CURSOR_MAX = 2**62  # a page cursor (an id or a sequence number)
 PREVIEW_COUNT_MAX = 1_000  # fire times one preview lists
+# A one-off `at` schedule in the past would never fire: the API refuses one more than this
+# before the node's wall clock (the core refuses one at or before the state's time).
+AT_PAST_GRACE_MS = 1_000
 PATH_ID_DIGITS_MAX = 18  # a job id in a path: below 10**18, so it fits a 64-bit integer

@@ -15,6 +15,7 @@ worker is not handed out).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -67,25 +68,9 @@ async def claim(request: web.Request) -> web.Response:
             # Its acks still count (they report finished work), so those alone go through.
             if round_number or not command.acks:
                 break
-            command = ClaimJobs(
-                command.request_id,
-                command.worker,
-                command.queues,
-                0,
-                command.lease_ms,
-                command.acks,
-                command.node,
-            )
-        if round_number:
-            command = ClaimJobs(
-                round_id,
-                command.worker,
-                command.queues,
-                command.max,
-                command.lease_ms,
-                (),
-                command.node,
-            )
+            command = dataclasses.replace(command, max=0)
+        if round_number:  # a later round claims under its own id and acks nothing again
+            command = dataclasses.replace(command, request_id=round_id, acks=())
         started = time.monotonic()
         value = await commit(request, command)
         svc.stats.claim_latency.observe(time.monotonic() - started)

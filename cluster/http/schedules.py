@@ -57,7 +57,8 @@ async def put_schedule(request: web.Request) -> web.Response:
     body = object_body(await read_json(request))
     request_id = take_request_id(body, request)
     spec = parse_or_400(lambda: ScheduleSpec.parse(body))
-    if isinstance(spec.recurrence, At) and spec.recurrence.at_ms < wall_ms() - 1_000:
+    past_ms = wall_ms() - bounds.AT_PAST_GRACE_MS
+    if isinstance(spec.recurrence, At) and spec.recurrence.at_ms < past_ms:
         raise HttpError(
             400, "invalid", f"at: {spec.text!r} is in the past; it would never fire", "at"
         )
