@@ -26,7 +26,8 @@ from typing import Any
 
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.netns import Namespaces, Relay, pick_ports
-from raftcron.cluster.dev.localcluster import ClusterError, LocalCluster, LocalNode, toml_value
+from raftcron.cluster.dev.localcluster import ClusterError, LocalCluster, LocalNode
+from raftcron.cluster.dev.tomlwrite import toml_value
 
 # The per-node clock offset: a `sitecustomize` module the harness writes into the run folder
 # and puts first on the node's PYTHONPATH. Python runs it at start-up, before any product code,

@@ -4,6 +4,11 @@ The nodes use `configs/local-3` (HTTP on 8001-8003, Raft on 7001-7003), so the R
 and the CLI's default `--connect` reach them; all state lives under `data/local-3` and survives
 a restart of the demo (`--fresh` starts empty). Logs go to `data/local-3/logs/`. Ctrl-C stops
 the worker (it drains), then the nodes, and waits for every process to exit.
+
+`--tls` serves the API over HTTPS: a throwaway CA and a certificate for 127.0.0.1 are made
+under `<data>/tls/` (with the openssl command), each node runs from a copy of its config with
+`[api] tls_cert_file`/`tls_key_file` added, and the worker, the peers and the CLI verify the
+nodes against the CA through `RAFTCRON_CA_FILE`.
 """
 
 from __future__ import annotations
@@ -13,15 +18,20 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from raftcron.cluster import config as configuration
+from raftcron.cluster import tls
+from raftcron.cluster.dev import tomlwrite
+from raftcron.cluster.dev.certs import CertsError, LocalCA
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "local-3"
@@ -56,9 +66,17 @@ SCHEDULES: dict[str, dict[str, Any]] = {
 
 class Demo:
     def __init__(
-        self, *, fresh: bool, duration_s: float | None, configs: list[Path] | None = None
+        self,
+        *,
+        fresh: bool,
+        duration_s: float | None,
+        configs: list[Path] | None = None,
+        https: bool = False,
     ) -> None:
         self.configs = configs or sorted(CONFIGS.glob("n*.toml"))
+        self.https = https
+        self.ca_file: Path | None = None
+        self.client_tls: ssl.SSLContext | None = None
         self.nodes = [configuration.load(path) for path in self.configs]
         self.data_dir = Path(os.path.commonpath([node.data_dir.parent for node in self.nodes]))
         self.log_dir = self.data_dir / "logs"
@@ -69,7 +87,8 @@ class Demo:
 
     @property
     def urls(self) -> list[str]:
-        return [f"http://{node.http_address}" for node in self.nodes]
+        scheme = "https" if self.https else "http"
+        return [f"{scheme}://{node.http_address}" for node in self.nodes]
 
     def run(self) -> int:
         signal.signal(signal.SIGINT, self._on_signal)
@@ -80,7 +99,8 @@ class Demo:
                 for node in self.nodes:
                     shutil.rmtree(node.data_dir, ignore_errors=True)
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            for path, node in zip(self.configs, self.nodes, strict=True):
+            configs = self._with_tls() if self.https else self.configs
+            for path, node in zip(configs, self.nodes, strict=True):
                 self._spawn(
                     node.node_id,
                     [sys.executable, "-m", "raftcron.cluster.cli", "node", "--config", str(path)],
@@ -110,7 +130,7 @@ class Demo:
                 self._watch()
                 time.sleep(0.2)
             return 0
-        except DemoError as error:
+        except (DemoError, CertsError) as error:
             print(f"raftcron demo: {error}", file=sys.stderr)
             return 1
         finally:
@@ -131,9 +151,34 @@ class Demo:
                             "stop it first"
                         )
 
+    def _with_tls(self) -> list[Path]:
+        """A CA and a server certificate under <data>/tls, and a copy of each node's config
+        serving HTTPS with it (paths made absolute, as the copies live in another folder)."""
+        folder = self.data_dir / "tls"
+        shutil.rmtree(folder, ignore_errors=True)
+        ca = LocalCA(folder, name="raftcron demo CA")
+        cert, key = ca.issue("node", server=True)
+        self.ca_file, self.client_tls = ca.cert, ca.context()
+        copies = []
+        for path, node in zip(self.configs, self.nodes, strict=True):
+            raw = tomllib.loads(path.read_text())
+            raw["data_dir"] = str(node.data_dir)
+            api = raw.setdefault("api", {})
+            if api.get("tokens_file") is not None:
+                api["tokens_file"] = str((path.resolve().parent / api["tokens_file"]).resolve())
+            api.update(tls_cert_file=str(cert), tls_key_file=str(key))
+            api.pop("tls_client_ca_file", None)
+            copy = folder / f"{node.node_id}.toml"
+            copy.write_text(tomlwrite.dumps(raw))
+            configuration.load(copy)  # what the node will read: refused here, not in its log
+            copies.append(copy)
+        return copies
+
     def _spawn(self, name: str, command: list[str]) -> None:
         log = (self.log_dir / f"{name}.log").open("ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.ca_file is not None:  # the worker, and each node asking its peers, verify
+            env[tls.CA_FILE_ENV] = str(self.ca_file)
         process = subprocess.Popen(
             command,
             cwd=REPO,
@@ -151,7 +196,7 @@ class Demo:
             self._watch()
             leaders = set()
             for url in self.urls:
-                status, body = _get(url + "/readyz")
+                status, body = self._get(url + "/readyz")
                 if status == 200:
                     leaders.add(body.get("leader"))
             if len(leaders) == 1 and None not in leaders and self._all_ready():
@@ -160,7 +205,16 @@ class Demo:
         raise DemoError(f"the cluster was not ready within {timeout_s:.0f} s; see {self.log_dir}")
 
     def _all_ready(self) -> bool:
-        return all(_get(url + "/readyz")[0] == 200 for url in self.urls)
+        return all(self._get(url + "/readyz")[0] == 200 for url in self.urls)
+
+    def _get(self, url: str) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=self.client_tls) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, {}
+        except (OSError, ValueError):
+            return 0, {}
 
     def _call(self, method: str, path: str, body: Any) -> Any:
         for url in self.urls:
@@ -171,7 +225,9 @@ class Demo:
                 headers={"Content-Type": "application/json"},
             )
             try:
-                with urllib.request.urlopen(request, timeout=10) as answer:
+                with urllib.request.urlopen(
+                    request, timeout=10, context=self.client_tls
+                ) as answer:
                     return json.loads(answer.read())
             except urllib.error.HTTPError as error:
                 raise DemoError(
@@ -194,7 +250,7 @@ raftcron demo: a 3-node cluster on loopback, one worker, two schedules.
   API         {", ".join(self.urls)}     (leader now: {leader})
   data, logs  {self.data_dir}
 
-Try, in another terminal (.venv/bin/raftcron, or `make` puts it in .venv/bin):
+Try, in another terminal (.venv/bin/raftcron, or `make` puts it in .venv/bin):{self._tls_hint()}
   raftcron cluster status
   raftcron schedules list
   raftcron submit shell -- sh -c 'echo hello; sleep 2'
@@ -207,6 +263,16 @@ Nodes:
 Ctrl-C stops everything.
 """,
             flush=True,
+        )
+
+    def _tls_hint(self) -> str:
+        if self.ca_file is None:
+            return ""
+        return (
+            "\n  # HTTPS: the CLI verifies the nodes against the demo's CA (your browser does not"
+            "\n  # know it: accept its warning, or import the CA)"
+            f"\n  export {tls.CA_FILE_ENV}={self.ca_file}"
+            f"\n  export RAFTCRON_CONNECT={','.join(self.urls)}"
         )
 
     def _watch(self) -> None:
@@ -248,16 +314,6 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
         os.killpg(process.pid, signum)
 
 
-def _get(url: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as error:
-        return error.code, {}
-    except (OSError, ValueError):
-        return 0, {}
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -277,7 +333,14 @@ def add_arguments(parser: Any) -> None:
         dest="configs",
         help="node configs to use instead of configs/local-3 (repeat per node)",
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve the API over HTTPS with a throwaway CA made under <data>/tls (needs openssl)",
+    )
 
 
 def run(args: Any) -> int:
-    return Demo(fresh=args.fresh, duration_s=args.duration, configs=args.configs).run()
+    return Demo(
+        fresh=args.fresh, duration_s=args.duration, configs=args.configs, https=args.tls
+    ).run()

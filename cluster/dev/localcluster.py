@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import http.client
-import json
 import os
 import re
 import secrets
@@ -34,6 +33,7 @@ from typing import IO, Any, TypeVar
 
 from raftcron.cluster.dev.loopback import Response, free_ports, http_request
 from raftcron.cluster.dev.nodelogs import tracebacks
+from raftcron.cluster.dev.tomlwrite import toml_value
 
 T = TypeVar("T")
 
@@ -636,13 +636,3 @@ class LocalCluster:
 
 
 # -- helpers (no cluster needed) -----------------------------------------------------------
-
-def toml_value(value: object) -> str:
-    """A TOML literal for a str, bool, int or float (what our configs hold)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    raise TypeError(f"cannot write {type(value).__name__} as a TOML value")

@@ -16,9 +16,12 @@ from raftcron.cluster.dev.localcluster import REPO_ROOT, LocalCluster
 pytestmark = pytest.mark.processes  # starts processes: make integration
 
 
-def test_the_demo_starts_runs_a_fire_and_stops_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_the_demo_starts_runs_a_fire_and_stops_cleanly(tmp_path: Path, tls: bool) -> None:
     configs = LocalCluster(tmp_path).configure()  # free ports; nothing started by the harness
     command = [sys.executable, "-m", "raftcron.cluster.cli", "demo", "--duration", "9"]
+    if tls:
+        command.append("--tls")
     for node in configs:
         command += ["--config", str(node.config_path)]
     finished = subprocess.run(
@@ -33,6 +36,13 @@ def test_the_demo_starts_runs_a_fire_and_stops_cleanly(tmp_path: Path) -> None:
     assert "dashboard" in finished.stdout and finished.stdout.rstrip().endswith(
         "raftcron demo: stopped"
     )
+    scheme = "https" if tls else "http"
+    urls = [f"{scheme}://{node.http_address}" for node in configs]
+    assert f"API         {', '.join(urls)}" in finished.stdout
+    if tls:  # the worker reached the nodes (and they each other) by verifying the demo's CA
+        assert f"RAFTCRON_CA_FILE={tmp_path / 'tls' / 'ca.pem'}" in finished.stdout
+        served = (tmp_path / "tls" / "n1.toml").read_text()
+        assert "tls_cert_file" in served and str(tmp_path / "n1") in served
     logs = tmp_path / "logs"
     fired = [
         json.loads(line)

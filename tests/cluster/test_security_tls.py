@@ -1,6 +1,6 @@
-"""HTTPS on real nodes with a test CA made here by the `openssl` command (DESIGN.md §8.3): the
-client, the CLI and the nodes verify the server, plain HTTP gets nothing from a TLS port, a
-SIGHUP re-reads the certificate, and mutual TLS refuses a client without a certificate.
+"""HTTPS on real nodes with a test CA (cluster/dev/certs.py runs `openssl`; DESIGN.md §8.3):
+the client, the CLI and the nodes verify the server, plain HTTP gets nothing from a TLS port,
+a SIGHUP re-reads the certificate, and mutual TLS refuses a client without a certificate.
 """
 
 from __future__ import annotations
@@ -20,50 +20,13 @@ from typing import Any
 import pytest
 
 from raftcron.cluster.client import Client, Unavailable
+from raftcron.cluster.dev.certs import LocalCA
 from raftcron.cluster.dev.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None and not os.environ.get("CI"),
     reason="the openssl command makes the test CA (.ci/run installs it)",
 )
-
-
-class LocalCA:
-    """A CA, and certificates it signs for 127.0.0.1 (servers) or a name (clients)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.cert = folder / "ca.pem"
-        self.key = folder / "ca.key"
-        self._openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                      "-nodes", "-keyout", self.key, "-out", self.cert, "-days", "2",
-                      "-subj", "/CN=raftcron test CA")
-
-    def issue(self, name: str, *, server: bool, client: bool = False) -> tuple[Path, Path]:
-        """A certificate for a server (127.0.0.1), a client, or both (a node whose peers ask
-        for client certificates shows its own)."""
-        key, csr, cert = (self.folder / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
-        extensions = self.folder / f"{name}.ext"
-        usage = ",".join(u for u, wanted in (("serverAuth", server), ("clientAuth", client))
-                         if wanted)
-        extensions.write_text(
-            ("subjectAltName=IP:127.0.0.1\n" if server else "") + f"extendedKeyUsage={usage}\n")
-        self._openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                      "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
-        self._openssl("x509", "-req", "-in", csr, "-CA", self.cert, "-CAkey", self.key,
-                      "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", extensions)
-        return cert, key
-
-    def context(self, client_cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.cert))
-        if client_cert is not None:
-            context.load_cert_chain(*client_cert)
-        return context
-
-    def _openssl(self, *args: Any) -> None:
-        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True,
-                       timeout=60)
 
 
 def peers_clocks_read(cluster: LocalCluster, token: str | None = None) -> bool:
