@@ -389,6 +389,29 @@ class AsyncClient:
     async def events(self, cursor: int = 0, limit: int = 100) -> dict[str, Any]:
         return await self._object("GET", "/v1/events", params={"cursor": cursor, "limit": limit})
 
+    async def ask_member(
+        self,
+        http_address: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        timeout_s: float = 2.0,
+    ) -> Any:
+        """One GET to the member at `http_address` (host:port, as `cluster()` lists members),
+        with no failover: for what each node answers for itself (its own view, its audit
+        trail). Its scheme and TLS settings are this client's; ApiError, or Unavailable when
+        it does not answer."""
+        scheme = self.urls[0].split("://", 1)[0]
+        url = f"{scheme}://{http_address}{path}"
+        query = {k: str(v) for k, v in (params or {}).items() if v is not None}
+        try:
+            status, answer = await self._send("GET", url, None, query, {}, timeout_s)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise Unavailable(f"{url}: {type(error).__name__}: {error}") from None
+        if status >= 400:
+            raise ApiError.from_answer(status, answer)
+        return answer
+
     # -- the worker's calls -------------------------------------------------------------------
 
     async def claim(
@@ -569,6 +592,9 @@ class Client:
 
     def events(self, cursor: int = 0, limit: int = 100) -> dict[str, Any]:
         return self._run(self.aio.events(cursor, limit))
+
+    def ask_member(self, http_address: str, path: str, **options: Any) -> Any:
+        return self._run(self.aio.ask_member(http_address, path, **options))
 
     def heartbeat(self, job_id: int, token: int, **options: Any) -> dict[str, Any]:
         return self._run(self.aio.heartbeat(job_id, token, **options))

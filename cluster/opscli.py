@@ -1,4 +1,4 @@
-"""The operator's commands: `raftcron submit | jobs | schedules | cluster`.
+"""The operator's commands: `raftcron submit | jobs | schedules | cluster | audit`.
 
 Tables for people, `--json` for scripts. Exit codes: 0 done, 1 the cluster refused the request
 (4xx: the message says why), 2 the command line is wrong, 3 the cluster could not be reached
@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import sys
-import urllib.request
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +28,10 @@ EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 
 class UsageError(Exception):
     pass
+
+
+class Incomplete(Exception):
+    """What was printed lacks some member's part (it did not answer)."""
 
 
 # -- arguments ----------------------------------------------------------------------------
@@ -153,6 +156,13 @@ def add_commands(commands: Any) -> None:
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_common(actions.add_parser("status", help="members, roles, leader, indexes"))
 
+    audit = commands.add_parser(
+        "audit",
+        help="the audit trail of admin actions, merged from every member, newest first",
+    )
+    audit.add_argument("--limit", type=int, default=50, help="records to show (1-1000)")
+    add_common(audit)
+
 
 def _add_job_fields(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--payload", help="JSON payload (for shell: merged with the argv)")
@@ -179,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         "jobs": _jobs,
         "schedules": _schedules,
         "cluster": _cluster,
+        "audit": _audit,
     }[args.command]
     try:
         retry_s_max = limits.REQUEST_RETRY_MS / 1000
@@ -203,6 +214,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
     except Unavailable as error:
         print(f"raftcron {args.command}: cluster unavailable: {error}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except Incomplete as error:
+        print(f"raftcron {args.command}: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     return 0
 
@@ -335,7 +349,7 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
     view = client.cluster()
     rows = []
     for member in sorted(view["members"], key=lambda m: m["node_id"]):
-        own = _member_view(member["http_address"], args.api_token)
+        own = _member_view(client, member["http_address"])
         if own is None:
             rows.append([member["node_id"], member["http_address"], "unreachable", "-", "-", "-"])
             continue
@@ -361,17 +375,52 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
     )
 
 
-def _member_view(http_address: str, token: str | None) -> dict[str, Any] | None:
-    """Each member's own view (role, term, indexes), asked directly with a short timeout."""
-    request = urllib.request.Request(f"http://{http_address}/v1/cluster")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
+def _member_view(client: Client, http_address: str) -> dict[str, Any] | None:
+    """Each member's own view (role, term, indexes), asked directly with a short timeout, by
+    the scheme and TLS settings of --connect (a TLS cluster's members speak only HTTPS)."""
     try:
-        with urllib.request.urlopen(request, timeout=2) as answer:
-            loaded = json.loads(answer.read())
-    except (OSError, ValueError):
+        loaded = client.ask_member(http_address, "/v1/cluster")
+    except (ApiError, Unavailable):
         return None
     return loaded if isinstance(loaded, dict) else None
+
+
+def _audit(client: Client, args: argparse.Namespace) -> None:
+    """Each node keeps the trail of what it was asked (cluster/http/trail.py says why): the
+    whole trail is the union, merged here newest first."""
+    if not 1 <= args.limit <= 1_000:
+        raise UsageError(f"--limit must be between 1 and 1000, not {args.limit}")
+    members = sorted(client.cluster()["members"], key=lambda m: m["node_id"])
+    entries: list[dict[str, Any]] = []
+    silent = []
+    for member in members:
+        try:
+            answer = client.ask_member(
+                member["http_address"], "/v1/audit", params={"limit": args.limit}, timeout_s=5
+            )
+        except ApiError as error:
+            if error.status in (401, 403):
+                raise  # the token may not read the trail: on one node, so on every node
+            silent.append(f"{member['node_id']} ({error.code})")
+            continue
+        except Unavailable:
+            silent.append(f"{member['node_id']} (no answer)")
+            continue
+        entries += answer["entries"]
+    entries.sort(key=lambda e: (e["time_ms"], e["node"], e["seq"]), reverse=True)
+    entries = entries[: args.limit]
+    rows = [
+        [_time(e["time_ms"]), e["node"], e["name"] or "-", e["role"] or "-", e["method"],
+         e["path"], e["status"]]
+        for e in entries
+    ]
+    _print(
+        args,
+        {"entries": entries, "missing": silent},
+        lambda: _table(["TIME", "NODE", "TOKEN", "ROLE", "METHOD", "PATH", "STATUS"], rows),
+    )
+    if silent:
+        raise Incomplete(f"the trail lacks the records of {', '.join(silent)}")
 
 
 # -- formatting -------------------------------------------------------------------------------

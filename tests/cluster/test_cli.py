@@ -126,3 +126,33 @@ def test_cluster_status_shows_every_member_and_one_leader(run, shared_cluster):
     rows = [line.split() for line in out.splitlines()[2:]]
     assert sorted(row[0] for row in rows) == ["n1", "n2", "n3"]
     assert [row[2] for row in rows].count("leader") == 1
+
+
+def test_audit_merges_every_member_s_trail_newest_first_and_says_what_it_lacks(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str], unique
+):
+    """Each node records what it was asked; `raftcron audit` is the union of the trails."""
+    connect = ",".join(node.url for node in cluster.nodes)
+    spec = {"every": "1h", "job": {"task": "t"}}
+    names = {}
+    for node in cluster.nodes:  # one admin action through each node
+        names[node.node_id] = unique(f"audit-{node.node_id}")
+        status, _, _ = cluster.request(node, "PUT", f"/v1/schedules/{names[node.node_id]}", spec)
+        assert status == 201
+    code = cli.main(["audit", "--json", "--limit", "1000", "--connect", connect])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    merged = json.loads(out)
+    ours = [e for e in merged["entries"] if e["path"].rsplit("/", 1)[-1] in names.values()]
+    assert [e["node"] for e in ours] == [node.node_id for node in reversed(cluster.nodes)]
+    times = [e["time_ms"] for e in merged["entries"]]
+    assert times == sorted(times, reverse=True) and merged["missing"] == []
+
+    stopped = cluster.nodes[2]
+    cluster.stop(stopped)
+    code = cli.main(["audit", "--connect", connect])
+    out, err = capsys.readouterr()
+    assert code == 3 and f"lacks the records of {stopped.node_id}" in err, err
+    assert names[cluster.nodes[0].node_id] in out and names[stopped.node_id] not in out
+    code = cli.main(["audit", "--limit", "0", "--connect", connect])
+    assert code == 2 and "--limit must be between 1 and 1000" in capsys.readouterr().err

@@ -94,6 +94,13 @@ def test_https_with_a_test_ca(cluster_factory: Any, tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "certificate" in refused.stderr.lower()
+    # `cluster status` asks every member for its own view: over HTTPS too (it once asked
+    # http:// and called every member of a TLS cluster unreachable).
+    status_command = [sys.executable, "-m", "raftcron.cluster.cli", "cluster", "status",
+                      "--connect", ",".join(urls), "--ca-file", str(ca.cert)]
+    shown = subprocess.run(status_command, env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "unreachable" not in shown.stdout and shown.stdout.count("127.0.0.1:") == 3, shown.stdout
 
     # SIGHUP: the node serves the new certificate to new connections.
     before = served_certificate(node.http_address, ca.context())
