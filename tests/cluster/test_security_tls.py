@@ -141,3 +141,25 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(
     with Client([node.url], ca_file=str(ca.cert), cert_file=str(worker_cert[0]),
                 key_file=str(worker_cert[1])) as client:
         assert client.submit("t", {})["id"] >= 1
+        # A worker process shows its certificate, claims and reports over mutual TLS.
+        job = client.submit("shell", {"argv": ["sh", "-c", "echo over-mtls"]}, queue="mtls")
+        log = (tmp_path / "worker.log").open("wb")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "raftcron.cluster.cli", "worker", "--allow-shell",
+             "--connect", ",".join(n.url for n in cluster.nodes), "--queues", "mtls",
+             "--name", "mtls-worker", "--ca-file", str(ca.cert),
+             "--cert-file", str(worker_cert[0]), "--key-file", str(worker_cert[1])],
+            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, start_new_session=True)
+        try:
+            done = client.wait(job["id"], timeout_s=60)
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait(10)
+            log.close()
+        assert done["status"] == "succeeded", (done, (tmp_path / "worker.log").read_text()[-2000:])
+        assert "over-mtls" in str(done["result"])
