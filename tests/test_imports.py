@@ -8,6 +8,7 @@ other's isinstance checks, two registries of tasks). Type-only imports count: th
 """
 
 import ast
+import functools
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ PACKAGE = REPO / "raftcron"
 ROOMS = ("scheduler", "cluster", "chaos")
 
 
+@functools.cache  # one walk and one parse of the tree for every check here
 def modules() -> dict[str, Path]:
     """Every module of the installed package, by its dotted name (the rooms through raftcron/)."""
     found = {}
@@ -79,6 +81,7 @@ def test_the_check_catches_a_top_level_import(source, tmp_path):
     assert module.split(".")[0] in ROOMS
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     """Module -> the package's modules it imports (`from a import b` counts b when b is a
     module). A package's __init__ re-exporting its modules is an edge like any other."""

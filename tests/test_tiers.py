@@ -21,9 +21,3 @@ def test_a_unit_test_that_starts_a_process_fails_naming_the_tier(start):
     with pytest.raises(AssertionError, match="outside the processes tier"):
         start()
 
-
-def test_the_fixtures_that_start_processes_put_a_test_in_the_tier(request):
-    from conftest import PROCESS_FIXTURES
-
-    assert {"cluster", "node", "start_worker", "browser"} <= PROCESS_FIXTURES
-    assert request.node.get_closest_marker("processes") is None
