@@ -2,7 +2,8 @@
 
 Tables for people, `--json` for scripts. Exit codes: 0 done, 1 the cluster refused the request
 (4xx: the message says why), 2 the command line is wrong, 3 the cluster could not be reached
-or had no leader in time. Errors are one line on stderr. Every flag that a shell session sets
+or had no leader in time (or a member did not answer for `audit`), 4 `cluster doctor` found
+something that needs a person. Errors are one line on stderr. Every flag that a shell session sets
 once has an environment fallback: `--connect` (RAFTCRON_CONNECT), `--api-token`
 (RAFTCRON_API_TOKEN).
 """
@@ -19,15 +20,21 @@ from typing import Any
 
 from raftcron.cluster import tls
 from raftcron.cluster.client import ApiError, Client, Unavailable
+from raftcron.cluster.doctor import Thresholds, diagnose
+from raftcron.cluster.doctor import rows as doctor_rows
 from raftcron.scheduler import limits
 from raftcron.scheduler.calendar import RecurrenceError, parse_duration_ms
 
 DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
-EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
+EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_ATTENTION = 1, 2, 3, 4
 
 
 class UsageError(Exception):
     pass
+
+
+class NeedsAttention(Exception):
+    """`cluster doctor` found something (it printed what)."""
 
 
 class Incomplete(Exception):
@@ -152,9 +159,22 @@ def add_commands(commands: Any) -> None:
                 "--to", dest="to_time", required=True, help="ISO-8601 or Unix ms (excluded)"
             )
 
-    cluster = commands.add_parser("cluster", help="cluster status")
+    cluster = commands.add_parser("cluster", help="cluster status and doctor")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_common(actions.add_parser("status", help="members, roles, leader, indexes"))
+    doctor = actions.add_parser(
+        "doctor",
+        help="what needs a person: members down, no leader, clocks, lag, disk, log, versions "
+        f"(exit {EXIT_ATTENTION} when anything does)",
+    )
+    defaults = Thresholds()
+    doctor.add_argument("--max-lag", type=int, default=defaults.max_lag_entries,
+                        help="entries a member may be behind the leader's commit index")
+    doctor.add_argument("--min-free-mb", type=int, default=defaults.min_free_bytes // 1024**2,
+                        help="free MiB a data dir's filesystem must keep")
+    doctor.add_argument("--max-log-entries", type=int, default=defaults.max_log_entries,
+                        help="log entries since the last compaction before it is a warning")
+    add_common(doctor)
 
     audit = commands.add_parser(
         "audit",
@@ -215,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
     except Unavailable as error:
         print(f"raftcron {args.command}: cluster unavailable: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except NeedsAttention:
+        return EXIT_ATTENTION
     except Incomplete as error:
         print(f"raftcron {args.command}: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -346,6 +368,9 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cluster(client: Client, args: argparse.Namespace) -> None:
+    if args.action == "doctor":
+        _doctor(client, args)
+        return
     view = client.cluster()
     rows = []
     for member in sorted(view["members"], key=lambda m: m["node_id"]):
@@ -373,6 +398,37 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
             + _table(["NODE", "HTTP", "ROLE", "TERM", "COMMIT", "APPLIED"], rows)
         ),
     )
+
+
+def _doctor(client: Client, args: argparse.Namespace) -> None:
+    for flag, value in (("--max-lag", args.max_lag), ("--min-free-mb", args.min_free_mb),
+                        ("--max-log-entries", args.max_log_entries)):
+        if value < 0:
+            raise UsageError(f"{flag} must be 0 or more, not {value}")
+    thresholds = Thresholds(args.max_lag, args.min_free_mb * 1024**2, args.max_log_entries)
+    views: dict[str, dict[str, Any] | None] = {}
+    errors: dict[str, str] = {}
+    for member in client.cluster()["members"]:
+        node = member["node_id"]
+        try:
+            views[node] = client.ask_member(member["http_address"], "/v1/cluster")
+        except ApiError as error:
+            if error.status in (401, 403):
+                raise
+            views[node], errors[node] = None, f"{error.status} {error.code}"
+        except Unavailable as error:
+            views[node], errors[node] = None, str(error)[:200]
+    findings = diagnose(views, thresholds, errors)
+    headers = ["NODE", "ROLE", "TERM", "LAG", "CLOCK", "FREE", "LOG", "SNAPSHOT", "VERSION"]
+
+    def report() -> str:
+        lines = [f"{f.severity}: {f.node}: {f.check}: {f.detail}" for f in findings]
+        return _table(headers, doctor_rows(views)) + "\n" + (
+            "\n".join(lines) + "\n" if lines else "nothing needs attention\n")
+
+    _print(args, {"members": views, "findings": [f.to_dict() for f in findings]}, report)
+    if findings:
+        raise NeedsAttention(f"{len(findings)} finding(s)")
 
 
 def _member_view(client: Client, http_address: str) -> dict[str, Any] | None:

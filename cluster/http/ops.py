@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import time
 import uuid
@@ -28,6 +29,16 @@ from raftcron.cluster.http.common import (
 from raftcron.cluster.replica import AUDIT_PREFIX, RaftNode
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import Barrier
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("raftcron")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing
+        return "unknown"
+
+
+VERSION = _version()
 
 
 def _status(node: RaftNode) -> dict[str, Any]:
@@ -76,6 +87,8 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
         "has_quorum": bool(status.get("has_quorum", False)),
         "members": members,
         "state": summary,
+        "version": VERSION,
+        "storage": node.storage.summary(time.time()),
         "clock": None
         if clock is None
         else {

@@ -13,10 +13,12 @@ Durability modes: ``"fsync"`` (every batch fdatasync'ed before anything acts on 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from raftcron.cluster.histogram import Histogram
 from raftcron.cluster.storage.datadir import DataDir, open_data_dir
@@ -125,6 +127,26 @@ class RaftStorage(os.PathLike[str]):
 
     def free_bytes(self) -> int:
         return self.disk.free_bytes(self.directory)
+
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        """What `raftcron cluster doctor` judges: health, headroom, log size, snapshot age."""
+        current = self.snapshots.current
+        age_s = None
+        if current is not None:
+            with contextlib.suppress(OSError):
+                age_s = round(max(0.0, wall_s - os.stat(self.snapshots.path).st_mtime), 1)
+        try:
+            free = self.free_bytes()
+        except OSError:
+            free = None
+        return {
+            "healthy": self.healthy,
+            "problem": self.write_error,
+            "free_bytes": free,
+            "log_entries": len(self.log),
+            "snapshot_index": 0 if current is None else current.index,
+            "snapshot_age_s": age_s,
+        }
 
     def sync(self) -> bool:
         """Make every buffered change durable; False (and unhealthy) if it cannot."""

@@ -156,3 +156,28 @@ def test_audit_merges_every_member_s_trail_newest_first_and_says_what_it_lacks(
     assert names[cluster.nodes[0].node_id] in out and names[stopped.node_id] not in out
     code = cli.main(["audit", "--limit", "0", "--connect", connect])
     assert code == 2 and "--limit must be between 1 and 1000" in capsys.readouterr().err
+
+
+def test_cluster_doctor_says_nothing_needs_attention_then_names_a_member_that_is_down(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+):
+    connect = ",".join(node.url for node in cluster.nodes)
+    code = cli.main(["cluster", "doctor", "--connect", connect])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "nothing needs attention" in out and out.count("0.1.0") == 3, out
+    code = cli.main(["cluster", "doctor", "--json", "--connect", connect])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["findings"] == []
+    for node_view in report["members"].values():
+        storage = node_view["storage"]
+        assert storage["healthy"] and storage["free_bytes"] > 0 and storage["log_entries"] >= 1
+
+    follower = cluster.followers()[0]
+    cluster.stop(follower)
+    code = cli.main(["cluster", "doctor", "--connect", connect])
+    out, err = capsys.readouterr()
+    assert code == 4, out + err
+    assert f"problem: {follower.node_id}: reachable" in out
+    code = cli.main(["cluster", "doctor", "--min-free-mb", "-1", "--connect", connect])
+    assert code == 2 and "--min-free-mb must be 0 or more" in capsys.readouterr().err

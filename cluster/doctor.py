@@ -1,0 +1,136 @@
+"""`raftcron cluster doctor`: what in a running cluster needs a person, judged from each
+member's own `GET /v1/cluster` (no I/O here: `opscli` asks, this decides).
+
+A finding is a `problem` (the cluster cannot do part of its work, or will not soon: a member
+down, no leader, a clock off, storage that cannot write or is nearly full) or a `warning`
+(something to look at: a member far behind, a log not compacted, mixed versions). The command
+exits non-zero when there is any finding, so it can run from cron or a monitor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PROBLEM, WARNING = "problem", "warning"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_lag_entries: int = 1_000  # applied entries behind the leader's commit index
+    min_free_bytes: int = 1024**3  # free space on a data dir's filesystem
+    max_log_entries: int = 1_000_000  # entries since the last compaction
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str
+    node: str
+    check: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def diagnose(
+    views: dict[str, dict[str, Any] | None],
+    thresholds: Thresholds = Thresholds(),
+    errors: dict[str, str] | None = None,
+) -> list[Finding]:
+    """Findings for the members' own views (None: it did not answer; `errors` says why)."""
+    findings: list[Finding] = []
+    answered = {node: view for node, view in views.items() if view is not None}
+    for node, view in views.items():
+        if view is None:
+            why = (errors or {}).get(node, "no answer")
+            findings.append(Finding(PROBLEM, node, "reachable", f"does not answer ({why})"))
+    leaders = {view["leader"] for view in answered.values()}
+    leader = next(iter(leaders)) if len(leaders) == 1 else None
+    if not answered:
+        return findings
+    if leader is None:
+        detail = ("no member knows a leader" if leaders == {None}
+                  else f"members name different leaders: {sorted(map(str, leaders))}")
+        findings.append(Finding(PROBLEM, "*", "leader", detail))
+    leader_view = None
+    if leader is not None:
+        leader_view = answered.get(leader)
+        if leader_view is None:
+            findings.append(Finding(PROBLEM, str(leader), "leader",
+                                    "the leader the others name does not answer"))
+        elif not leader_view.get("has_quorum", True):
+            findings.append(Finding(PROBLEM, str(leader), "quorum",
+                                    "the leader does not hear a majority"))
+    for node, view in sorted(answered.items()):
+        findings += _member(node, view, leader_view, thresholds)
+    versions = {view.get("version") for view in answered.values()}
+    if len(versions) > 1:
+        findings.append(Finding(WARNING, "*", "version",
+                                f"members run different releases: {sorted(map(str, versions))} "
+                                "(fine during a rolling upgrade, not after)"))
+    return findings
+
+
+def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
+            thresholds: Thresholds) -> list[Finding]:
+    found = []
+    if leader_view is not None:
+        lag = int(leader_view["commit_index"]) - int(view["applied_index"])
+        if lag > thresholds.max_lag_entries:
+            found.append(Finding(WARNING, node, "lag",
+                                 f"{lag} entries behind the leader's commit index"))
+    clock = view.get("clock")
+    if clock is not None and clock.get("skewed"):
+        found.append(Finding(PROBLEM, node, "clock",
+                             f"its clock is {clock.get('skew_ms')} ms off the majority's "
+                             f"(max_skew_ms {clock.get('max_skew_ms')}): fix its time sync"))
+    storage = view.get("storage") or {}
+    if storage and not storage.get("healthy", True):
+        found.append(Finding(PROBLEM, node, "storage",
+                             f"cannot write: {storage.get('problem')}"))
+    free = storage.get("free_bytes")
+    if free is not None and free < thresholds.min_free_bytes:
+        found.append(Finding(PROBLEM, node, "disk",
+                             f"{free / 1024**2:.0f} MiB free on the data dir's filesystem "
+                             f"(under {thresholds.min_free_bytes / 1024**2:.0f} MiB)"))
+    entries = storage.get("log_entries")
+    if entries is not None and entries > thresholds.max_log_entries:
+        found.append(Finding(WARNING, node, "log",
+                             f"{entries} entries since the last compaction (is compaction "
+                             "running? see raft.compaction_min_entries)"))
+    return found
+
+
+def rows(views: dict[str, dict[str, Any] | None]) -> list[list[Any]]:
+    """The table `raftcron cluster doctor` prints: one row per member."""
+    leader_commit = max((v["commit_index"] for v in views.values() if v is not None and
+                         v["role"] == "leader"), default=None)
+    out = []
+    for node, view in sorted(views.items()):
+        if view is None:
+            out.append([node, "unreachable", "-", "-", "-", "-", "-", "-", "-"])
+            continue
+        storage = view.get("storage") or {}
+        clock = view.get("clock") or {}
+        free = storage.get("free_bytes")
+        age = storage.get("snapshot_age_s")
+        out.append([
+            node,
+            view["role"],
+            view["term"],
+            "-" if leader_commit is None else leader_commit - view["applied_index"],
+            "-" if clock.get("skew_ms") is None else f"{clock['skew_ms']} ms",
+            "-" if free is None else f"{free / 1024**3:.1f} GiB",
+            storage.get("log_entries", "-"),
+            "-" if age is None else _age(age),
+            view.get("version", "-"),
+        ])
+    return out
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"

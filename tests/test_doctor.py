@@ -1,0 +1,92 @@
+"""`raftcron cluster doctor`'s judgement (cluster/doctor.py) over members' own views."""
+
+import copy
+
+from raftcron.cluster.doctor import PROBLEM, WARNING, Thresholds, diagnose, rows
+
+GiB = 1024**3
+
+
+def view(node: str, *, role: str = "follower", leader: str | None = "n1", applied: int = 100,
+         commit: int = 100, **changes):
+    base = {
+        "node": node, "role": role, "leader": leader, "term": 3, "commit_index": commit,
+        "applied_index": applied, "ready": True, "has_quorum": role == "leader",
+        "version": "0.1.0",
+        "clock": {"skew_ms": 4, "skewed": False, "max_skew_ms": 1_000, "majority_ms": 1},
+        "storage": {"healthy": True, "problem": None, "free_bytes": 50 * GiB,
+                    "log_entries": 1_200, "snapshot_index": 90, "snapshot_age_s": 3_700.0},
+    }
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return base
+
+
+def healthy():
+    return {"n1": view("n1", role="leader"), "n2": view("n2"), "n3": view("n3")}
+
+
+def found(views, **kwargs):
+    return {(f.severity, f.node, f.check) for f in diagnose(views, **kwargs)}
+
+
+def test_a_healthy_cluster_needs_nothing():
+    assert diagnose(healthy()) == []
+    table = rows(healthy())
+    assert [row[0] for row in table] == ["n1", "n2", "n3"]
+    assert table[0][1:4] == ["leader", 3, 0] and table[0][7] == "1.0h"
+
+
+def test_each_kind_of_trouble_is_named_with_its_member():
+    views = healthy()
+    views["n3"] = None
+    assert found(views, errors={"n3": "refused"}) == {(PROBLEM, "n3", "reachable")}
+    assert "refused" in diagnose(views, errors={"n3": "refused"})[0].detail
+
+    views = healthy()
+    views["n2"] = view("n2", applied=5_000, commit=9_000)
+    views["n1"] = view("n1", role="leader", applied=9_000, commit=9_000)
+    views["n3"]["applied_index"] = 9_000
+    assert found(views) == {(WARNING, "n2", "lag")}
+    assert found(views, thresholds=Thresholds(max_lag_entries=5_000)) == set()
+
+    views = healthy()
+    views["n2"] = view("n2", clock={"skewed": True, "skew_ms": 4_000})
+    views["n3"] = view("n3", storage={"healthy": False, "problem": "disk full"})
+    views["n1"] = view("n1", role="leader", storage={"free_bytes": 100 * 1024**2,
+                                                     "log_entries": 2_000_000})
+    assert found(views) == {(PROBLEM, "n2", "clock"), (PROBLEM, "n3", "storage"),
+                            (PROBLEM, "n1", "disk"), (WARNING, "n1", "log")}
+
+
+def test_leadership_trouble():
+    views = healthy()
+    for member in views.values():
+        member["leader"] = None
+    assert (PROBLEM, "*", "leader") in found(views)
+
+    views = healthy()
+    views["n3"]["leader"] = "n3"
+    assert (PROBLEM, "*", "leader") in found(views)
+
+    views = healthy()
+    views["n1"] = None  # the leader the others name is down
+    assert {(PROBLEM, "n1", "reachable"), (PROBLEM, "n1", "leader")} <= found(views)
+
+    views = healthy()
+    views["n1"]["has_quorum"] = False
+    assert found(views) == {(PROBLEM, "n1", "quorum")}
+
+
+def test_mixed_versions_are_a_warning():
+    views = healthy()
+    views["n2"] = view("n2", version="0.2.0")
+    assert found(views) == {(WARNING, "*", "version")}
+
+
+def test_nothing_answered_is_only_unreachable_members():
+    views = {node: None for node in ("n1", "n2", "n3")}
+    assert found(copy.deepcopy(views)) == {(PROBLEM, n, "reachable") for n in views}
