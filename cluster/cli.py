@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     from raftcron.cluster.storage import tool as storage_tool
 
     storage_tool.add_arguments(storage)
+    restore = commands.add_parser(
+        "restore", help="fill a new node's empty data dir from a backup (offline)"
+    )
+    from raftcron.cluster import backup as backup_module
+
+    backup_module.add_restore_arguments(restore)
     from raftcron.cluster import opscli
 
     opscli.add_commands(commands)
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return chaos_main(words[1:])
     words, command_words = opscli.split_command(words)
     args = parser.parse_args(words)
-    if args.command in ("submit", "jobs", "schedules", "cluster", "audit"):
+    if args.command in ("submit", "jobs", "schedules", "cluster", "audit", "backup"):
         args.argv = command_words
         return opscli.run(args)
     if command_words:
@@ -70,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return bench_run.run(args)
     if args.command == "storage":
         return storage_tool.run(args)
+    if args.command == "restore":
+        return backup_module.run_restore(args)
     if args.command == "demo":
         return demo_module.run(args)
     if args.command == "worker":

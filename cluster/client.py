@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -389,6 +390,47 @@ class AsyncClient:
     async def events(self, cursor: int = 0, limit: int = 100) -> dict[str, Any]:
         return await self._object("GET", "/v1/events", params={"cursor": cursor, "limit": limit})
 
+    async def download_backup(self, out_path: str, *, timeout_s: float = 600.0) -> dict[str, str]:
+        """Stream `GET /v1/cluster/backup` into out_path (made durable), from the first node
+        that answers; the snapshot's index, term and node from the answer's headers. The
+        caller checks the file (`raftcron.cluster.backup.check`) before trusting it."""
+        last = "no attempt made"
+        with open(out_path, "wb") as out:  # a file we cannot write fails here, on no node
+            for url in self.urls:
+                out.seek(0)
+                out.truncate()
+                try:
+                    headers = await self._download(url + "/v1/cluster/backup", out, timeout_s)
+                except ApiError as error:
+                    if error.status not in RETRY_STATUSES:
+                        raise
+                    last = f"{url}: {error}"
+                except (aiohttp.ClientError, TimeoutError, ConnectionError) as error:
+                    last = f"{url}: {type(error).__name__}: {error}"
+                else:
+                    out.flush()
+                    os.fsync(out.fileno())
+                    return headers
+        raise Unavailable(f"GET /v1/cluster/backup: no node gave a backup; last: {last}")
+
+    async def _download(self, url: str, out: Any, timeout_s: float) -> dict[str, str]:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with self._session_now().get(url, timeout=timeout) as response:
+            if response.status >= 400:
+                body = await response.text()
+                try:
+                    answer: Any = json.loads(body)
+                except ValueError:
+                    answer = body
+                raise ApiError.from_answer(response.status, answer)
+            async for chunk in response.content.iter_chunked(256 * 1024):
+                out.write(chunk)
+            return {
+                "node": response.headers.get("X-Raftcron-Node", ""),
+                "index": response.headers.get("X-Raftcron-Snapshot-Index", ""),
+                "term": response.headers.get("X-Raftcron-Snapshot-Term", ""),
+            }
+
     async def ask_member(
         self,
         http_address: str,
@@ -592,6 +634,9 @@ class Client:
 
     def events(self, cursor: int = 0, limit: int = 100) -> dict[str, Any]:
         return self._run(self.aio.events(cursor, limit))
+
+    def download_backup(self, out_path: str, **options: Any) -> dict[str, str]:
+        return self._run(self.aio.download_backup(out_path, **options))
 
     def ask_member(self, http_address: str, path: str, **options: Any) -> Any:
         return self._run(self.aio.ask_member(http_address, path, **options))

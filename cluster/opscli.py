@@ -1,4 +1,4 @@
-"""The operator's commands: `raftcron submit | jobs | schedules | cluster | audit`.
+"""The operator's commands: `raftcron submit | jobs | schedules | cluster | audit | backup`.
 
 Tables for people, `--json` for scripts. Exit codes: 0 done, 1 the cluster refused the request
 (4xx: the message says why), 2 the command line is wrong, 3 the cluster could not be reached
@@ -11,6 +11,8 @@ once has an environment fallback: `--connect` (RAFTCRON_CONNECT), `--api-token`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -18,10 +20,12 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from raftcron.cluster import backup as backup_module
 from raftcron.cluster import tls
 from raftcron.cluster.client import ApiError, Client, Unavailable
 from raftcron.cluster.doctor import Thresholds, diagnose
 from raftcron.cluster.doctor import rows as doctor_rows
+from raftcron.cluster.storage.raftlog import StorageError
 from raftcron.scheduler import limits
 from raftcron.scheduler.calendar import RecurrenceError, parse_duration_ms
 
@@ -176,6 +180,13 @@ def add_commands(commands: Any) -> None:
                         help="log entries since the last compaction before it is a warning")
     add_common(doctor)
 
+    backup = commands.add_parser(
+        "backup", help="a consistent snapshot of the cluster's state from a live node, checked"
+    )
+    backup.add_argument("--out", required=True, help="the file to write (replaced only once "
+                        "the whole backup arrived and checks out)")
+    add_common(backup)
+
     audit = commands.add_parser(
         "audit",
         help="the audit trail of admin actions, merged from every member, newest first",
@@ -210,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
         "schedules": _schedules,
         "cluster": _cluster,
         "audit": _audit,
+        "backup": _backup,
     }[args.command]
     try:
         retry_s_max = limits.REQUEST_RETRY_MS / 1000
@@ -235,6 +247,9 @@ def run(args: argparse.Namespace) -> int:
     except Unavailable as error:
         print(f"raftcron {args.command}: cluster unavailable: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except StorageError as error:  # a backup that does not check out
+        print(f"raftcron {args.command}: {error}", file=sys.stderr)
+        return EXIT_REFUSED
     except NeedsAttention:
         return EXIT_ATTENTION
     except Incomplete as error:
@@ -429,6 +444,32 @@ def _doctor(client: Client, args: argparse.Namespace) -> None:
     _print(args, {"members": views, "findings": [f.to_dict() for f in findings]}, report)
     if findings:
         raise NeedsAttention(f"{len(findings)} finding(s)")
+
+
+def _backup(client: Client, args: argparse.Namespace) -> None:
+    out = os.path.abspath(args.out)
+    partial = out + ".partial"
+    try:
+        served = client.download_backup(partial)
+        with open(partial, "rb") as downloaded:
+            data = downloaded.read()
+        _, info = backup_module.check(data, partial)
+        os.replace(partial, out)
+        directory = os.open(os.path.dirname(out), os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as error:
+        raise UsageError(f"cannot write {args.out}: {error}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+    details = {"file": out, "node": served["node"], **dataclasses.asdict(info)}
+    _print(args, details, lambda: (
+        f"backup of {served['node']} at log index {info.index} (term {info.term}): "
+        f"{info.jobs} jobs, {info.schedules} schedules, {info.size_bytes} bytes, "
+        f"digest {info.digest[:16]} -> {out}\n"))
 
 
 def _member_view(client: Client, http_address: str) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ import logging
 
 from aiohttp import web
 
-from raftcron.cluster.http import claims, dashboard, jobs, ops, schedules
+from raftcron.cluster.http import backup, claims, dashboard, jobs, ops, schedules
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import (
     CALLER,
@@ -82,6 +82,7 @@ def build_app(svc: Services) -> web.Application:
     app = web.Application(middlewares=[api_middleware], client_max_size=BODY_BYTES_MAX)
     app[SERVICES] = svc
     app.add_routes(
-        jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + dashboard.routes()
+        jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + backup.routes()
+        + dashboard.routes()
     )
     return app

@@ -25,3 +25,4 @@ PREVIEW_COUNT_MAX = 1_000  # fire times one preview lists
 # before the node's wall clock (the core refuses one at or before the state's time).
 AT_PAST_GRACE_MS = 1_000
 PATH_ID_DIGITS_MAX = 18  # a job id in a path: below 10**18, so it fits a 64-bit integer
+BACKUP_WAIT_S = 120  # a backup waits this long for its snapshot to be made

@@ -46,6 +46,7 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("POST", "/v1/cluster/audits"): "manage",
     ("GET", "/v1/cluster/audits/{id}"): "read",
     ("POST", "/v1/cluster/compact"): "manage",
+    ("GET", "/v1/cluster/backup"): "manage",
     ("GET", "/v1/audit"): "audit",
     ("GET", "/v1/events"): "read",
     ("GET", "/metrics"): "read",

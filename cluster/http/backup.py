@@ -1,0 +1,56 @@
+"""`GET /v1/cluster/backup`: a consistent snapshot of this node's state, streamed.
+
+The node makes a snapshot now (PySyncObj's compaction: a forked child serializes the state as
+of one applied entry, so the Raft thread is not held while it is written), waits until a
+snapshot covering at least every entry applied when the request came is current, and streams
+that file. The open file is what is sent: a newer snapshot made current meanwhile replaces the
+name, not the bytes being read. Reads happen off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from raftcron.cluster.http import bounds
+from raftcron.cluster.http.common import HttpError, requires, services
+
+CHUNK_BYTES = 256 * 1024
+
+
+@requires("manage")
+async def get_backup(request: web.Request) -> web.Response | web.StreamResponse:
+    node = services(request).node
+    snapshots = node.storage.snapshots
+    wanted = node.applied_index
+    node.sync.forceLogCompaction()
+    deadline = time.monotonic() + bounds.BACKUP_WAIT_S
+    while snapshots.current is None or snapshots.current.index < wanted:
+        if time.monotonic() >= deadline:
+            raise HttpError(503, "unavailable", f"no snapshot covering index {wanted} was made "
+                            f"within {bounds.BACKUP_WAIT_S} s; retry (see the node's log)")
+        await asyncio.sleep(0.05)
+    loop = asyncio.get_running_loop()
+    current = snapshots.current
+    handle = await loop.run_in_executor(None, open, snapshots.path, "rb")
+    try:
+        response = web.StreamResponse(headers={
+            "Content-Type": "application/octet-stream",
+            "Content-Disposition": f'attachment; filename="raftcron-{current.index}.snapshot"',
+            "X-Raftcron-Snapshot-Index": str(current.index),
+            "X-Raftcron-Snapshot-Term": str(current.term),
+            "X-Raftcron-Node": node.config.node_id,
+        })
+        await response.prepare(request)
+        while chunk := await loop.run_in_executor(None, handle.read, CHUNK_BYTES):
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+    finally:
+        handle.close()
+
+
+def routes() -> list[web.RouteDef]:
+    return [web.get("/v1/cluster/backup", get_backup)]
