@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import cli
+from raftcron.cluster import backup, cli
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.storage.snapshots import SNAPSHOT_NAME
 
 
 def test_backup_then_restore_into_a_new_cluster_keeps_every_job_and_schedule(
@@ -68,6 +69,11 @@ def test_backup_then_restore_into_a_new_cluster_keeps_every_job_and_schedule(
         printed, err = capsys.readouterr()
         assert code == 0, err
         assert f"at log index {info['index']}" in printed
+    for node in fresh.configure():  # each member holds the backup's state, byte for byte
+        written = (node.data_dir / SNAPSHOT_NAME).read_bytes()
+        _, restored_info = backup.check(written, str(node.data_dir))
+        assert restored_info.digest == info["digest"] and restored_info.index == info["index"]
+        assert restored_info.members == sorted(n.raft_address for n in fresh.nodes)
     node = fresh.configure()[0]
     code = cli.main(["restore", "--from", str(out), "--config", str(node.config_path)])
     assert code == 1 and "is not empty" in capsys.readouterr().err
