@@ -415,24 +415,34 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
     )
 
 
+def _ask_each_member(
+    client: Client, path: str, params: dict[str, Any] | None = None, *, timeout_s: float = 2.0
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each member's own answer to GET `path`, by node id (None: it did not answer), and why
+    the silent ones were. A token refused on one node is refused on all: that one is raised."""
+    answers: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for member in sorted(client.cluster()["members"], key=lambda m: m["node_id"]):
+        node = member["node_id"]
+        try:
+            answers[node] = client.ask_member(member["http_address"], path, params=params,
+                                              timeout_s=timeout_s)
+        except ApiError as error:
+            if error.status in (401, 403):
+                raise
+            answers[node], errors[node] = None, f"{error.status} {error.code}"
+        except Unavailable as error:
+            answers[node], errors[node] = None, f"no answer: {str(error)[:200]}"
+    return answers, errors
+
+
 def _doctor(client: Client, args: argparse.Namespace) -> None:
     for flag, value in (("--max-lag", args.max_lag), ("--min-free-mb", args.min_free_mb),
                         ("--max-log-entries", args.max_log_entries)):
         if value < 0:
             raise UsageError(f"{flag} must be 0 or more, not {value}")
     thresholds = Thresholds(args.max_lag, args.min_free_mb * 1024**2, args.max_log_entries)
-    views: dict[str, dict[str, Any] | None] = {}
-    errors: dict[str, str] = {}
-    for member in client.cluster()["members"]:
-        node = member["node_id"]
-        try:
-            views[node] = client.ask_member(member["http_address"], "/v1/cluster")
-        except ApiError as error:
-            if error.status in (401, 403):
-                raise
-            views[node], errors[node] = None, f"{error.status} {error.code}"
-        except Unavailable as error:
-            views[node], errors[node] = None, str(error)[:200]
+    views, errors = _ask_each_member(client, "/v1/cluster")
     findings = diagnose(views, thresholds, errors)
     headers = ["NODE", "ROLE", "TERM", "LAG", "CLOCK", "FREE", "LOG", "SNAPSHOT", "VERSION"]
 
@@ -487,23 +497,9 @@ def _audit(client: Client, args: argparse.Namespace) -> None:
     whole trail is the union, merged here newest first."""
     if not 1 <= args.limit <= 1_000:
         raise UsageError(f"--limit must be between 1 and 1000, not {args.limit}")
-    members = sorted(client.cluster()["members"], key=lambda m: m["node_id"])
-    entries: list[dict[str, Any]] = []
-    silent = []
-    for member in members:
-        try:
-            answer = client.ask_member(
-                member["http_address"], "/v1/audit", params={"limit": args.limit}, timeout_s=5
-            )
-        except ApiError as error:
-            if error.status in (401, 403):
-                raise  # the token may not read the trail: on one node, so on every node
-            silent.append(f"{member['node_id']} ({error.code})")
-            continue
-        except Unavailable:
-            silent.append(f"{member['node_id']} (no answer)")
-            continue
-        entries += answer["entries"]
+    trails, errors = _ask_each_member(client, "/v1/audit", {"limit": args.limit}, timeout_s=5)
+    entries = [e for trail in trails.values() if trail is not None for e in trail["entries"]]
+    silent = [f"{node} ({why})" for node, why in sorted(errors.items())]
     entries.sort(key=lambda e: (e["time_ms"], e["node"], e["seq"]), reverse=True)
     entries = entries[: args.limit]
     rows = [
