@@ -57,10 +57,10 @@ def restore_into(directory: str, node_id: str, members: list[str], data: bytes,
                  source: str) -> BackupInfo:
     """Fill the empty data dir `directory` for node `node_id` of a new cluster of `members`
     (their Raft addresses) from the backup `data`."""
-    snapshot, info = check(data, source)
     if os.path.isdir(directory) and os.listdir(directory):
         raise BackupError(f"{directory} is not empty: restore fills only a new data dir "
                           "(a node of a new cluster); move it away first")
+    snapshot, info = check(data, source)
     data_dir = datadir_module.open_data_dir(directory, node_id)
     try:
         disk = OsDisk()

@@ -25,6 +25,7 @@ from raftcron.cluster import tls
 from raftcron.cluster.client import ApiError, Client, Unavailable
 from raftcron.cluster.doctor import Thresholds, diagnose
 from raftcron.cluster.doctor import rows as doctor_rows
+from raftcron.cluster.storage.disk import OsDisk
 from raftcron.cluster.storage.raftlog import StorageError
 from raftcron.scheduler import limits
 from raftcron.scheduler.calendar import RecurrenceError, parse_duration_ms
@@ -387,9 +388,10 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
         _doctor(client, args)
         return
     view = client.cluster()
+    views, _ = _ask_each_member(client, view["members"], "/v1/cluster")
     rows = []
     for member in sorted(view["members"], key=lambda m: m["node_id"]):
-        own = _member_view(client, member["http_address"])
+        own = views[member["node_id"]]
         if own is None:
             rows.append([member["node_id"], member["http_address"], "unreachable", "-", "-", "-"])
             continue
@@ -416,13 +418,15 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
 
 
 def _ask_each_member(
-    client: Client, path: str, params: dict[str, Any] | None = None, *, timeout_s: float = 2.0
+    client: Client, members: list[dict[str, Any]], path: str,
+    params: dict[str, Any] | None = None, *, timeout_s: float = 2.0,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Each member's own answer to GET `path`, by node id (None: it did not answer), and why
-    the silent ones were. A token refused on one node is refused on all: that one is raised."""
+    """Each member's own answer to GET `path` (asked at its http_address by the scheme and TLS
+    settings of --connect), by node id (None: it did not answer), and why the silent ones
+    were. A token refused on one node is refused on all: that one is raised."""
     answers: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    for member in sorted(client.cluster()["members"], key=lambda m: m["node_id"]):
+    for member in sorted(members, key=lambda m: m["node_id"]):
         node = member["node_id"]
         try:
             answers[node] = client.ask_member(member["http_address"], path, params=params,
@@ -442,7 +446,7 @@ def _doctor(client: Client, args: argparse.Namespace) -> None:
         if value < 0:
             raise UsageError(f"{flag} must be 0 or more, not {value}")
     thresholds = Thresholds(args.max_lag, args.min_free_mb * 1024**2, args.max_log_entries)
-    views, errors = _ask_each_member(client, "/v1/cluster")
+    views, errors = _ask_each_member(client, client.cluster()["members"], "/v1/cluster")
     findings = diagnose(views, thresholds, errors)
     headers = ["NODE", "ROLE", "TERM", "LAG", "CLOCK", "FREE", "LOG", "SNAPSHOT", "VERSION"]
 
@@ -465,11 +469,7 @@ def _backup(client: Client, args: argparse.Namespace) -> None:
             data = downloaded.read()
         _, info = backup_module.check(data, partial)
         os.replace(partial, out)
-        directory = os.open(os.path.dirname(out), os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        OsDisk().sync_dir(os.path.dirname(out))  # the rename itself survives a power loss
     except OSError as error:
         raise UsageError(f"cannot write {args.out}: {error}") from None
     finally:
@@ -482,22 +482,14 @@ def _backup(client: Client, args: argparse.Namespace) -> None:
         f"digest {info.digest[:16]} -> {out}\n"))
 
 
-def _member_view(client: Client, http_address: str) -> dict[str, Any] | None:
-    """Each member's own view (role, term, indexes), asked directly with a short timeout, by
-    the scheme and TLS settings of --connect (a TLS cluster's members speak only HTTPS)."""
-    try:
-        loaded = client.ask_member(http_address, "/v1/cluster")
-    except (ApiError, Unavailable):
-        return None
-    return loaded if isinstance(loaded, dict) else None
-
-
 def _audit(client: Client, args: argparse.Namespace) -> None:
     """Each node keeps the trail of what it was asked (cluster/http/trail.py says why): the
     whole trail is the union, merged here newest first."""
     if not 1 <= args.limit <= 1_000:
         raise UsageError(f"--limit must be between 1 and 1000, not {args.limit}")
-    trails, errors = _ask_each_member(client, "/v1/audit", {"limit": args.limit}, timeout_s=5)
+    trails, errors = _ask_each_member(
+        client, client.cluster()["members"], "/v1/audit", {"limit": args.limit}, timeout_s=5
+    )
     entries = [e for trail in trails.values() if trail is not None for e in trail["entries"]]
     silent = [f"{node} ({why})" for node, why in sorted(errors.items())]
     entries.sort(key=lambda e: (e["time_ms"], e["node"], e["seq"]), reverse=True)

@@ -16,6 +16,8 @@ from aiohttp import web
 
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import HttpError, requires, services
+from raftcron.cluster.storage.raftlog import LogDamaged
+from raftcron.cluster.storage.snapshots import read_header
 
 CHUNK_BYTES = 256 * 1024
 
@@ -33,19 +35,26 @@ async def get_backup(request: web.Request) -> web.Response | web.StreamResponse:
                             f"within {bounds.BACKUP_WAIT_S} s; retry (see the node's log)")
         await asyncio.sleep(0.05)
     loop = asyncio.get_running_loop()
-    current = snapshots.current
     handle = await loop.run_in_executor(None, open, snapshots.path, "rb")
     try:
+        # The headers name the file being sent: a newer snapshot may have been made current
+        # between the wait and the open, and its header is the one that counts.
+        chunk = await loop.run_in_executor(None, handle.read, CHUNK_BYTES)
+        try:
+            index, term, _, _ = read_header(chunk, snapshots.path)
+        except LogDamaged as error:  # this node's own snapshot: another node may serve one
+            raise HttpError(503, "unavailable", str(error)) from None
         response = web.StreamResponse(headers={
             "Content-Type": "application/octet-stream",
-            "Content-Disposition": f'attachment; filename="raftcron-{current.index}.snapshot"',
-            "X-Raftcron-Snapshot-Index": str(current.index),
-            "X-Raftcron-Snapshot-Term": str(current.term),
+            "Content-Disposition": f'attachment; filename="raftcron-{index}.snapshot"',
+            "X-Raftcron-Snapshot-Index": str(index),
+            "X-Raftcron-Snapshot-Term": str(term),
             "X-Raftcron-Node": node.config.node_id,
         })
         await response.prepare(request)
-        while chunk := await loop.run_in_executor(None, handle.read, CHUNK_BYTES):
+        while chunk:
             await response.write(chunk)
+            chunk = await loop.run_in_executor(None, handle.read, CHUNK_BYTES)
         await response.write_eof()
         return response
     finally:
