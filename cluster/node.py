@@ -9,9 +9,11 @@ the HTTP server, the ticker and the Raft node in that order, and the process exi
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import signal
 import sys
+import time
 from typing import Any
 
 from aiohttp import web
@@ -115,15 +117,33 @@ class Node:
 
     async def stop(self) -> None:
         log.info("stopping", extra={"action": "node_stopping"})
+        # Each step timed, so that a stop that takes long says which step held it.
+        steps: dict[str, float] = {}
+        started = time.monotonic()
+
+        def done(step: str) -> None:
+            nonlocal started
+            now = time.monotonic()
+            steps[step] = round(now - started, 3)
+            started = now
+
         if self.listener is not None:
             self.listener.close()
         if self.runner is not None:
             await self.runner.cleanup()
+        done("http")
         if self.listener is not None:
             await self.listener.wait_closed()
+        done("listener")
         await self.ticker.stop()
+        done("ticker")
         await self.clock_poller.stop()
+        done("clock_poller")
         self.raft.destroy()
+        done("raft")
+        log.info("stopped in %.2f s (%s)", sum(steps.values()),
+                 ", ".join(f"{step} {took:g} s" for step, took in steps.items()),
+                 extra={"action": "node_stopped", "steps_s": steps})
 
 
 async def _serve(config: NodeConfig, dialer: PeerDialer, rejoin_empty: bool) -> None:
@@ -150,6 +170,8 @@ def run(
         print(f"raftcron node: config error: {error}", file=sys.stderr, flush=True)
         return 2
     logs.setup(config.log_level, config.node_id)
+    # `kill -USR1 <pid>`: every thread's stack to stderr (the node's log), for a node that hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         asyncio.run(_serve(config, dialer, rejoin_empty))
     except StorageError as error:

@@ -313,13 +313,21 @@ class LocalCluster:
         if node.paused:
             self.resume(node)
         self.send_signal(node, signal.SIGTERM)
+        process = node.process
+        assert process is not None
         try:
-            assert node.process is not None
-            return node.process.wait(timeout_s)
+            return process.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            # Its threads' stacks into its log first (the node registers SIGUSR1 with
+            # faulthandler): a stop that hangs then says where.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGUSR1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(1.0)
             self.kill(node)
             raise ClusterError(
-                f"{node.node_id} did not exit within {timeout_s:g} s of SIGTERM; killed"
+                f"{node.node_id} did not exit within {timeout_s:g} s of SIGTERM; killed "
+                f"(its threads' stacks are at the end of {node.log_path})"
             ) from None
         finally:
             self._close_log(node)

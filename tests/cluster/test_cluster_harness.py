@@ -105,3 +105,19 @@ def test_a_node_stopped_with_sigterm_exits_0_and_catches_up_when_started_again(
         "the restarted node to catch up",
     )
     assert seen
+
+
+def test_a_node_dumps_its_stacks_on_sigusr1_and_logs_how_long_its_stop_took(
+    cluster: LocalCluster,
+) -> None:
+    """What a hung stop leaves for the next engineer: SIGUSR1 writes every thread's stack to
+    the node's log (the harness sends it before it kills a node that ignored SIGTERM), and a
+    clean stop logs each step's time."""
+    node = cluster.nodes[0]
+    cluster.send_signal(node, signal.SIGUSR1)
+    cluster.wait_for(lambda: any('File "' in line for line in cluster.log_lines(node)) or None,
+                     10, "the stacks in the node's log")
+    assert node.running and "Thread" in "\n".join(cluster.log_lines(node))
+    assert cluster.stop(node) == 0
+    stopped = [line for line in cluster.log_lines(node) if '"node_stopped"' in line]
+    assert len(stopped) == 1 and '"steps_s"' in stopped[0], stopped
