@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from raftcron.cluster.dev.loopback import Response, free_ports, http_request
-from raftcron.cluster.dev.nodelogs import tracebacks
+from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
 from raftcron.cluster.dev.tomlwrite import toml_value
 
 T = TypeVar("T")
@@ -325,9 +325,11 @@ class LocalCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(1.0)
             self.kill(node)
+            self._close_log(node)
+            stacks = thread_stacks(self.log_lines(node)) or "(none in its log)"
             raise ClusterError(
-                f"{node.node_id} did not exit within {timeout_s:g} s of SIGTERM; killed "
-                f"(its threads' stacks are at the end of {node.log_path})"
+                f"{node.node_id} did not exit within {timeout_s:g} s of SIGTERM; killed. "
+                f"Its threads' stacks (from {node.log_path}):\n{stacks}"
             ) from None
         finally:
             self._close_log(node)

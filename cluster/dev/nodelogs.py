@@ -44,3 +44,20 @@ def _json_traceback(line: str) -> str:
     if not isinstance(entry, dict):
         return line
     return f"{entry.get('msg', '')}\n{entry.get('exc', '')}"
+
+
+def thread_stacks(lines: list[str]) -> str:
+    """The last dump of every thread's stack in a node log (what faulthandler writes on
+    SIGUSR1: blocks that begin "Thread 0x..." or "Current thread 0x..."), or ""."""
+    starts = [index for index, line in enumerate(lines)
+              if line.startswith(("Thread 0x", "Current thread 0x"))]
+    if not starts:
+        return ""
+    # The dump's blocks follow each other; walk back from the last one to its first.
+    first = starts[-1]
+    for index in reversed(starts[:-1]):
+        between = lines[index + 1:first]
+        if any(line.startswith("{") for line in between):
+            break  # a log line between them: an earlier dump
+        first = index
+    return "\n".join(line for line in lines[first:] if not line.startswith("{"))

@@ -17,7 +17,7 @@ from raftcron.cluster.dev.localcluster import (
     LocalCluster,
 )
 from raftcron.cluster.dev.loopback import _ephemeral_range, free_ports
-from raftcron.cluster.dev.nodelogs import tracebacks
+from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
 
 
 def test_written_configs_load_as_node_configs_with_every_option(tmp_path: Path) -> None:
@@ -43,6 +43,21 @@ def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
 
     assert len(set(ports)) == 20
     assert max(ports) < _ephemeral_range()[0]
+
+
+def test_thread_stacks_is_the_last_dump_whole_without_log_lines() -> None:
+    first = ["Current thread 0x01 (most recent call first):", '  File "a.py", line 1 in f']
+    second = [
+        "Thread 0x02 (most recent call first):",
+        '  File "b.py", line 2 in g',
+        "",
+        "Current thread 0x01 (most recent call first):",
+        '  File "c.py", line 3 in h',
+    ]
+    log_line = '{"msg": "between"}'
+    dump = thread_stacks([log_line, *first, log_line, *second, log_line])
+    assert dump == "\n".join(second)
+    assert thread_stacks([log_line]) == ""
 
 
 def test_tracebacks_finds_ours_in_json_and_raw_logs_and_ignores_library_ones() -> None:
@@ -117,7 +132,8 @@ def test_a_node_dumps_its_stacks_on_sigusr1_and_logs_how_long_its_stop_took(
     cluster.send_signal(node, signal.SIGUSR1)
     cluster.wait_for(lambda: any('File "' in line for line in cluster.log_lines(node)) or None,
                      10, "the stacks in the node's log")
-    assert node.running and "Thread" in "\n".join(cluster.log_lines(node))
+    stacks = thread_stacks(cluster.log_lines(node))
+    assert node.running and "Current thread 0x" in stacks and 'File "' in stacks, stacks
     assert cluster.stop(node) == 0
     stopped = [line for line in cluster.log_lines(node) if '"node_stopped"' in line]
     assert len(stopped) == 1 and '"steps_s"' in stopped[0], stopped
