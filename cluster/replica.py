@@ -114,11 +114,11 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
             with self.lock:
                 for frame in frames:
                     try:
-                        command = codec.decode(frame)
+                        command, fingerprint = codec.decode_request(frame)
                     except Invalid as error:
                         results.append(Rejected.from_invalid(error))
                         continue
-                    results.append(self.state.apply(command))
+                    results.append(self.state.apply(command, fingerprint))
                     if isinstance(command, Barrier) and (command.request_id or "").startswith(
                         AUDIT_PREFIX
                     ):

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from raftcron.scheduler.commands import BY_TAG, Command
+from raftcron.scheduler.commands import BY_TAG, Command, wire_fingerprint
 from raftcron.scheduler.errors import Invalid
 
 WIRE_VERSION = 1
@@ -24,6 +24,21 @@ def encode(command: Command) -> bytes:
 
 
 def decode(data: bytes) -> Command:
+    cls, fields = _frame(data)
+    command: Command = cls.from_wire(fields)
+    return command
+
+
+def decode_request(data: bytes) -> tuple[Command, int | None]:
+    """The command and, when it carries a request_id, its fingerprint (`command_fingerprint`)
+    taken from the decoded fields."""
+    cls, fields = _frame(data)
+    command: Command = cls.from_wire(fields)
+    fingerprint = wire_fingerprint(cls.TAG, fields) if fields.get("request_id") else None
+    return command, fingerprint
+
+
+def _frame(data: bytes) -> tuple[type[Any], Mapping[str, Any]]:
     try:
         frame: Any = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
     except Exception as error:  # msgpack raises several unrelated types on garbage
@@ -38,5 +53,4 @@ def decode(data: bytes) -> Command:
         raise Invalid("command", f"has unknown tag {tag!r}")
     if not isinstance(fields, Mapping):
         raise Invalid("command", "fields must be a map")
-    command: Command = cls.from_wire(fields)
-    return command
+    return cls, fields

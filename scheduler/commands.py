@@ -533,5 +533,13 @@ def command_fingerprint(command: Command) -> int:
     It leaves out the request_id itself and the `node` that took the request: a worker that
     retries a claim through another node is repeating the same request.
     """
-    wire = {k: v for k, v in command.to_wire().items() if k not in ("request_id", "node")}
-    return zlib.crc32(msgpack.packb([command.TAG, wire], use_bin_type=True))
+    return wire_fingerprint(command.TAG, command.to_wire())
+
+
+def wire_fingerprint(tag: int, wire: Mapping[str, Any]) -> int:
+    """`command_fingerprint` from a command's wire fields as they were decoded, without
+    building them again: a replica applying a batch of 1,000 jobs skips a to_wire of each
+    (the same bytes, since encoding a decoded command gives back its fields; a model test
+    holds the two equal for every command it makes)."""
+    kept = {k: v for k, v in wire.items() if k not in ("request_id", "node")}
+    return zlib.crc32(msgpack.packb([tag, kept], use_bin_type=True))

@@ -76,7 +76,9 @@ class SchedulerState:
 
     # -- the one entry point -----------------------------------------------------------------
 
-    def apply(self, command: Command) -> Result:
+    def apply(self, command: Command, fingerprint: int | None = None) -> Result:
+        """Apply one command. `fingerprint`: its `command_fingerprint`, when the caller has
+        it already (`codec.decode_request`); computed here when needed otherwise."""
         if not self.clock_started and not isinstance(command, Tick | BeginLeadership | Barrier):
             # A state that never ticked has no time: a request remembered "at 0" would be
             # forgotten by the first Tick, and a lease granted from 0 would end at once.
@@ -89,8 +91,10 @@ class SchedulerState:
         if request_id is not None:
             seen = self.requests.get(request_id)
             if seen is not None:
-                tag, fingerprint, value = seen
-                if tag != command.TAG or fingerprint != command_fingerprint(command):
+                tag, seen_fingerprint, value = seen
+                if fingerprint is None:
+                    fingerprint = command_fingerprint(command)
+                if tag != command.TAG or seen_fingerprint != fingerprint:
                     return Rejected(
                         "request_id_reused",
                         f"request_id {request_id!r} was already used for a different request",
@@ -109,7 +113,8 @@ class SchedulerState:
         finally:
             self.table.freeze_finished()
         if request_id is not None and isinstance(result, Ok):
-            fingerprint = command_fingerprint(command)
+            if fingerprint is None:
+                fingerprint = command_fingerprint(command)
             self.requests.remember(request_id, command.TAG, fingerprint, result.value, self.now_ms)
         return result
 

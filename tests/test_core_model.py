@@ -30,6 +30,7 @@ from raftcron.scheduler.commands import (
     SubmitWorkflow,
     Tick,
     TriggerSchedule,
+    command_fingerprint,
 )
 from raftcron.scheduler.errors import Ok
 from raftcron.scheduler.invariants import violations
@@ -116,7 +117,12 @@ class CoreModel(RuleBasedStateMachine):
         data = codec.encode(command)
         before = snapshot(self.state)
         fence = self.state.fence
-        result = self.state.apply(codec.decode(data))
+        # The replica as a node applies it (fingerprint from the decoded fields), the
+        # other with the fingerprint built again from the command: the same either way.
+        decoded, fingerprint = codec.decode_request(data)
+        if fingerprint is not None:
+            assert fingerprint == command_fingerprint(command)
+        result = self.state.apply(decoded, fingerprint)
         replica_result = self.replica.apply(codec.decode(data))
         assert result == replica_result
         if not isinstance(result, Ok):

@@ -61,7 +61,7 @@ def lifecycles_per_s(batch: int, total: int) -> float:
     gc.collect()
     started = time.perf_counter()
     for data in entries:
-        state.apply(codec.decode(data))
+        state.apply(*codec.decode_request(data))  # as a replica applies a log entry
     elapsed = time.perf_counter() - started
     assert state.table.count_by_status["succeeded"] == total
     return total / elapsed
