@@ -20,6 +20,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 HEARTBEAT_WAIT_S_MAX = 30.0
+# Guards the making of a context's Event against `stop` on the loop's thread (rare: only
+# handler threads that wait, and stops).
+_STOPPED_LOCK = threading.Lock()
 
 
 class JobContext:
@@ -53,7 +56,9 @@ class JobContext:
         sent = self.started_monotonic if claim_sent is None else claim_sent
         self.lease_deadline = sent + self.lease_ms / 1000
         self.stop_reason: str | None = None
-        self._stopped = threading.Event()
+        # Made only when a handler thread waits on it (`wait_cancelled`): a worker runs
+        # thousands of short jobs a second, and most never wait.
+        self._stopped: threading.Event | None = None
         # A bare future (not an Event waited on by a task): a worker runs thousands of short
         # jobs a second, and every task it does not create is time for the jobs.
         self.stopped_future: asyncio.Future[None] = loop.create_future()
@@ -66,11 +71,17 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once the job must stop: lease lost, job cancelled, timed out, worker stopping."""
-        return self._stopped.is_set()
+        return self.stop_reason is not None
 
     def wait_cancelled(self, timeout_s: float | None = None) -> bool:
         """Block a handler thread until `cancelled` (or the timeout); `cancelled` then."""
-        return self._stopped.wait(timeout_s)
+        with _STOPPED_LOCK:
+            if self._stopped is None:
+                self._stopped = threading.Event()
+                if self.stop_reason is not None:
+                    self._stopped.set()
+            stopped = self._stopped
+        return stopped.wait(timeout_s)
 
     async def until_cancelled(self) -> None:
         await asyncio.shield(self.stopped_future)
@@ -100,6 +111,8 @@ class JobContext:
         """Mark the job stopped (on the event loop's thread); the first reason sticks."""
         if self.stop_reason is None:
             self.stop_reason = reason
-        self._stopped.set()
+        with _STOPPED_LOCK:
+            if self._stopped is not None:
+                self._stopped.set()
         if not self.stopped_future.done():
             self.stopped_future.set_result(None)

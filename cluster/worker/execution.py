@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
 
 from raftcron.cluster.client import ApiError, Unavailable
@@ -92,6 +92,8 @@ class Execution:
         self.outcome: str | None = None  # succeeded | failed | abandoned, once decided
         self.work: asyncio.Future[Any] | None = None
         self.finished_before_stop = False
+        self._first_beat: asyncio.TimerHandle | None = None
+        self._beating: list[asyncio.Task[None]] = []
 
     @property
     def job_id(self) -> int:
@@ -114,21 +116,16 @@ class Execution:
     async def run(self) -> None:
         ctx = self.ctx
         _log("job_started", ctx, f"job {ctx.job_id} ({ctx.task}) attempt {ctx.attempt} started")
-        # The heartbeat loop starts only when a third of the lease has passed: most jobs are
-        # done long before, and a task per job would cost more than the job.
-        beating: list[asyncio.Task[None]] = []
-        first_beat = self.loop.call_later(
-            ctx.lease_ms / 3000, lambda: beating.append(self.loop.create_task(self._heartbeats()))
-        )
         leftover: asyncio.Future[Any] | None = None
         try:
             ack, leftover = await self._work()
         finally:
-            first_beat.cancel()
-            for task in beating:
+            if self._first_beat is not None:
+                self._first_beat.cancel()
+            for task in self._beating:
                 task.cancel()
-            if beating:
-                await asyncio.gather(*beating, return_exceptions=True)
+            if self._beating:
+                await asyncio.gather(*self._beating, return_exceptions=True)
         if ack is not None and not await self._still_leased():
             ack = None
         if ack is None:
@@ -168,10 +165,17 @@ class Execution:
                 f"no handler for task {ctx.task!r} on worker {ctx.worker} (it has: {known})",
             ), None
         work = self.work = self._start_handler(self.task)
-        timeout_s = None if self.timeout_ms is None else self.timeout_ms / 1000
-        await asyncio.wait(
-            {work, ctx.stopped_future}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
+        if not work.done():  # a coroutine that finished in its first step needs no waiting
+            # The heartbeat loop starts only when a third of the lease has passed: most jobs
+            # are done long before, and a task per job would cost more than the job.
+            self._first_beat = self.loop.call_later(
+                ctx.lease_ms / 3000,
+                lambda: self._beating.append(self.loop.create_task(self._heartbeats())),
+            )
+            timeout_s = None if self.timeout_ms is None else self.timeout_ms / 1000
+            await asyncio.wait(
+                {work, ctx.stopped_future}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
         if ctx.stop_reason in ABANDONED:
             work.cancel()
             return None, work
@@ -189,7 +193,7 @@ class Execution:
 
     def _start_handler(self, task: Task) -> asyncio.Future[Any]:
         if task.is_async:
-            return asyncio.ensure_future(task.handler(self.ctx))
+            return eager(task.handler(self.ctx), self.loop)
         return self.loop.run_in_executor(self.executor, task.handler, self.ctx)
 
     def _ack_from(self, work: asyncio.Future[Any]) -> dict[str, Any] | None:
@@ -249,6 +253,62 @@ class Execution:
         return await self._beat(None)
 
 
+def eager(coroutine: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop
+          ) -> asyncio.Future[Any]:
+    """Run a coroutine's first step now, in the caller's task (as Python 3.12's eager tasks
+    do). One that finishes there (most short jobs) costs a finished future instead of a task
+    and its scheduling; one that awaits goes on in a task of its own from where it stopped,
+    so it can be cancelled and timed out as any task."""
+    future: asyncio.Future[Any]
+    try:
+        yielded = coroutine.send(None)
+    except StopIteration as done:
+        future = loop.create_future()
+        future.set_result(done.value)
+        return future
+    except asyncio.CancelledError:
+        future = loop.create_future()
+        future.cancel()
+        return future
+    except Exception as error:  # the handler's own failure: its job's outcome
+        future = loop.create_future()
+        future.set_exception(error)
+        return future
+    return asyncio.ensure_future(_Resumed(coroutine, yielded).run())
+
+
+class _Resumed:
+    """A coroutine that already took its first step, as an awaitable: hands the task what
+    that step yielded (the future it waits on, with its blocking mark still set), then passes
+    every value and exception through."""
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self.coroutine = coroutine
+        self.yielded = yielded
+
+    async def run(self) -> Any:
+        return await self
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coroutine, yielded = self.coroutine, self.yielded
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as error:  # thrown in by the task (CancelledError)
+                try:
+                    yielded = coroutine.throw(error)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    yielded = coroutine.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
 def _first_line(text: str) -> str:
     return text.partition("\n")[0]
 
@@ -256,6 +316,8 @@ def _first_line(text: str) -> str:
 def _log(
     action: str, ctx: JobContext, message: str, level: int = logging.INFO, **fields: Any
 ) -> None:
+    if not log.isEnabledFor(level):
+        return
     extra = {
         "action": action,
         "job": ctx.job_id,

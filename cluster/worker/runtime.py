@@ -39,7 +39,7 @@ from raftcron.cluster.client import (
     normalize_urls,
 )
 from raftcron.cluster.worker.acks import AckBuffer, AckWire, failure_ack
-from raftcron.cluster.worker.execution import WORKER_STOPPING, Execution
+from raftcron.cluster.worker.execution import WORKER_STOPPING, Execution, eager
 from raftcron.cluster.worker.shell import SHELL_TASK, shell_task
 from raftcron.cluster.worker.tasks import Handler, TaskRegistry
 from raftcron.scheduler import limits, parse
@@ -272,13 +272,14 @@ class Worker:
         # job id with a new attempt this worker claimed.
         self.running[execution.key] = execution
         self._count("claimed")
-        future = asyncio.create_task(execution.run())
+        # Eagerly: a job that needs no waiting runs to its ack here, with no task of its own.
+        future = eager(execution.run(), asyncio.get_running_loop())
         future.add_done_callback(lambda done: self._finished(execution, done))
         assert self._stop_now is not None
         if self._stop_now.is_set():
             execution.stop(WORKER_STOPPING)
 
-    def _finished(self, execution: Execution, done: asyncio.Task[None]) -> None:
+    def _finished(self, execution: Execution, done: asyncio.Future[None]) -> None:
         self.running.pop(execution.key, None)
         self._count(execution.outcome or "abandoned")
         if not done.cancelled() and done.exception() is not None:
