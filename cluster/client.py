@@ -35,6 +35,7 @@ from raftcron.scheduler import limits
 T = TypeVar("T")
 log = logging.getLogger("raftcron.client")
 
+LEADER_HEADER = "X-Raftcron-Leader"  # the leader's URL as the answering node knows it
 RETRY_STATUSES = frozenset({502, 503, 504})
 RETRY_DEADLINE_S_MAX = limits.REQUEST_RETRY_MS / 1000  # how long the cluster remembers an id
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
@@ -198,10 +199,13 @@ class AsyncClient:
             url = self.urls[index] + path
             budget_s = max(ATTEMPT_S_MIN, min(per_attempt_s, deadline - time.monotonic()))
             try:
-                status, answer = await self._send(method, url, body, query, headers, budget_s)
+                status, answer, leader = await self._send(
+                    method, url, body, query, headers, budget_s
+                )
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
                 last = f"{url}: {type(error).__name__}: {error}"
             else:
+                self._follow(leader)
                 if status < 400:
                     return answer
                 if status not in RETRY_STATUSES:
@@ -234,19 +238,32 @@ class AsyncClient:
         query: dict[str, str],
         headers: dict[str, str],
         timeout_s: float,
-    ) -> tuple[int, Any]:
+    ) -> tuple[int, Any, str | None]:
         session = self._session_now()
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with session.request(
             method, url, json=body, params=query, headers=headers, timeout=timeout
         ) as response:
             text = await response.text()
+        leader = response.headers.get(LEADER_HEADER)
         if response.content_type == "application/json":
             try:
-                return response.status, json.loads(text)
+                return response.status, json.loads(text), leader
             except ValueError:
                 raise aiohttp.ClientPayloadError(f"{url}: the answer is not JSON") from None
-        return response.status, text
+        return response.status, text, leader
+
+    def _follow(self, leader: str | None) -> None:
+        """Send to the leader from now on, if a node named it and it is one of our URLs.
+
+        A request a follower takes is forwarded to the leader inside the cluster, which costs
+        more (CPU on both nodes, a hop of latency) than the leader taking it itself. Only a
+        URL this client was given is ever followed: a node cannot send it elsewhere."""
+        if leader is None:
+            return
+        leader = leader.rstrip("/")
+        if leader != self.urls[self.current] and leader in self.urls:
+            self.current = self.urls.index(leader)
 
     # -- jobs and workflows -----------------------------------------------------------------
 
@@ -447,7 +464,7 @@ class AsyncClient:
         url = f"{scheme}://{http_address}{path}"
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
         try:
-            status, answer = await self._send("GET", url, None, query, {}, timeout_s)
+            status, answer, _ = await self._send("GET", url, None, query, {}, timeout_s)
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             raise Unavailable(f"{url}: {type(error).__name__}: {error}") from None
         if status >= 400:

@@ -3,7 +3,9 @@
 The middleware authenticates (bearer token -> role -> grant the route needs), turns every
 failure into the API's error shape (never an HTML page, never a stack trace), counts stale
 writes, records admin actions in the audit trail (cluster/http/trail.py), and stamps each
-answer with the node that served it and its applied index.
+answer with the node that served it, its applied index and the leader's URL as this node knows
+it (clients then send to the leader itself: a request a follower forwards costs the cluster
+more than one the leader takes, in CPU and in latency).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from raftcron.cluster.http.common import (
     HttpError,
     Services,
     check_token,
+    leader_url,
 )
 from raftcron.cluster.http.trail import AUDITED_ACTIONS
 
@@ -72,6 +75,8 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
             request_id=request.headers.get("X-Request-Id"),
         )
     response.headers["X-Raftcron-Node"] = svc.config.node_id
+    if (leader := leader_url(svc)) is not None:
+        response.headers["X-Raftcron-Leader"] = leader
     response.headers["X-Raftcron-Applied-Index"] = str(svc.node.applied_index)
     key = f"{request.method} {response.status}"
     svc.stats.http_requests[key] = svc.stats.http_requests.get(key, 0) + 1

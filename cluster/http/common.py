@@ -69,6 +69,18 @@ class Services:
 SERVICES: web.AppKey[Services] = web.AppKey("services", Services)
 
 
+def leader_url(svc: Services) -> str | None:
+    """The leader's API URL as this node knows it (None: no leader known)."""
+    leader = svc.node.leader_id()
+    if leader is None:
+        return None
+    scheme = "https" if svc.config.api.tls else "http"
+    for member in svc.config.members:
+        if member.node_id == leader:
+            return f"{scheme}://{member.http_address}"
+    return None
+
+
 def services(request: web.Request) -> Services:
     return request.app[SERVICES]
 

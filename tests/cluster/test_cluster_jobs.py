@@ -37,6 +37,7 @@ def test_a_job_submitted_to_a_follower_is_committed_and_readable_on_every_node(
     assert status == 201, job
     assert headers["X-Raftcron-Node"] == follower.node_id
     assert int(headers["X-Raftcron-Applied-Index"]) > 0
+    assert headers["X-Raftcron-Leader"] == shared_cluster.leader().url  # clients go there
     assert job["status"] == "queued" and job["payload"] == body["payload"]
     for node in shared_cluster.nodes:
         seen = wait_for_job(shared_cluster, node, job["id"])

@@ -41,6 +41,7 @@ class FakeApi:
         self.fence = 0
         self.revoked: dict[int, str] = {}  # job id -> the 409 code its heartbeats get
         self.unavailable_next = 0  # answer this many next requests with 503
+        self.leader: str | None = None  # X-Raftcron-Leader on every answer, when set
         self.requests: list[Recorded] = []
         self.changed = asyncio.Event()
         self.runners: list[web.AppRunner] = []
@@ -78,6 +79,7 @@ class FakeApi:
                 web.post("/v1/jobs", self.submit),
             ]
         )
+        app.on_response_prepare.append(self._name_the_leader)
         for _ in range(ports):
             runner = web.AppRunner(app, handle_signals=False)
             await runner.setup()
@@ -93,6 +95,10 @@ class FakeApi:
             await runner.cleanup()
 
     # -- the routes --------------------------------------------------------------------------
+
+    async def _name_the_leader(self, request: web.Request, response: web.StreamResponse) -> None:
+        if self.leader is not None:
+            response.headers["X-Raftcron-Leader"] = self.leader
 
     def _wake(self) -> None:
         event, self.changed = self.changed, asyncio.Event()

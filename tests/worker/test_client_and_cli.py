@@ -70,6 +70,23 @@ def test_a_dead_node_is_skipped() -> None:
     with_fake(test)
 
 
+def test_the_client_sends_to_the_leader_a_node_names_when_it_is_one_of_its_urls() -> None:
+    async def test(fake: FakeApi) -> None:
+        first, leader = fake.urls
+        fake.leader = leader + "/"
+        async with AsyncClient([first, leader]) as client:
+            await client.submit("echo")
+            await client.submit("echo")
+            assert client.current_url == leader and client.failovers == 0
+            fake.leader = "http://127.0.0.1:1"  # not one of its URLs: never followed
+            await client.submit("echo")
+            assert client.current_url == leader
+        ports = [call.port for call in fake.calls("/v1/jobs")]
+        assert [f"http://127.0.0.1:{port}" for port in ports] == [first, leader, leader]
+
+    with_fake(test)
+
+
 def test_client_errors_are_raised_at_once_with_their_code() -> None:
     async def test(fake: FakeApi) -> None:
         fake.revoked[5] = "stale_token"
