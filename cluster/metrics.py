@@ -100,6 +100,7 @@ def render(
     stats: NodeStats,
     proposer: Proposer,
     storage: RaftStorage | None = None,
+    claims_waiting: int = 0,
 ) -> str:
     proposals, proposal_failures = proposer.proposals, proposer.failures
     out = Writer()
@@ -145,6 +146,12 @@ def render(
             ({"node": node_id, "reason": reason}, count)
             for reason, count in sorted(proposal_failures.items())
         ],
+    )
+    out.metric(
+        "raftcron_claims_waiting",
+        "gauge",
+        "Claims long-polling this node for work (idle worker requests)",
+        [({"node": node_id}, claims_waiting)],
     )
     out.metric(
         "raftcron_stale_writes_rejected_total",

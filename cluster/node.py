@@ -36,6 +36,7 @@ from raftcron.cluster.ticker import Ticker
 from raftcron.cluster.waiters import ClaimWaiters
 
 log = logging.getLogger("raftcron.node")
+STOP_STACKS_AFTER_S = 5.0
 
 
 class Node:
@@ -101,6 +102,8 @@ class Node:
             access_log=None,
             handle_signals=False,
             keepalive_timeout=self.config.api.idle_timeout_s,
+            # At a stop, a request in flight waits at most for its commit (then it is cancelled).
+            shutdown_timeout=self.config.raft.commit_timeout_s + 1.0,
         )
         await self.runner.setup()
         self.listener = HttpListener(self.runner, self.config.http_address, self.config.api)
@@ -117,6 +120,15 @@ class Node:
 
     async def stop(self) -> None:
         log.info("stopping", extra={"action": "node_stopping"})
+        # A stop slower than this writes every thread's stack to the log (stderr), once: what
+        # it waits for is then on record even if a service manager kills the node after.
+        faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S, exit=False)
+        try:
+            await self._stop_steps()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+    async def _stop_steps(self) -> None:
         # Each step timed, so that a stop that takes long says which step held it.
         steps: dict[str, float] = {}
         started = time.monotonic()
@@ -129,6 +141,7 @@ class Node:
 
         if self.listener is not None:
             self.listener.close()
+        self.waiters.close()  # long-polling claims answer now instead of at their deadline
         if self.runner is not None:
             await self.runner.cleanup()
         done("http")

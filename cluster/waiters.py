@@ -29,6 +29,15 @@ class ClaimWaiters:
         self.watched: tuple[str, ...] = ()
         self.lock = threading.Lock()  # guards `due` between the Raft thread and the loop
         self.due: set[str] = set()  # queues to wake, collected on the Raft thread
+        self.closed = False  # the node is stopping: no claim waits any more
+
+    def close(self) -> None:
+        """The node is stopping: wake every waiting claim, and let none wait again (a long
+        poll of up to 30 s must not hold a node's stop; its worker claims elsewhere)."""
+        self.closed = True
+        for event in self.events.values():
+            event.set()
+        self.events.clear()
 
     @property
     def waiting(self) -> int:
@@ -57,6 +66,8 @@ class ClaimWaiters:
                 event.set()
 
     async def wait(self, queues: tuple[str, ...], timeout_s: float) -> None:
+        if self.closed:
+            return
         events = []
         for queue in queues:
             event = self.events.get(queue)

@@ -63,9 +63,10 @@ async def claim(request: web.Request) -> web.Response:
         replayed = machine.read(lambda state: views.answered(state, round_id))  # noqa: B023
         if (round_number or not command.acks) and not replayed:
             await _wait_for_work(svc.claims, machine, command.queues, deadline, request)
-        if _gone(request):
-            # The worker hung up: leasing it jobs now would strand them for a whole lease.
-            # Its acks still count (they report finished work), so those alone go through.
+        if _gone(request) or svc.claims.closed:
+            # The worker hung up, or this node is stopping: leasing it jobs now would strand
+            # them for a whole lease. Its acks still count (they report finished work), so
+            # those alone go through.
             if round_number or not command.acks:
                 break
             command = dataclasses.replace(command, max=0)
@@ -96,7 +97,7 @@ async def _wait_for_work(
     deadline: float,
     request: web.Request,
 ) -> None:
-    while not _gone(request):
+    while not _gone(request) and not waiters.closed:
         if machine.read(lambda state: views.queues_with_work(state, queues)):
             return
         remaining = deadline - time.monotonic()

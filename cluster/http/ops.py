@@ -235,6 +235,7 @@ async def get_metrics(request: web.Request) -> web.Response:
             stats=svc.stats,
             proposer=svc.proposer,
             storage=node.storage,
+            claims_waiting=svc.claims.waiting,
         )
     )
     return web.Response(

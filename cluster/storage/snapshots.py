@@ -40,6 +40,7 @@ import logging
 import os
 import signal
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -63,6 +64,7 @@ CHUNK_BYTES = 1 << 20
 _CHUNK_HEAD = struct.Struct("<QQQQ")  # snapshot index, term, offset of this chunk, total bytes
 COMPRESSION_LEVEL = 1  # level 9 took 8.3 s for a 129 MB state, level 1 0.25 s, same size
 PR_SET_PDEATHSIG = 1
+WRITER_REAP_S = 2.0  # how long a stop waits for the killed snapshot writer to be gone
 
 Entry = tuple[bytes, int, int]  # PySyncObj's (command, index, term)
 
@@ -372,13 +374,26 @@ class SnapshotStore:
         except OSError:
             pass
 
-    def kill_writer(self) -> None:
-        """On a clean stop: the writer's work is lost, never half-adopted."""
-        if self._child_pid:
-            try:
-                os.kill(self._child_pid, signal.SIGKILL)
-                os.waitpid(self._child_pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            self._child_pid = 0
-            self._discard(self._child_path)
+    def kill_writer(self, wait_s: float = WRITER_REAP_S) -> None:
+        """On a clean stop: the writer's work is lost, never half-adopted.
+
+        Killed, it can do nothing more (only the node renames a snapshot into place), so the
+        stop waits for it only `wait_s`: a writer inside a long fsync on a busy disk dies when
+        the call returns, and a stop must not wait for the disk on its behalf."""
+        if not self._child_pid:
+            return
+        pid, self._child_pid = self._child_pid, 0
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + wait_s
+        try:
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() >= deadline:
+                    log.warning("snapshot writer %d killed but not yet gone after %.1f s (in "
+                                "the kernel, a disk call); not waiting for it", pid, wait_s,
+                                extra={"action": "snapshot_writer_lingers", "pid": pid})
+                    break
+                time.sleep(0.01)
+        except ChildProcessError:
+            pass
+        self._discard(self._child_path)

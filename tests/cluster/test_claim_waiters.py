@@ -46,3 +46,17 @@ def test_no_waiter_no_wake_and_an_unwatched_queue_costs_nothing() -> None:
         return bool(waiters.due)
 
     assert asyncio.run(scenario()) is False
+
+
+def test_closing_wakes_every_waiting_claim_and_no_claim_waits_after() -> None:
+    async def scenario() -> None:
+        waiters = ClaimWaiters(asyncio.get_running_loop())
+        waiting = [asyncio.create_task(waiters.wait((queue,), 30.0)) for queue in ("a", "b")]
+        await asyncio.sleep(0)
+        assert waiters.waiting == 2
+        waiters.close()
+        await asyncio.wait_for(asyncio.gather(*waiting), 2.0)
+        assert waiters.waiting == 0
+        await asyncio.wait_for(waiters.wait(("a",), 30.0), 0.5)  # returns at once
+
+    asyncio.run(scenario())

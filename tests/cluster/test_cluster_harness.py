@@ -5,8 +5,12 @@ leaves no process behind, paused ones included."""
 from __future__ import annotations
 
 import os
+import re
 import signal
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +19,7 @@ from raftcron.cluster.dev.localcluster import (
     FAST_RAFT,
     REPO_ROOT,
     LocalCluster,
+    LocalNode,
 )
 from raftcron.cluster.dev.loopback import _ephemeral_range, free_ports
 from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
@@ -137,3 +142,35 @@ def test_a_node_dumps_its_stacks_on_sigusr1_and_logs_how_long_its_stop_took(
     assert cluster.stop(node) == 0
     stopped = [line for line in cluster.log_lines(node) if '"node_stopped"' in line]
     assert len(stopped) == 1 and '"steps_s"' in stopped[0], stopped
+
+
+def test_a_node_with_a_claim_long_polling_it_stops_at_once_and_answers_the_claim(
+    cluster: LocalCluster,
+) -> None:
+    """A worker's long poll (up to 30 s) must not hold a node's stop: the claim is answered
+    with no jobs and the node exits (before: the stop waited for the poll's deadline)."""
+    node = cluster.nodes[0]
+    answers: list[tuple[int, Any]] = []
+    body = {"worker": "w-idle", "queues": ["nothing-here"], "max": 1, "lease_ms": 30_000,
+            "wait_ms": 25_000}
+    poll = threading.Thread(
+        target=lambda: answers.append(cluster.request(node, "POST", "/v1/claims", body,
+                                                      timeout_s=30)[:2]))
+    poll.start()
+    try:
+        cluster.wait_for(lambda: _claims_waiting(cluster, node) or None, 10,
+                         "the claim to be long-polling")
+        began = time.monotonic()
+        assert cluster.stop(node, timeout_s=20) == 0
+        took_s = time.monotonic() - began
+    finally:
+        poll.join(30)
+    assert took_s < 5, f"the stop took {took_s:.1f} s"
+    assert answers == [(200, {"jobs": [], "acks": []})], answers
+
+
+def _claims_waiting(cluster: LocalCluster, node: LocalNode) -> int:
+    status, text, _ = cluster.request(node, "GET", "/metrics")
+    assert status == 200, text
+    found = re.search(r'^raftcron_claims_waiting\{node="[^"]+"\} (\d+)', str(text), re.M)
+    return int(found.group(1)) if found else 0

@@ -380,3 +380,22 @@ def test_a_data_dir_of_another_node_is_refused(tmp_path: Path) -> None:
     open_data_dir(str(tmp_path), "n1").release()
     with pytest.raises(StorageError, match="belongs to node 'n1', not 'n2'"):
         open_data_dir(str(tmp_path), "n2")
+
+
+def test_a_stop_waits_for_a_killed_writer_only_a_bounded_time(
+    disk: SimDisk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A killed writer inside a long fsync is not reaped until the call returns; the stop
+    does not wait for the disk on its behalf (it can no longer make anything current)."""
+    store = store_on(disk, "/a")
+    store._child_pid, store._child_path = 999_999, "/a/snapshot.10.tmp"
+    disk.write_file("/a/snapshot.10.tmp", [b"half a snapshot"], sync=False)
+    signals: list[tuple[int, int]] = []
+    monkeypatch.setattr(snapshots.os, "kill", lambda pid, sig: signals.append((pid, sig)))
+    monkeypatch.setattr(snapshots.os, "waitpid", lambda pid, options: (0, 0))  # never gone
+
+    store.kill_writer(wait_s=0.2)
+
+    assert signals == [(999_999, snapshots.signal.SIGKILL)]
+    assert not disk.exists("/a/snapshot.10.tmp") and not store._child_pid
+    assert "not yet gone" in caplog.text
