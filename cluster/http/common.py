@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from raftcron.cluster.config import NodeConfig
@@ -112,9 +113,10 @@ def json_response(
     body: Any, *, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
     return web.Response(
-        text=json.dumps(body, separators=(",", ":")),
+        body=orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS),
         status=status,
         content_type="application/json",
+        charset="utf-8",
         headers=headers,
     )
 

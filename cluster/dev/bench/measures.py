@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 
+from raftcron.cluster.client import LEADER_HEADER
 from raftcron.cluster.dev.bench.lean import LeanConnection
 from raftcron.cluster.dev.bench.stats import Progress, percentile
 from raftcron.cluster.dev.localcluster import LocalCluster
@@ -40,6 +41,7 @@ class Target:
     quiet: bool = False
     session: aiohttp.ClientSession = field(init=False)
     _turn: itertools.cycle[str] = field(init=False)
+    _leader: str | None = field(init=False, default=None)  # once a node named the leader
 
     async def open(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -53,7 +55,8 @@ class Target:
         await self.session.close()
 
     def next_url(self) -> str:
-        return next(self._turn)
+        # As raftcron's own client does: to the leader a node named, else round the nodes.
+        return self._leader if self._leader is not None else next(self._turn)
 
     async def call(
         self,
@@ -70,8 +73,12 @@ class Target:
             base = url if url is not None and attempt == 0 else self.next_url()
             try:
                 async with self.session.request(method, base + path, json=body) as answer:
+                    leader = (answer.headers.get(LEADER_HEADER) or "").rstrip("/")
+                    self._leader = leader if leader in self.urls else None
                     return answer.status, await answer.json(content_type=None)
             except (aiohttp.ClientError, TimeoutError) as error:
+                if self._leader == base:
+                    self._leader = None
                 return 0, str(error)
 
         return await retrying(once, attempts)
