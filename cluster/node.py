@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import gc
 import logging
 import signal
 import sys
@@ -37,6 +38,7 @@ from raftcron.cluster.waiters import ClaimWaiters
 
 log = logging.getLogger("raftcron.node")
 STOP_STACKS_AFTER_S = 5.0
+GC_THRESHOLDS = (50_000, 20, 100)
 
 
 class Node:
@@ -183,6 +185,12 @@ def run(
         print(f"raftcron node: config error: {error}", file=sys.stderr, flush=True)
         return 2
     logs.setup(config.log_level, config.node_id)
+    # The state is a large heap that lives as long as the node: with the default thresholds
+    # (700, 10, 10) the cycle collector walks all of it again and again as jobs are created
+    # (9 full collections while 200,000 jobs were applied: a quarter of the apply's CPU, and a
+    # full one is a pause of hundreds of ms at a million jobs). Young collections every
+    # 50,000 allocations instead of 700: 1 full collection for the same work.
+    gc.set_threshold(*GC_THRESHOLDS)
     # `kill -USR1 <pid>`: every thread's stack to stderr (the node's log), for a node that hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
