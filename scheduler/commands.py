@@ -331,7 +331,7 @@ class PutSchedule:
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> PutSchedule:
         try:
-            spec = ScheduleSpec.parse(data.get("spec"))
+            spec = ScheduleSpec.from_wire(data.get("spec"))
         except Invalid as error:
             raise error.within("spec") from None
         return cls(_request_id(data), _schedule_name(data), spec)
