@@ -35,9 +35,9 @@ import hashlib
 import hmac
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
@@ -54,8 +54,14 @@ from raftcron.scheduler.notifications import (
 )
 
 if TYPE_CHECKING:
-    from raftcron.cluster.metrics import Writer
     from raftcron.scheduler.state import SchedulerState
+
+
+class MetricWriter(Protocol):
+    """What write_metrics needs of cluster/metrics.py's Writer (which imports this module)."""
+
+    def metric(self, name: str, kind: str, help_text: str,
+               samples: Iterable[tuple[dict[str, str], float]]) -> None: ...
 
 log = logging.getLogger("raftcron.notifier")
 
@@ -275,7 +281,7 @@ class _Progress:
 
 
 def write_metrics(
-    out: Writer, state: SchedulerState, stats: NotifierStats | None, node_id: str
+    out: MetricWriter, state: SchedulerState, stats: NotifierStats | None, node_id: str
 ) -> None:
     """The notifications' lines of `GET /metrics`: the replicated figures (the same on every
     node) and this node's own POSTs."""

@@ -157,13 +157,19 @@ def test_without_notifications_nothing_is_recorded_so_an_old_log_replays_the_sam
     assert d.state.notifications.to_list() == [0, 0, [], []]
 
 
-def test_an_ack_moves_the_cursor_counts_and_frees_the_outbox() -> None:
+def two_notifications_three_events() -> Driver:
+    """'a' wants dead letters (entries 1 and 3), 'b' those and the leader change (2)."""
     d = Driver(now_ms=T0)
     put(d, "a")
     put(d, "b", events=("dead_letter", "leader_changed"))
     dead_letter(d)
     d.ok(BeginLeadership(T0 + 5, "n2", 7))
     dead_letter(d)
+    return d
+
+
+def test_an_ack_moves_the_cursor_counts_and_frees_the_outbox() -> None:
+    d = two_notifications_three_events()
     assert [e[0] for e in pending(d, "a")] == [1, 3]
     assert [e[0] for e in pending(d, "b")] == [1, 2, 3]
     assert ack(d, "a", 3) == {"cursor": 3, "delivered": 2}
@@ -227,11 +233,7 @@ def test_the_count_of_notifications_is_bounded() -> None:
 
 
 def test_notifications_survive_a_snapshot_byte_for_byte() -> None:
-    d = Driver(now_ms=T0)
-    put(d, "a")
-    put(d, "b", events=("leader_changed", "dead_letter"))
-    dead_letter(d)
-    d.ok(BeginLeadership(T0 + 5, "n2", 7))
+    d = two_notifications_three_events()
     ack(d, "a", 1)
     blob = snapshot(d.state)
     restored = restore(blob)
