@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     from raftcron.cluster import opscli
 
     opscli.add_commands(commands)
+    from raftcron.cluster import notifycli
+
+    notifycli.add_commands(commands)
     commands.add_parser(
         "chaos", help="the chaos suite: run | check FOLDER | cleanup (raftcron chaos --help)",
         add_help=False,
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("submit", "jobs", "schedules", "cluster", "audit", "backup"):
         args.argv = command_words
         return opscli.run(args)
+    if args.command == "notifications":
+        return opscli.run(args, notifycli.handle)
     if command_words:
         parser.error(f"{args.command}: unexpected arguments after --: {' '.join(command_words)}")
     if args.command == "bench":

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from raftcron.cluster import notifier
 from raftcron.cluster.clocks import ClockBook, ClockView
 from raftcron.cluster.histogram import Histogram
 from raftcron.scheduler import jobs as j
@@ -20,6 +21,7 @@ from raftcron.scheduler.state import SchedulerState
 from raftcron.scheduler.views import queue_stats
 
 if TYPE_CHECKING:  # only what the gauges read
+    from raftcron.cluster.notifier import NotifierStats
     from raftcron.cluster.proposer import Proposer
     from raftcron.cluster.storage.node import RaftStorage
 
@@ -36,6 +38,7 @@ class NodeStats:
     fire_lateness: Histogram = field(default_factory=Histogram)  # applied on the leader - fire time
     claim_latency: Histogram = field(default_factory=Histogram)  # claim proposed -> applied here
     clocks: ClockBook | None = None  # the peers' clocks (cluster/clocks.py), set by the node
+    notifier: NotifierStats | None = None  # this node's POSTs to notification receivers
 
     def clock_view(self) -> ClockView | None:
         if self.clocks is None:
@@ -208,6 +211,7 @@ def render(
     )
     out.metric("raftcron_state_now_seconds", "gauge", "The replicated clock (Unix time)",
                [({}, state.now_ms / 1000)])
+    notifier.write_metrics(out, state, stats.notifier, node_id)
     _clock_metrics(out, stats.clock_view(), node_id)
     out.histogram(
         "raftcron_fire_lateness_seconds",

@@ -29,6 +29,7 @@ from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
 from raftcron.cluster.http.trail import AuditTrail
 from raftcron.cluster.metrics import RAFT_ROLES, NodeStats
+from raftcron.cluster.notifier import Notifier, NotifierStats
 from raftcron.cluster.peerhttp import PeerDialer, peer_dialer
 from raftcron.cluster.proposer import Proposer
 from raftcron.cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
@@ -75,6 +76,13 @@ class Node:
             clocks=self.stats.clocks,
             fire_lateness=self.stats.fire_lateness,
         )
+        # Notifications are delivered by the node whose leadership of this term committed.
+        self.stats.notifier = NotifierStats()
+        self.notifier = Notifier(
+            self.raft, self.proposer,
+            lambda: self.raft.is_leader() and self.ticker.led_term == self.raft.term,
+            stats=self.stats.notifier,
+        )
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
             trail=AuditTrail(config.data_dir, config.node_id), dialer=dialer,
@@ -97,6 +105,7 @@ class Node:
     async def start(self) -> None:
         self.clock_poller.start()
         self.ticker.start()
+        self.notifier.start()
         # keepalive_timeout: aiohttp closes a connection idle that long, also one that has not
         # sent a whole first request head (the listener's docstring says why that matters).
         self.runner = web.AppRunner(
@@ -150,6 +159,8 @@ class Node:
         if self.listener is not None:
             await self.listener.wait_closed()
         done("listener")
+        await self.notifier.stop()
+        done("notifier")
         await self.ticker.stop()
         done("ticker")
         await self.clock_poller.stop()

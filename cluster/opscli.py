@@ -215,8 +215,11 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:index], argv[index + 1 :]
 
 
-def run(args: argparse.Namespace) -> int:
-    handler: Callable[[Client, argparse.Namespace], Any] = {
+def run(
+    args: argparse.Namespace, handler: Callable[[Client, argparse.Namespace], Any] | None = None
+) -> int:
+    """Run a command's `handler` (default: this module's for args.command) with a client."""
+    handler = handler or {
         "submit": _submit,
         "jobs": _jobs,
         "schedules": _schedules,

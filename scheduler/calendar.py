@@ -13,6 +13,10 @@ Cron times are wall-clock times in the schedule's zone, with Vixie/ISC cron's DS
 - `*` or a step in the second, minute or hour field (and `@hourly`): follows real time, firing
   at every instant whose wall clock matches; gap times are skipped, repeated times fire twice.
 
+Cron's day fields combine as crontab(5) says (both restricted: either matches; either starting
+with `*`: both must match), or by raftcron 0.1's rule for schedules put before it; a `Cron`
+carries its `day_rule` (see `scheduler.cronexpr`).
+
 Cron expressions are parsed and matched against naive wall times by `scheduler.cronexpr`;
 this module maps those wall times to instants through the zone's offsets.
 
@@ -37,7 +41,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from raftcron.scheduler.cronexpr import CRON_YEAR_MAX, CronSpec, spec_of, split_cron
+from raftcron.scheduler.cronexpr import (
+    CRON_YEAR_MAX,
+    CRONTAB,
+    CronSpec,
+    day_rules_differ,
+    spec_of,
+    split_cron,
+)
 from raftcron.scheduler.cronexpr import RecurrenceError as RecurrenceError  # re-exported
 from raftcron.scheduler.timezones import (
     HORIZON_MS,
@@ -56,6 +67,9 @@ class Cron:
     expr: str  # normalized text; the source of truth (the flags below are derived from it)
     has_seconds: bool  # 6 fields, seconds first (Quartz / Spring / Dkron)
     follows_real_time: bool  # '*' or '/' in the second, minute or hour field
+    # How the day fields combine (cronexpr.DAY_RULES); CRONTAB whenever both rules agree on
+    # this expression, so equal timings compare equal whatever rule they were put with.
+    day_rule: str = CRONTAB
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,28 +219,30 @@ def _format_local(zone: ZoneInfo, instant_ms: int) -> str:
     return moment.isoformat(timespec="milliseconds" if instant_ms % 1000 else "seconds")
 
 
-def parse_cron(expr: str) -> Cron:
+def parse_cron(expr: str, day_rule: str = CRONTAB) -> Cron:
     """5 fields (minute hour day-of-month month day-of-week), 6 (second first) or a macro.
 
     Fields take numbers, names (jan, mon), ranges a-b, lists a,b, steps */n a/n a-b/n, '*';
     '?' in the day fields; 'L' (last day) in day-of-month; 'mon#2' (second Monday) in
-    day-of-week. Day-of-week 0 and 7 are Sunday.
+    day-of-week. Day-of-week 0 and 7 are Sunday. `day_rule` says how the two day fields
+    combine (crontab(5) by default; `cronexpr.CRONITER` is raftcron 0.1's rule).
     """
-    cron = _crons.get(expr)
+    cron = _crons.get((expr, day_rule))
     if cron is None:
         normalized, _, has_seconds = split_cron(expr)
-        spec = spec_of(normalized)
-        cron = Cron(expr=normalized, has_seconds=has_seconds, follows_real_time=spec.real_time)
+        spec = spec_of(normalized, day_rule)
+        rule = day_rule if day_rules_differ(normalized) else CRONTAB
+        cron = Cron(normalized, has_seconds, spec.real_time, rule)
         if len(_crons) >= 4096:
             _crons.clear()
-        _crons[expr] = cron
+        _crons[(expr, day_rule)] = cron
     return cron
 
 
 # Parsed expressions, by the text given: a restore parses every schedule again, and 100k
 # schedules share few expressions (splitting one is ~20 us of regular expressions). A Cron is
 # frozen, so schedules may share one.
-_crons: dict[str, Cron] = {}
+_crons: dict[tuple[str, str], Cron] = {}
 
 
 # ------------------------------------------------------------------------------ fire times
@@ -234,7 +250,7 @@ _crons: dict[str, Cron] = {}
 
 def _cron_fires(cron: Cron, tz: ZoneInfo, after_ms: int) -> Iterator[int]:
     """Fire instants of cron after after_ms, ascending and distinct, until the horizon."""
-    spec = spec_of(cron.expr)
+    spec = spec_of(cron.expr, cron.day_rule)
     timeline = _timeline(tz)
     after_ms = max(after_ms, _CRON_MIN_MS)
     segment = timeline.segment(after_ms)
@@ -348,7 +364,7 @@ def count_fire_times_ms(rec: Recurrence, tz: ZoneInfo, after_ms: int, until_ms: 
 
 
 def _count_cron_fires(cron: Cron, tz: ZoneInfo, after_ms: int, until_ms: int) -> int | None:
-    spec = spec_of(cron.expr)
+    spec = spec_of(cron.expr, cron.day_rule)
     timeline = _timeline(tz)
     after_ms = max(after_ms, _CRON_MIN_MS)
     if until_ms <= after_ms:
@@ -379,7 +395,7 @@ def describe_fire(rec: Recurrence, tz: ZoneInfo, fire_ms: int) -> tuple[str, str
     local = _format_local(timeline.zone, fire_ms)
     if not isinstance(rec, Cron) or not _CRON_MIN_MS <= fire_ms < HORIZON_MS:
         return local, None
-    spec = spec_of(rec.expr)
+    spec = spec_of(rec.expr, rec.day_rule)
     segment = timeline.segment(fire_ms)
     wall_ms = fire_ms + segment.offset_ms
     if segment.start_ms == NEG_INF_MS:

@@ -21,6 +21,7 @@ import msgpack
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.notifications import AckNotification, DeleteNotification, PutNotification
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
@@ -331,7 +332,7 @@ class PutSchedule:
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> PutSchedule:
         try:
-            spec = ScheduleSpec.parse(data.get("spec"))
+            spec = ScheduleSpec.from_wire(data.get("spec"))
         except Invalid as error:
             raise error.within("spec") from None
         return cls(_request_id(data), _schedule_name(data), spec)
@@ -502,6 +503,9 @@ Command = (
     | Tick
     | BeginLeadership
     | Barrier
+    | PutNotification
+    | DeleteNotification
+    | AckNotification
 )
 
 COMMAND_TYPES: tuple[type[Any], ...] = (
@@ -522,6 +526,9 @@ COMMAND_TYPES: tuple[type[Any], ...] = (
     Tick,
     BeginLeadership,
     Barrier,
+    PutNotification,  # tags 40-42: scheduler/notifications.py
+    DeleteNotification,
+    AckNotification,
 )
 BY_TAG: dict[int, type[Any]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(BY_TAG) == len(COMMAND_TYPES), "a command tag is used twice"

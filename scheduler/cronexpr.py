@@ -1,11 +1,13 @@
 """Cron expressions: fields parsed into sets, and the search for matching wall-clock times.
 
 Owns the grammar (5 fields, 6 with seconds first, macros; names, ranges, lists, steps, `?`,
-`L` in day-of-month, `mon#2` in day-of-week) and a small matcher over the expanded sets that
-walks naive wall times. croniter validates every expression too, so an expression accepted
-here is one croniter accepts, but croniter's stateful iterator is not used: a shared cached
-iterator would race between the Raft thread and API readers, and the matcher is about 10x
-faster. Time zones and DST are `scheduler.calendar`'s part; this module knows only walls.
+`L` in day-of-month, `mon#2` in day-of-week), the rule that combines the two day fields
+(crontab(5)'s, or raftcron 0.1's for schedules put before it: `DAY_RULES`) and a small matcher
+over the expanded sets that walks naive wall times. croniter validates every expression too,
+so an expression accepted here is one croniter accepts, but croniter's stateful iterator is
+not used: a shared cached iterator would race between the Raft thread and API readers, and
+the matcher is about 10x faster. Time zones and DST are `scheduler.calendar`'s part; this
+module knows only walls.
 """
 
 from __future__ import annotations
@@ -319,16 +321,43 @@ class CronSpec:
                     yield base_s + s
 
 
-def _compile(expr: str) -> CronSpec:
+# The two rules for combining day-of-month and day-of-week. Both say: when both fields are
+# restricted a day matching either fires, otherwise both must match. They differ on what
+# "restricted" means (DESIGN.md §8.5):
+# - CRONTAB, crontab(5) and Vixie cron: a field is unrestricted when its text starts with '*'
+#   (so '*/2' is unrestricted: `0 0 */2 * 1` fires on odd days that are Mondays); '?' too.
+# - CRONITER, raftcron 0.1's rule (croniter's): unrestricted only when the field covers every
+#   value ('*', '?', '1-31' beside a '*'...), so `0 0 */2 * 1` fired on odd days OR Mondays.
+# A schedule records the rule it was put with (scheduler/schedulespec.py): a replica that
+# replays an old entry must compute the fire times the other replicas computed from it.
+CRONTAB = "crontab"
+CRONITER = "croniter"
+DAY_RULES = (CRONTAB, CRONITER)
+
+
+def _days_and(rule: str, dom_text: str, dow_text: str, dom: Field, dow: Field) -> bool:
+    """Whether a day must match both day fields (else either), under `rule`."""
+    if rule == CRONTAB:
+        return dom_text.startswith(("*", "?")) or dow_text.startswith(("*", "?"))
+    dom_star = dom_text in ("*", "?") or (len(dom[0]) == 31 and not dom[1] and "*" in dow_text)
+    dow_star = dow_text in ("*", "?") or (len(dow[0]) == 7 and "*" in dom_text)
+    return dom_star or dow_star
+
+
+def day_rules_differ(expr: str) -> bool:
+    """Whether the two day rules give `expr` different days (then a schedule must say which)."""
+    return spec_of(expr, CRONTAB).day_and != spec_of(expr, CRONITER).day_and
+
+
+def _compile(expr: str, day_rule: str) -> CronSpec:
+    if day_rule not in DAY_RULES:
+        raise RecurrenceError(f"day_rule: {day_rule!r} is not one of {', '.join(DAY_RULES)}")
     normalized, texts, has_seconds = split_cron(expr)
     fields = [_parse_field(index, text) for index, text in enumerate(texts)]
     dom_text, dow_text = texts[3].lower(), texts[5].lower()
-    (dom, dom_last, _), (dow, _, nth) = fields[3], fields[5]
-    # Vixie: when both day fields are restricted a day matching either fires; otherwise both
-    # must match. A field counts as unrestricted exactly when croniter collapses it to '*'.
-    dom_star = dom_text in ("*", "?") or (len(dom) == 31 and not dom_last and "*" in dow_text)
-    dow_star = dow_text in ("*", "?") or (len(dow) == 7 and "*" in dom_text)
-    if nth and not dom_star:
+    nth = fields[5][2]
+    # The same refusal under either rule: 'mon#2' beside a restricted day-of-month.
+    if nth and dom_text not in ("*", "?"):
         raise RecurrenceError("cron: 'day#week' in day-of-week needs '*' in day-of-month")
     croniter_text = " ".join(texts if has_seconds else texts[1:])
     try:
@@ -336,21 +365,22 @@ def _compile(expr: str) -> CronSpec:
     except (ValueError, KeyError, IndexError, TypeError) as error:
         raise RecurrenceError(f"cron: {normalized!r} is rejected by croniter: {error}") from error
     real_time = any("*" in text or "/" in text for text in texts[:3])
-    spec = CronSpec(fields, dom_star or dow_star, real_time)
+    day_and = _days_and(day_rule, dom_text, dow_text, fields[3], fields[5])
+    spec = CronSpec(fields, day_and, real_time)
     # The Gregorian calendar repeats every 400 years: no match in 400 years means never.
     if spec.next_wall_ms(946684800000, year_max=2400) is None:
         raise RecurrenceError(f"cron: {normalized!r} can never fire (no such date)")
     return spec
 
 
-_specs: dict[str, CronSpec] = {}
+_specs: dict[tuple[str, str], CronSpec] = {}
 
 
-def spec_of(expr: str) -> CronSpec:
-    spec = _specs.get(expr)
+def spec_of(expr: str, day_rule: str = CRONTAB) -> CronSpec:
+    spec = _specs.get((expr, day_rule))
     if spec is None:
-        spec = _compile(expr)
+        spec = _compile(expr, day_rule)
         if len(_specs) >= 4096:
             _specs.clear()
-        _specs[expr] = spec
+        _specs[(expr, day_rule)] = spec
     return spec

@@ -269,7 +269,7 @@ def schedule_restore(data: list[Any]) -> Schedule:
         buffered,
         finished,
     ) = data
-    schedule = Schedule(name, ScheduleSpec.parse(spec_wire), created_ms)
+    schedule = Schedule(name, ScheduleSpec.from_wire(spec_wire), created_ms)
     schedule.updated_ms = updated_ms
     schedule.paused = paused
     schedule.cursor_ms = cursor_ms

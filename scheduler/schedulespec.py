@@ -4,6 +4,13 @@
 `Invalid` naming the field. The recurrence arithmetic itself lives in `scheduler.calendar`; the
 decision of what to fire at a given time lives in `scheduler.firing`. The original texts of
 `cron`/`every`/`at` are kept so that what a user reads back is what they wrote.
+
+`day_rule` (cron only) says how the day fields combine: `crontab` (crontab(5), the default of
+`parse`, what the API and the CLI put) or `croniter` (raftcron 0.1's rule). The wire form names
+it only for an expression the two rules read differently, and a wire form without it means
+`croniter` (`from_wire`): log entries and snapshots written before the rule existed keep the
+fire times every replica computed from them, while a common expression (`0 0 * * *`) is the
+same command as before.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from raftcron.scheduler import calendar, limits, parse
+from raftcron.scheduler import calendar, cronexpr, limits, parse
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
@@ -40,6 +47,7 @@ _FIELDS = frozenset(
         "workflow",
         "retain",
         "description",
+        "day_rule",
     }
 )
 MISFIRE_GRACE_MS_MIN = (
@@ -67,11 +75,22 @@ class ScheduleSpec:
     description: str | None = None
 
     @property
+    def day_rule(self) -> str | None:
+        """How a cron's day fields combine (None for every and at)."""
+        return self.recurrence.day_rule if isinstance(self.recurrence, calendar.Cron) else None
+
+    @classmethod
+    def from_wire(cls, data: object) -> ScheduleSpec:
+        """A spec as a command or a snapshot carries it: no `day_rule` means raftcron 0.1's."""
+        return cls.parse(data, day_rule_absent=cronexpr.CRONITER)
+
+    @property
     def zone(self) -> ZoneInfo:
         return calendar.load_zone(self.tz)
 
     @classmethod
-    def parse(cls, data: object) -> ScheduleSpec:
+    def parse(cls, data: object, *, day_rule_absent: str = cronexpr.CRONTAB) -> ScheduleSpec:
+        """A schedule from a user's body (`day_rule` absent: crontab(5)'s)."""
         data = parse.as_mapping(data, "schedule")
         parse.reject_unknown(data, _FIELDS)
         given = [name for name in _RECURRENCE_FIELDS if data.get(name) is not None]
@@ -93,7 +112,13 @@ class ScheduleSpec:
             raise Invalid(kind, f"must be a string, not {parse.type_name(text)}")
         if isinstance(text, str) and len(text) > 256:
             raise Invalid(kind, "must be at most 256 characters")
-        recurrence = _recurrence(kind, text, zone, start_at_ms)
+        day_rule = data.get("day_rule")
+        if day_rule is not None and kind != "cron":
+            raise Invalid("day_rule", "applies to cron schedules only")
+        day_rule = parse.choice(
+            day_rule_absent if day_rule is None else day_rule, "day_rule", cronexpr.DAY_RULES
+        )
+        recurrence = _recurrence(kind, text, zone, start_at_ms, day_rule)
         job_data, workflow_data = data.get("job"), data.get("workflow")
         if (job_data is None) == (workflow_data is None):
             raise Invalid("job", "give exactly one of job or workflow")
@@ -155,6 +180,10 @@ class ScheduleSpec:
         ):
             if getattr(self, name) != getattr(defaults, name):
                 wire[name] = getattr(self, name)
+        if isinstance(self.recurrence, calendar.Cron) and cronexpr.day_rules_differ(
+            self.recurrence.expr
+        ):
+            wire["day_rule"] = self.recurrence.day_rule
         if self.start_at_ms is not None:
             wire["start_at"] = self.start_at_ms
         if self.end_at_ms is not None:
@@ -181,12 +210,12 @@ _DEFAULTS = ScheduleSpec(
 
 
 def _recurrence(
-    kind: str, text: str | int, zone: ZoneInfo, start_at_ms: int | None
+    kind: str, text: str | int, zone: ZoneInfo, start_at_ms: int | None, day_rule: str
 ) -> calendar.Recurrence:
     if kind == "cron":
         if not isinstance(text, str):
             raise Invalid("cron", "must be a string such as '0 0 * * *'")
-        return _call(lambda: calendar.parse_cron(text), "cron")
+        return _call(lambda: calendar.parse_cron(text, day_rule), "cron")
     if kind == "every":
         anchor = start_at_ms if start_at_ms is not None else 0
         every = _call(lambda: calendar.parse_every(text, anchor_ms=anchor), "every")

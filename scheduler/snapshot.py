@@ -22,6 +22,7 @@ from raftcron.scheduler import jobs as j
 from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import STATUS, FrozenJob, job_from_list, row
 from raftcron.scheduler.jobs import Job, Workflow
+from raftcron.scheduler.notifications import Notifications
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import schedule_restore, schedule_snapshot
 from raftcron.scheduler.state import SchedulerState
@@ -29,8 +30,11 @@ from raftcron.scheduler.state import SchedulerState
 # 2: a job is a row with its packed record (scheduler/frozen.py), and request-id answers are
 # kept msgpack-packed (scheduler/requests.py). Version 1 snapshots (raftcron 0.1: jobs as lists
 # of fields, the answers themselves) still load; a version-1 node cannot read 2.
-SNAPSHOT_VERSION = 2
-SNAPSHOT_VERSIONS_READ = (1, 2)
+# 3: a 15th field, the notifications and their outbox (scheduler/notifications.py); 1 and 2
+# load with none.
+SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSIONS_READ = (1, 2, 3)
+_FIELDS_BY_VERSION = {1: 14, 2: 14, 3: 15}
 
 
 def snapshot(state: SchedulerState) -> bytes:
@@ -49,12 +53,12 @@ def snapshot(state: SchedulerState) -> bytes:
         state.events.to_list(),
         state.counters,
         None if state.leader is None else list(state.leader),
+        state.notifications.to_list(),
     ]
     packed: bytes = msgpack.packb(data, use_bin_type=True)
     return packed
 
 
-_SNAPSHOT_FIELDS = 14
 
 
 def restore(blob: bytes) -> SchedulerState:
@@ -77,13 +81,14 @@ def _restore(blob: bytes) -> SchedulerState:
         strict_map_key=False,
         max_buffer_size=max(len(blob), 1 << 20),
     )
-    if unpacker.read_array_header() != _SNAPSHOT_FIELDS:
-        raise ValueError("a snapshot holds 14 fields")
-    version = unpacker.unpack()
+    fields = unpacker.read_array_header()
+    version = unpacker.unpack() if fields else None
     if version not in SNAPSHOT_VERSIONS_READ:
         raise ValueError(
             f"snapshot version {version} is not one this release reads ({SNAPSHOT_VERSIONS_READ})"
         )
+    if fields != _FIELDS_BY_VERSION[version]:
+        raise ValueError(f"a version {version} snapshot holds {_FIELDS_BY_VERSION[version]} fields")
     state = SchedulerState()
     state.now_ms = unpacker.unpack()
     state.fence = unpacker.unpack()
@@ -114,6 +119,7 @@ def _restore(blob: bytes) -> SchedulerState:
     keys, schedules, pending, workflows, requests, event_log, counters, leader = (
         unpacker.unpack() for _ in range(8)
     )
+    notifications = unpacker.unpack() if version >= 3 else None
     if unpacker.tell() != len(blob):
         raise ValueError("a snapshot has bytes after its last field")
     # Rebuild the indexes in canonical orders: active jobs by id, then finished ones in finish
@@ -145,6 +151,8 @@ def _restore(blob: bytes) -> SchedulerState:
     state.events = EventLog.from_list(event_log)
     state.counters = counters
     state.leader = None if leader is None else (leader[0], leader[1])
+    if notifications is not None:
+        state.notifications = Notifications.from_list(notifications)
     return state
 
 

@@ -36,6 +36,12 @@ from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import Attempt, Job, Workflow
+from raftcron.scheduler.notifications import (
+    AckNotification,
+    DeleteNotification,
+    Notifications,
+    PutNotification,
+)
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import Schedule
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
@@ -57,6 +63,7 @@ class SchedulerState:
         self.events = EventLog()
         self.counters: dict[str, dict[str, int]] = {}  # name -> label (queue, ...) -> count
         self.leader: tuple[str, int] | None = None  # (node, term) of the last BeginLeadership
+        self.notifications = Notifications()  # webhooks and their outbox
 
     @property
     def clock_started(self) -> bool:
@@ -154,6 +161,8 @@ class SchedulerState:
                 return self._begin_leadership(command)
             case Barrier():
                 return Ok({})
+            case PutNotification() | DeleteNotification() | AckNotification():
+                return self.notifications.apply(command, self.now_ms)
             case _:
                 return firing.apply_schedule_command(self, command)
 
@@ -166,7 +175,10 @@ class SchedulerState:
         bucket[label] = bucket.get(label, 0) + by
 
     def emit(self, kind: str, *, at_ms: int | None = None, **fields: Any) -> None:
-        self.events.add(self.now_ms if at_ms is None else at_ms, kind, fields)
+        at_ms = self.now_ms if at_ms is None else at_ms
+        self.events.add(at_ms, kind, fields)
+        if self.notifications.by_name:  # none: nothing recorded (an old log replays the same)
+            self.notifications.on_event(self.events.last_seq, at_ms, kind, fields, self.table.get)
 
     def job(self, job_id: int) -> Job | FrozenJob:
         job = self.table.get(job_id)

@@ -122,13 +122,16 @@ def field(low: int, high: int, top: int | None = None, names: list[str] | None =
 NTH_WEEKDAYS = st.lists(
     st.tuples(st.sampled_from(WEEKDAYS), st.integers(1, 5)), min_size=1, max_size=2
 ).map(lambda pairs: ",".join(f"{day}#{week}" for day, week in pairs))
+# Day fields that start with '*' but do not cover every day ('*/2'): crontab(5) reads them as
+# unrestricted, so the other day field must match too (DESIGN.md §8.5).
+STARRED_DAYS = st.sampled_from(["*/2", "*/3,15", "*/10", "*/2,4"])
 FIELD_STRATEGIES = (
     field(0, 59),  # second
     field(0, 59),  # minute
     field(0, 23),  # hour
-    st.one_of(field(1, 31), st.sampled_from(["L", "1,L", "?", "15,L"])),  # day-of-month
+    st.one_of(field(1, 31), st.sampled_from(["L", "1,L", "?", "15,L"]), STARRED_DAYS),
     field(1, 12, names=MONTHS),
-    st.one_of(field(0, 7, top=6, names=WEEKDAYS), st.just("?")),  # day-of-week
+    st.one_of(field(0, 7, top=6, names=WEEKDAYS), st.just("?"), st.sampled_from(["*/2", "*/3"])),
 )
 
 
@@ -140,6 +143,22 @@ def cron_expressions(draw) -> str:
         dom, dow = "*", draw(NTH_WEEKDAYS)
     fields = [minute, hour, dom, month, dow]
     return " ".join([second, *fields] if draw(st.booleans()) else fields)
+
+
+def crontab_for_croniter(expr: str) -> tuple[str, bool]:
+    """The expression and `day_or` with which croniter follows crontab(5)'s day rule: both
+    day fields must match when either starts with '*' (or is '?'), else either may. croniter
+    ORs only when neither field expands to '*', and it expands a field covering every day
+    to '*' when the other holds a '*' ('1-31' beside '1,*/2'): then every day matches."""
+    fields = expr.split()
+    dom, dow = fields[-3].lower(), fields[-1].lower()
+    if dom.startswith(("*", "?")) or dow.startswith(("*", "?")):
+        return expr, False
+    expanded = croniter.expand(expr, second_at_beginning=len(fields) == 6)[0]
+    if expanded[2] == ["*"] or expanded[4] == ["*"]:
+        fields[-3] = fields[-1] = "*"
+        return " ".join(fields), False
+    return expr, True
 
 
 def expand(text: str, low: int, top: int) -> set[int]:
@@ -242,16 +261,18 @@ UTC_ZONE = load_zone("UTC")
 def test_wall_times_agree_with_croniter(expr, start_ms):
     has_seconds = len(expr.split()) == 6
     start = EPOCH + timedelta(milliseconds=start_ms)
+    oracle_expr, day_or = crontab_for_croniter(expr)
     try:
         cron = parse_cron(expr)
     except RecurrenceError as error:
         assert "can never fire" in str(error)
         with pytest.raises(CroniterBadDateError):
             croniter(
-                expr, start, second_at_beginning=has_seconds, max_years_between_matches=400
+                oracle_expr, start, day_or=day_or, second_at_beginning=has_seconds,
+                max_years_between_matches=400,
             ).get_next(datetime)
         return
-    expected = croniter(expr, start, second_at_beginning=has_seconds)
+    expected = croniter(oracle_expr, start, day_or=day_or, second_at_beginning=has_seconds)
     after_ms = start_ms
     for _ in range(4):
         after_ms = next_fire_ms(cron, UTC_ZONE, after_ms)
@@ -338,7 +359,10 @@ def test_chained_next_fire_equals_fire_times_and_strictly_increases(expr, zone_n
     has_seconds = len(expr.split()) == 6
     for fire in fires:
         wall = local_wall(tzdata_zone(zone_name), fire)
-        matches = croniter.match(expr, wall, second_at_beginning=has_seconds) and (
+        oracle_expr, day_or = crontab_for_croniter(expr)
+        matches = croniter.match(
+            oracle_expr, wall, day_or=day_or, second_at_beginning=has_seconds
+        ) and (
             has_seconds or wall.second == 0
         )
         assert matches or (not cron.follows_real_time and fire in gaps), (fire, wall)

@@ -151,6 +151,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="never serve the shell task, even with --allow-shell (env RAFTCRON_NO_SHELL=1)",
     )
     add(
+        "--allow-http-task",
+        action="store_true",
+        default=str(_env("RAFTCRON_ALLOW_HTTP_TASK", "")).lower() in TRUE_WORDS,
+        help="serve the built-in http task: whoever may submit to --queues then makes this "
+        "worker call the --http-task-hosts from inside its network "
+        "(env RAFTCRON_ALLOW_HTTP_TASK=1; default off)",
+    )
+    add(
+        "--http-task-hosts",
+        metavar="HOST,HOST",
+        default=_env("RAFTCRON_HTTP_TASK_HOSTS", ""),
+        help="hosts the http task may call: api.example.com, *.example.com (subdomains), "
+        "or * for any; required with --allow-http-task (env RAFTCRON_HTTP_TASK_HOSTS)",
+    )
+    add(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         default=_env("RAFTCRON_LOG_LEVEL", "info"),
@@ -168,6 +183,10 @@ def import_modules(names: Sequence[str], path: str | None) -> None:
 
 
 def build_worker(args: argparse.Namespace) -> Worker:
+    hosts = _list(args.http_task_hosts)
+    if hosts and not args.allow_http_task:
+        raise ValueError("--http-task-hosts is given but the http task is not allowed "
+                         "(--allow-http-task)")
     return Worker(
         args.connect,
         queues=args.queues,
@@ -181,6 +200,7 @@ def build_worker(args: argparse.Namespace) -> Worker:
         tasks=default_registry,
         shell=args.allow_shell and not args.no_shell,
         shell_env=() if args.no_shell else _list(args.shell_env),
+        http_hosts=hosts if args.allow_http_task else None,
         ca_file=args.ca_file,
         cert_file=args.cert_file,
         key_file=args.key_file,

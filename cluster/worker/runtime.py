@@ -40,6 +40,7 @@ from raftcron.cluster.client import (
 )
 from raftcron.cluster.worker.acks import AckBuffer, AckWire, failure_ack
 from raftcron.cluster.worker.execution import WORKER_STOPPING, Execution, eager
+from raftcron.cluster.worker.httptask import HTTP_TASK, HostAllowList, http_task
 from raftcron.cluster.worker.shell import SHELL_TASK, shell_task
 from raftcron.cluster.worker.tasks import Handler, TaskRegistry
 from raftcron.scheduler import limits, parse
@@ -75,6 +76,7 @@ class Worker:
         tasks: TaskRegistry | None = None,
         shell: bool = False,
         shell_env: Sequence[str] = (),
+        http_hosts: Sequence[str] | None = None,
         ack_delay_ms: int = 20,
         ca_file: str | None = None,
         cert_file: str | None = None,
@@ -104,6 +106,11 @@ class Worker:
         # Off unless asked: whoever may submit to these queues would run commands here.
         if shell and SHELL_TASK not in self.tasks:
             self.tasks.add(SHELL_TASK, shell_task(shell_env))
+        # Off unless asked, for the hosts named: a submitter would make this worker call URLs
+        # from inside its network (cluster/worker/httptask.py).
+        self.http_allowed = None if http_hosts is None else HostAllowList(http_hosts)
+        if self.http_allowed is not None and HTTP_TASK not in self.tasks:
+            self.tasks.add(HTTP_TASK, http_task(self.http_allowed))
         self.running: dict[tuple[int, int], Execution] = {}
         self.counts: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -194,6 +201,13 @@ class Worker:
                 "the shell task is on: whoever may submit to queues %s runs commands here",
                 ",".join(self.queues),
                 extra={"action": "shell_allowed", "worker": self.name},
+            )
+        if self.http_allowed is not None:
+            log.warning(
+                "the http task is on: whoever may submit to queues %s makes this worker call %s",
+                ",".join(self.queues),
+                self.http_allowed,
+                extra={"action": "http_task_allowed", "worker": self.name},
             )
         flusher = asyncio.create_task(self._flush_acks())
         try:

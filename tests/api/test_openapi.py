@@ -8,6 +8,7 @@ errors included, match the documented status codes, media types, headers and sch
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -37,6 +38,7 @@ from raftcron.scheduler.commands import (
     TriggerSchedule,
 )
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.notifications import NotificationSpec
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
@@ -179,6 +181,7 @@ PARSERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "resumeSchedule": _with_name(ResumeSchedule),
     "triggerSchedule": _with_name(TriggerSchedule),
     "backfillSchedule": _with_name(BackfillSchedule),
+    "putNotification": lambda body: NotificationSpec.parse(_without_request_id(body)),
 }
 
 
@@ -212,6 +215,7 @@ def test_a_documented_example_matches_its_schema_and_the_server_accepts_it(
 
 JOB = {"task": "t"}
 EVERY = {"every": "5m", "job": JOB}
+HOOK = {"url": "https://hooks.example.com/x", "events": ["misfire"], "secret": "s" * 16}
 # (operationId, body, whether the document and the server both accept it)
 AGREEMENT = [
     ("submitJob", {"task": "t", "key": None, "backoff": None, "run_at_ms": None}, True),
@@ -311,6 +315,17 @@ AGREEMENT = [
     ("backfillSchedule", {"from_ms": 0, "to_ms": 1}, True),
     ("backfillSchedule", {"from_ms": -1, "to_ms": 1}, False),
     ("backfillSchedule", {"from_ms": 0}, False),
+    ("putNotification", {**HOOK, "events": ["misfire", "misfire"]}, True),
+    ("putNotification", {**HOOK, "url": "http://[::1]:9000/x?y=#"}, False),
+    ("putNotification", {**HOOK, "url": "https://u:p@h.example.com/"}, False),
+    ("putNotification", {**HOOK, "url": "https://h.example.com"}, True),
+    ("putNotification", {**HOOK, "url": "https://h.example.com/ a"}, False),
+    ("putNotification", {**HOOK, "events": []}, False),
+    ("putNotification", {**HOOK, "events": ["fired"]}, False),
+    ("putNotification", {**HOOK, "secret": "s" * 15}, False),
+    ("putNotification", {**HOOK, "secret": "s" * 257}, False),
+    ("putNotification", {**HOOK, "headers": {}}, False),
+    ("putNotification", {"url": HOOK["url"], "events": ["misfire"]}, False),
 ]
 
 
@@ -509,6 +524,26 @@ def test_cluster_events_audits_and_health_answers_match_the_document(node: LiveN
     assert call(node, "GET", "/healthz", role=None)[1]["ok"] is True
     assert call(node, "GET", "/readyz", role=None)[1]["ready"] is True
     assert "raftcron_raft_term" in call(node, "GET", "/metrics", role="read")[1]
+
+
+def test_notification_answers_match_the_document_and_never_show_the_secret(
+    node: LiveNode,
+) -> None:
+    name = unique("hook")
+    body = apidoc.request_examples("putNotification")["alerts"]
+    status, created = call(node, "PUT", f"/v1/notifications/{name}", body)
+    assert (status, created["name"], created["pending"]) == (201, name, 0)
+    status, replaced = call(node, "PUT", f"/v1/notifications/{name}", {**body, "url": HOOK["url"]})
+    assert (status, replaced["url"]) == (200, HOOK["url"])
+    assert call(node, "GET", f"/v1/notifications/{name}")[1] == replaced
+    status, listed = call(node, "GET", "/v1/notifications?consistent=1")
+    assert status == 200 and name in [n["name"] for n in listed["notifications"]]
+    assert body["secret"] not in json.dumps(listed) + json.dumps(replaced)
+    assert call(node, "PUT", f"/v1/notifications/{name}", {**body, "secret": "short"})[0] == 400
+    assert call(node, "GET", f"/v1/notifications/{name}", role="read")[0] == 403
+    assert call(node, "DELETE", f"/v1/notifications/{name}")[1] == {"name": name, "deleted": True}
+    assert call(node, "GET", f"/v1/notifications/{name}")[0] == 404
+    assert call(node, "DELETE", f"/v1/notifications/{name}")[0] == 404
 
 
 def test_the_dashboard_answers_match_the_document(node: LiveNode) -> None:

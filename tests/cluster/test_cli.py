@@ -22,7 +22,7 @@ def run(
         command, *rest = words
         code = cli.main(
             [command, *rest[:1], "--connect", connect, *rest[1:]]
-            if command in ("jobs", "schedules", "cluster")
+            if command in ("jobs", "schedules", "cluster", "notifications")
             else [command, "--connect", connect, *rest]
         )
         out, err = capsys.readouterr()
@@ -181,3 +181,26 @@ def test_cluster_doctor_says_nothing_needs_attention_then_names_a_member_that_is
     assert f"problem: {follower.node_id}: reachable" in out
     code = cli.main(["cluster", "doctor", "--min-free-mb", "-1", "--connect", connect])
     assert code == 2 and "--min-free-mb must be 0 or more" in capsys.readouterr().err
+
+
+def test_notifications_put_list_show_delete_with_the_secret_from_a_file(run, unique, tmp_path):
+    name = unique("cli-hook")
+    secret = tmp_path / "secret"
+    secret.write_text("a-secret-from-a-file-0123\n")
+    code, out, err = run("notifications", "put", name, "--url", "https://hooks.example.com/x",
+                         "--events", "dead_letter, misfire", "--secret-file", str(secret))
+    assert code == 0 and name in out and "dead_letter,misfire" in out, err
+    code, out, _ = run("notifications", "list", "--json")
+    [shown] = [n for n in json.loads(out) if n["name"] == name]
+    assert (shown["pending"], shown["lost"]) == (0, 0) and "secret" not in shown
+    code, out, _ = run("notifications", "show", name)
+    assert code == 0 and "https://hooks.example.com/x" in out and "a-secret" not in out
+    code, _, err = run("notifications", "put", name, "--url", "ftp://x", "--events", "misfire",
+                       "--secret-file", str(secret))
+    assert code == 1 and "url" in err
+    code, _, err = run("notifications", "put", name, "--url", "https://x.example.com/",
+                       "--events", "misfire", "--secret-file", str(tmp_path / "missing"))
+    assert code == 2 and "cannot read" in err
+    assert run("notifications", "delete", name)[0] == 0
+    code, _, err = run("notifications", "show", name)
+    assert code == 1 and "not_found" in err

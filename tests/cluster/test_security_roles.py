@@ -49,6 +49,10 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/cluster/backup"): "manage",
     ("GET", "/v1/audit"): "audit",
     ("GET", "/v1/events"): "read",
+    ("GET", "/v1/notifications"): "manage",  # admin only: urls may hold a receiver's token
+    ("PUT", "/v1/notifications/{name}"): "manage",
+    ("GET", "/v1/notifications/{name}"): "manage",
+    ("DELETE", "/v1/notifications/{name}"): "manage",
     ("GET", "/metrics"): "read",
     ("GET", "/healthz"): OPEN,
     ("GET", "/readyz"): OPEN,
