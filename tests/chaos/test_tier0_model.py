@@ -289,19 +289,19 @@ class ForgetfulLog(RequestLog):
 class ObedientState(SchedulerState):
     """Lets any node's Tick move time, the deposed leader's too."""
 
-    def apply(self, command: Command) -> Result:
+    def apply(self, command: Command, fingerprint: int | None = None) -> Result:
         if isinstance(command, Tick):
             command = Tick(command.now_ms)
-        return super().apply(command)
+        return super().apply(command, fingerprint)
 
 
 class EagerState(SchedulerState):
     """Applies requests before its first Tick (requests-before-first-tick, unfixed)."""
 
-    def apply(self, command: Command) -> Result:
+    def apply(self, command: Command, fingerprint: int | None = None) -> Result:
         if self.now_ms == 0 and not isinstance(command, Tick | BeginLeadership | Barrier):
             return self._dispatch(command)
-        return super().apply(command)
+        return super().apply(command, fingerprint)
 
 
 class ShortMemoryTable(JobTable):

@@ -256,10 +256,10 @@ def test_the_checks_see_requests_applied_before_the_first_tick(
     """requests-before-first-tick, put back: a state that never ticked applies requests."""
     fixed = SchedulerState.apply
 
-    def eager(self: SchedulerState, command: Command) -> Result:
+    def eager(self: SchedulerState, command: Command, fingerprint: int | None = None) -> Result:
         if self.now_ms == 0 and not isinstance(command, Tick | BeginLeadership | Barrier):
             return self._dispatch(command)
-        return fixed(self, command)
+        return fixed(self, command, fingerprint)
 
     monkeypatch.setattr(SchedulerState, "apply", eager)
     result = run_seed(COMES_BACK_SEEDS["requests-before-first-tick"])
