@@ -52,6 +52,7 @@ import pysyncobj.pickle as pysyncobj_pickle
 import pysyncobj.version
 from pysyncobj import SyncObj
 
+from raftcron.cluster import leaderloss
 from raftcron.cluster.storage import hooks as storage_hooks
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ REVIEWED_SOURCE_SHA256: dict[str, str] = {
     "_SyncObj__onBecomeLeader":
         "5a3fd97bc17dc1cf3070b007538b6a8d46adb71f0b6523f3922dc953420645e8",
     "_checkCommandsToApply": "a386a8079361d204f2c11f895416548c432a254671a9114258921c25108a966e",
+    # Wrapped by cluster/leaderloss.py (an election soon after the leader's connection drops).
+    leaderloss.HANDLER: "a81c0475ba2218cc4732ab756b39e64ec22e8d9f3ff5987bc34649f9a2536c95",
 }
 REVIEWED_SYNCOBJ_FILE_SHA256 = "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4"
 
@@ -104,7 +107,7 @@ def source_sha256(function: Callable[..., Any]) -> str:
 def original(name: str = _HANDLER) -> Callable[..., Any]:
     """The library's own function, whether or not this patch or the storage's is installed."""
     current: Callable[..., Any] = getattr(SyncObj, name)
-    for marker in (_MARKER, storage_hooks.MARKER):
+    for marker in (_MARKER, storage_hooks.MARKER, leaderloss.MARKER):
         current = getattr(current, marker, current)
     return current
 
@@ -152,6 +155,7 @@ def install() -> None:
         if _suppress_depth or is_installed():
             if not _suppress_depth:
                 storage_hooks.install()
+                leaderloss.install()
             return
         for name in _PATCHES:
             current = getattr(SyncObj, name)
@@ -167,6 +171,7 @@ def install() -> None:
                 setattr(wrapper, _MARKER, getattr(SyncObj, name))
                 setattr(SyncObj, name, wrapper)
         storage_hooks.install()
+        leaderloss.install()
         logger.info("action=raftpatch_installed pysyncobj=%s", PYSYNCOBJ_VERSION)
 
 
@@ -176,6 +181,7 @@ def uninstall() -> None:
     with _lock:
         for name in _PATCHES:
             setattr(SyncObj, name, original(name))
+        leaderloss.uninstall()  # an unpatched node waits out its election timeout, as 0.3.17
 
 
 @contextmanager

@@ -102,8 +102,11 @@ COMES_BACK_SEEDS: dict[str, int] = {
     # lease-from-stale-time: since every leader ticks the majority's time (DESIGN.md §8.2), a
     # lease granted before a new leader's first Tick is no longer cut short by a clock gap, and
     # no seed of 0-59 shows it put back; tests/chaos/test_tier0_model.py guards it.
-    "backfill-refires-forgotten": 8,  # 1 until the Ticks followed the majority's clocks
-    "unbounded-tick": 56,  # a leader 10 days ahead (and steps, drift, a node a day behind)
+    # 8 until the early election (cluster/leaderloss.py), 1 until the Ticks followed the
+    # majority's clocks
+    "backfill-refires-forgotten": 5,
+    # a leader 10 days ahead (and steps, drift, a node a day behind); 56 before leaderloss.py
+    "unbounded-tick": 52,
 }
 
 # Unpatched PySyncObj 0.3.17 forks the applied log on these seeds and loses acknowledged

@@ -1,0 +1,77 @@
+"""A follower that sees its leader's connection drop calls an election soon, not after a timeout.
+
+A leader that crashes (a kill, the OOM killer, a fault) closes its TCP connections with it: the
+kernel tells every follower at once. PySyncObj ignores that and waits for the election timeout
+(`raft.election_timeout_min_s`..`max_s` after the last heartbeat, 0.4-1.0 s by default), so a
+crash cost up to the whole timeout before anyone stood. Here a follower whose connection to the
+leader it follows closes moves its election deadline to `FIRST_S + STEP_S * rank` (+ up to
+`JITTER_S`), `rank` being its place among the remaining members by id: the first stands almost
+at once, the next only if the first did not win (a log behind, a lost message), so the two do
+not split the vote as two random deadlines close together would.
+
+Safety is untouched: an election is always safe in Raft, this only chooses when one starts. A
+connection that drops while the leader lives (a network fault) costs one election, as a lost
+heartbeat would after a timeout. A deadline is only ever brought forward, never pushed back;
+a leadership transfer in progress is left to its own rule.
+
+Installed by `cluster.raftpatch.install` after its source review (the wrapped function's hash is
+in `REVIEWED_SOURCE_SHA256`). Clock and randomness are PySyncObj's module globals, so the
+simulation (chaos/sim/clock.py) drives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pysyncobj.syncobj as syncobj_module
+from pysyncobj import SyncObj
+from pysyncobj.syncobj import _RAFT_STATE
+
+HANDLER = "_SyncObj__onNodeDisconnected"
+MARKER = "__leaderloss_original__"
+FIRST_S = 0.05  # the first remaining member stands this long after the leader's connection went
+STEP_S = 0.2  # each later one this much after the one before it
+JITTER_S = 0.05
+
+
+def election_delay_s(self_id: str, others: list[str], lost_leader: str, draw: float) -> float:
+    """When this follower stands after losing `lost_leader`'s connection (`draw` in [0, 1))."""
+    remaining = sorted({self_id, *others} - {lost_leader})
+    return FIRST_S + STEP_S * remaining.index(self_id) + JITTER_S * draw
+
+
+def _make_on_node_disconnected(library: Callable[..., Any]) -> Callable[..., Any]:
+    def on_node_disconnected(self: Any, node: Any) -> None:
+        library(self, node)
+        self_node = self._SyncObj__selfNode
+        if (self_node is None or self._SyncObj__raftState != _RAFT_STATE.FOLLOWER
+                or node != self._SyncObj__raftLeader or self._SyncObj__transferInProgress):
+            return
+        others = [str(other.id) for other in self._SyncObj__otherNodes]
+        delay_s = election_delay_s(str(self_node.id), others, str(node.id),
+                                   syncobj_module.random.random())
+        deadline = syncobj_module.monotonicTime() + delay_s
+        if deadline < self._SyncObj__raftElectionDeadline:
+            self._SyncObj__raftElectionDeadline = deadline
+
+    return on_node_disconnected
+
+
+def is_installed() -> bool:
+    return hasattr(getattr(SyncObj, HANDLER), MARKER)
+
+
+def install() -> None:
+    """Idempotent; before a node is built (SyncObj.__init__ binds the callback)."""
+    if is_installed():
+        return
+    current = getattr(SyncObj, HANDLER)
+    wrapper = _make_on_node_disconnected(current)
+    setattr(wrapper, MARKER, current)
+    setattr(SyncObj, HANDLER, wrapper)
+
+
+def uninstall() -> None:
+    current = getattr(SyncObj, HANDLER)
+    setattr(SyncObj, HANDLER, getattr(current, MARKER, current))

@@ -1,0 +1,17 @@
+"""cluster/leaderloss.py's order: after the leader's connection drops, the remaining members
+stand one after the other by id, so two of them rarely split the vote."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftcron.cluster.leaderloss import FIRST_S, JITTER_S, STEP_S, election_delay_s
+
+
+def test_the_remaining_members_stand_one_after_the_other_by_id() -> None:
+    members = ["127.0.0.1:9003", "127.0.0.1:9001"]
+    first = election_delay_s("127.0.0.1:9001", members, "127.0.0.1:9002", draw=0.0)
+    second = election_delay_s("127.0.0.1:9003", ["127.0.0.1:9001"], "127.0.0.1:9002", draw=0.99)
+    assert first == FIRST_S
+    assert second == pytest.approx(FIRST_S + STEP_S + 0.99 * JITTER_S)
+    assert first + JITTER_S < second  # the next one only if the first did not win
