@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from raftcron.cluster.dev.loopback import Response, free_ports, http_request
+from raftcron.cluster.dev.loopback import Response, free_ports, http_request, release_ports
 from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
 from raftcron.cluster.dev.tomlwrite import toml_value
 
@@ -393,6 +393,8 @@ class LocalCluster:
                     process.wait(STOP_TIMEOUT_S)
             node.paused = False
             self._close_log(node)
+        release_ports([int(address.rpartition(":")[2]) for node in self.nodes
+                       for address in (node.raft_address, node.http_address)])
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
 

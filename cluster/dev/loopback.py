@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import random
 import socket
 import ssl
@@ -68,7 +69,12 @@ def _decode(raw: bytes, headers: dict[str, str]) -> Any:
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct ports that are free now, below the kernel's ephemeral range, so that
-    no outgoing connection takes one while its node is down between a kill and a restart."""
+    no outgoing connection takes one while its node is down between a kill and a restart.
+
+    Each is also reserved for this process (`release_ports` gives it back; a reservation of a
+    process that is gone is taken over): two test runs on one machine (CI's xdist workers, or
+    several suites) otherwise chose a port of a node the other had killed and would restart,
+    and the restart failed with "address already in use"."""
     low, _ = _ephemeral_range()
     chosen: list[int] = []
     sockets: list[socket.socket] = []
@@ -82,14 +88,65 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             except OSError:
                 sock.close()
                 continue
+            if not _reserve(port):
+                sock.close()
+                continue
             sockets.append(sock)
             chosen.append(port)
     finally:
         for sock in sockets:
             sock.close()
     if len(chosen) < count:
+        release_ports(chosen)
         raise NoFreePorts(f"found only {len(chosen)} free ports of {count}")
     return chosen
+
+
+RESERVATIONS = Path("/tmp/raftcron-test-ports")  # one file per reserved port: its owner's pid
+
+
+def _reserve(port: int) -> bool:
+    """Reserve `port` for this process; False when a live process holds it."""
+    RESERVATIONS.mkdir(exist_ok=True)
+    marker = RESERVATIONS / str(port)
+    for _ in range(2):
+        try:
+            descriptor = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if _holder_alive(marker):
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                marker.unlink()  # its process is gone: take the port over
+            continue
+        with os.fdopen(descriptor, "w") as out:
+            out.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _holder_alive(marker: Path) -> bool:
+    try:
+        pid = int(marker.read_text() or "0")
+    except (OSError, ValueError):
+        return True  # being written: its creator is alive
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def release_ports(ports: list[int]) -> None:
+    """Give back ports this process reserved (`free_ports`)."""
+    for port in ports:
+        marker = RESERVATIONS / str(port)
+        with contextlib.suppress(OSError, ValueError):
+            if int(marker.read_text()) == os.getpid():
+                marker.unlink()
 
 
 def _candidate_ports(low: int, high: int) -> Iterator[int]:

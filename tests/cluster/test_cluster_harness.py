@@ -21,7 +21,13 @@ from raftcron.cluster.dev.localcluster import (
     LocalCluster,
     LocalNode,
 )
-from raftcron.cluster.dev.loopback import _ephemeral_range, free_ports
+from raftcron.cluster.dev.loopback import (
+    RESERVATIONS,
+    _ephemeral_range,
+    _reserve,
+    free_ports,
+    release_ports,
+)
 from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
 
 
@@ -41,6 +47,20 @@ def test_written_configs_load_as_node_configs_with_every_option(tmp_path: Path) 
         assert {peer.node_id for peer in config.peers} == {"n1", "n2", "n3"} - {node.node_id}
     addresses = [a for n in nodes for a in (n.raft_address, n.http_address)]
     assert len(set(addresses)) == 6
+
+
+def test_free_ports_are_reserved_until_released_and_a_dead_holder_s_are_taken_over() -> None:
+    ports = free_ports(4)
+    try:
+        assert all((RESERVATIONS / str(port)).read_text() == str(os.getpid()) for port in ports)
+        assert not any(_reserve(port) for port in ports)  # another run would skip them
+    finally:
+        release_ports(ports)
+    assert not any((RESERVATIONS / str(port)).exists() for port in ports)
+    dead = RESERVATIONS / str(ports[0])
+    dead.write_text("999999999")  # no such process
+    assert _reserve(ports[0])
+    release_ports([ports[0]])
 
 
 def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
