@@ -25,6 +25,7 @@ from raftcron.scheduler.jobs import Job, Workflow
 from raftcron.scheduler.notifications import Notifications
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import schedule_restore, schedule_snapshot
+from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.state import SchedulerState
 
 # 2: a job is a row with its packed record (scheduler/frozen.py), and request-id answers are
@@ -136,8 +137,9 @@ def _restore(blob: bytes) -> SchedulerState:
         table.keys[key] = (job_id, created_ms, long)
     for created_ms, key in sorted((entry[1], key) for key, entry in table.keys.items()):
         (table.fire_key_order if table.keys[key][2] else table.key_order).append((created_ms, key))
+    specs: dict[bytes, ScheduleSpec] = {}
     for item in schedules:
-        schedule = schedule_restore(item[:-1])
+        schedule = schedule_restore(item[:-1], specs)
         schedule.active.update(dict.fromkeys(item[-1]))
         state.schedules[schedule.name] = schedule
         if schedule.next_fire_ms is not None and not schedule.paused:

@@ -152,3 +152,18 @@ def test_a_damaged_snapshot_is_refused(damage):
     }[damage]
     with pytest.raises(ValueError):
         restore(bad)
+
+
+def test_schedules_put_from_one_spec_share_it_after_a_restore_and_snapshot_the_same() -> None:
+    state = SchedulerState()
+    state.apply(Tick(T0))
+    for name, minute in (("a", 5), ("b", 5), ("c", 7)):
+        spec = ScheduleSpec.parse({"cron": f"{minute} * * * *", "job": {"task": "t"}})
+        state.apply(PutSchedule(None, name, spec))
+    blob = snapshot(state)
+
+    restored = restore(blob)
+
+    a, b, c = (restored.schedules[name].spec for name in "abc")
+    assert a is b and a is not c and a == state.schedules["a"].spec
+    assert snapshot(restored) == blob
