@@ -176,6 +176,7 @@ class SnapshotStore:
         self._child_meta: tuple[Entry, Entry, list[str]] = ((b"", 0, 0), (b"", 0, 0), [])
         self._child_id: int | None = None
         self._inline_done: tuple[int, int | None] | None = None  # (state, id) when fork=False
+        self._started = 0.0  # when the snapshot being written began (time.monotonic)
         self._outgoing: dict[Any, tuple[bytes, int, int, int]] = {}  # data, sent, index, term
         # (index, term, total, chunks, bytes received) of the transfer being received
         self._incoming: tuple[int, int, int, list[bytes], int] | None = None
@@ -219,6 +220,7 @@ class SnapshotStore:
         last, prev, cluster = _entry(data[1]), _entry(data[2]), sorted(
             str(getattr(node, "id", node)) for node in data[3])
         path = os.path.join(self.directory, f"{SNAPSHOT_NAME}.{last[1]}.tmp")
+        self._started = time.monotonic()
         if not self.fork:
             try:
                 self._write(path, last, prev, cluster)
@@ -241,6 +243,7 @@ class SnapshotStore:
                 os._exit(code)
         self._child_pid, self._child_path = pid, path
         self._child_meta, self._child_id = (last, prev, cluster), serialize_id
+        self._started = time.monotonic()
 
     def deserialize(self) -> tuple[Any, Entry, Entry, list[str]]:
         """What PySyncObj loads: the state is given to the source here, once per snapshot."""
@@ -323,15 +326,18 @@ class SnapshotStore:
             self._discard(path)
             return SERIALIZER_STATE.NOT_SERIALIZING, None
         try:
-            check(self.disk.read(path), path)  # the checksum only: no decompression here
+            data = self.disk.read(path)
+            check(data, path)  # the checksum only: no decompression here
             self._make_current(path)
         except (OSError, LogDamaged) as error:
             log.error("snapshot not made current: %s", error, extra={"action": "snapshot_failed"})
             self._discard(path)
             return SERIALIZER_STATE.FAILED, serialize_id
         self.current = Snapshot(last[1], last[2], prev, last, cluster, b"")
-        log.info("snapshot at index %d term %d is current", last[1], last[2],
-                 extra={"action": "snapshot_written", "index": last[1]})
+        took_s = round(time.monotonic() - self._started, 3)
+        log.info("snapshot at index %d term %d is current (%d bytes, %.2f s since it began)",
+                 last[1], last[2], len(data), took_s,
+                 extra={"action": "snapshot_written", "index": last[1], "took_s": took_s})
         return SERIALIZER_STATE.SUCCESS, serialize_id
 
     def _install(self, received: bytes) -> bool:
