@@ -27,6 +27,7 @@ from raftcron.cluster.http.app import build_app
 from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
 from raftcron.cluster.http.trail import AuditTrail
+from raftcron.cluster.membership.driver import MembershipDriver
 from raftcron.cluster.metrics import RAFT_ROLES, NodeStats
 from raftcron.cluster.peerhttp import PeerDialer, peer_dialer
 from raftcron.cluster.proposer import Proposer
@@ -64,13 +65,19 @@ class Node:
         members = [peer.node_id for peer in config.members]
         self.stats.clocks = ClockBook(config.node_id, members,
                                       max_skew_ms=config.clock.max_skew_ms)
-        self.clock_poller = ClockPoller(config, self.stats.clocks, dialer)
+        self.clock_poller = ClockPoller(config, self.stats.clocks, dialer,
+                                        members=self.raft.members)
         self.ticker = Ticker(
             self.raft,
             self.proposer,
             tick_ms=config.raft.tick_ms,
             clocks=self.stats.clocks,
             fire_lateness=self.stats.fire_lateness,
+        )
+        self.membership = MembershipDriver(
+            self.raft, self.proposer,
+            catch_up_timeout_s=config.membership.catch_up_timeout_s,
+            election_timeout_s=config.raft.election_timeout_min_s,
         )
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
@@ -94,6 +101,7 @@ class Node:
     async def start(self) -> None:
         self.clock_poller.start()
         self.ticker.start()
+        self.membership.start()
         # keepalive_timeout: aiohttp closes a connection idle that long, also one that has not
         # sent a whole first request head (the listener's docstring says why that matters).
         self.runner = web.AppRunner(
@@ -137,6 +145,8 @@ class Node:
         done("listener")
         await self.ticker.stop()
         done("ticker")
+        await self.membership.stop()
+        done("membership")
         await self.clock_poller.stop()
         done("clock_poller")
         self.raft.destroy()
@@ -165,6 +175,10 @@ def run(
 ) -> int:
     try:
         config = configuration.load(config_path)
+        if rejoin_empty and config.join:
+            raise configuration.ConfigError(
+                "join", "--rejoin-empty is for a member that lost its data; a joining node "
+                "is not a member yet and starts empty anyway: drop one of them")
         dialer = peer_dialer(config)  # reads the TLS files (RAFTCRON_CA_FILE too) now
     except configuration.ConfigError as error:
         print(f"raftcron node: config error: {error}", file=sys.stderr, flush=True)

@@ -20,7 +20,9 @@ What this module changes, by subclassing (SyncObj takes ``transportClass``; noth
 3. ``accept()`` errors are transient: on EMFILE, ENFILE, ENOBUFS, ENOMEM the listener stops
    polling for ``ACCEPT_PAUSE_S`` and resumes (as asyncio does); ECONNABORTED and friends drop
    just that connection; an error event on the listener rebinds it.
-4. Connections not yet identified as a peer (``_unknownConnections``) are closed
+4. ``addNode`` of a node already known does nothing (cluster/membership registers a joining
+   node as a learner first, and PySyncObj adds it again when its configuration entry lands).
+5. Connections not yet identified as a peer (``_unknownConnections``) are closed
    ``connection_timeout_s`` after they were accepted, and at most ``UNKNOWN_CONNECTIONS_MAX``
    are kept (a new one evicts the oldest, so a flood cannot lock a peer out for long).
    Identified peers keep the library's own timeout: they are the cluster's members.
@@ -322,7 +324,7 @@ class GuardedServer(TcpServer):  # type: ignore[misc]
 
 
 class GuardedTransport(TCPTransport):  # type: ignore[misc]
-    """PySyncObj's TCP transport with the four rules of this module."""
+    """PySyncObj's TCP transport with the rules of this module."""
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         check()
@@ -349,6 +351,10 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]
             connectionTimeout=plain._TcpServer__connectionTimeout)
 
     def addNode(self, node: Any) -> None:
+        if node in self._nodes:
+            # Known already (a learner becoming a voter): the library would make a second
+            # outgoing connection and orphan the first, still open.
+            return
         super().addNode(node)
         plain = self._connections.get(node)
         if plain is None or isinstance(plain, GuardedConnection):

@@ -84,6 +84,18 @@ REVIEWED_SOURCE_SHA256: dict[str, str] = {
     "_SyncObj__onBecomeLeader":
         "5a3fd97bc17dc1cf3070b007538b6a8d46adb71f0b6523f3922dc953420645e8",
     "_checkCommandsToApply": "a386a8079361d204f2c11f895416548c432a254671a9114258921c25108a966e",
+    # Dynamic membership (cluster/membership/raftconfig.py, storage hooks rules 5 and 6): what
+    # a configuration change does when appended, applied, loaded, and the leader's gate.
+    "_SyncObj__changeCluster": "66b42884f9d2dbd1d27daaf1e1aa93d97c8969705b782b4837b7741d94746da6",
+    "_SyncObj__doChangeCluster":
+        "247d4d4101b8cd3ce82232ec9cf69d3556c78df7e6d0002a277d38676e630350",
+    "_SyncObj__updateClusterConfiguration":
+        "e2de42f3d1a46c962435731d2f0de4bc899aae7d3611163a205df4ef926c7ae4",
+    "_SyncObj__doApplyCommand": "1ea7aa506e950d0aecc7aa7ea750a6fc1164cbff9b208784fe4724dfe1ec91dc",
+    "_SyncObj__parseChangeClusterRequest":
+        "b2d5d695b12e592fd32dc956415884096f7d13cd8f7b2cf69d4b8d3c2bb0178f",
+    "addNodeToCluster": "409209c3165ec2dc83dca52c2a7399084299dc5842ddc12e2a5f72581cca63b6",
+    "removeNodeFromCluster": "a655f3c1f147299823a8152d7ed9e15b5812af2d264fca8dc8c667faf9566877",
 }
 REVIEWED_SYNCOBJ_FILE_SHA256 = "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4"
 

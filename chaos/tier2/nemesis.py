@@ -105,8 +105,8 @@ class ChaosCluster(LocalCluster):
             self.net.start()
         return self.add_nodes({i: (raft[i], http[i]) for i in ids})
 
-    def config_text(self, node: LocalNode) -> str:
-        text = super().config_text(node)
+    def config_text(self, node: LocalNode, peers: list[LocalNode] | None = None) -> str:
+        text = super().config_text(node, peers)
         for peer in self.nodes:
             dial = self.relay_peers.get((node.node_id, peer.node_id))
             if dial is not None:
