@@ -135,6 +135,7 @@ class Node:
             steps[step] = round(now - started, 3)
             started = now
 
+        self.services.stopping.set()  # requests that wait (membership changes) answer now
         if self.listener is not None:
             self.listener.close()
         if self.runner is not None:
@@ -175,10 +176,6 @@ def run(
 ) -> int:
     try:
         config = configuration.load(config_path)
-        if rejoin_empty and config.join:
-            raise configuration.ConfigError(
-                "join", "--rejoin-empty is for a member that lost its data; a joining node "
-                "is not a member yet and starts empty anyway: drop one of them")
         dialer = peer_dialer(config)  # reads the TLS files (RAFTCRON_CA_FILE too) now
     except configuration.ConfigError as error:
         print(f"raftcron node: config error: {error}", file=sys.stderr, flush=True)

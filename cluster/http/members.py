@@ -86,7 +86,18 @@ def membership_view(node: RaftNode) -> dict[str, Any]:
 
 @requires("status")
 async def get_members(request: web.Request) -> web.Response:
-    return json_response(membership_view(services(request).node))
+    node = _member_node(request)
+    return json_response(membership_view(node))
+
+
+def _member_node(request: web.Request) -> RaftNode:
+    """This node, if it is in the configuration; else 503 (a client moves on to another): a
+    joining node does not know the cluster yet, a removed one no more."""
+    node = services(request).node
+    if not node.is_voter():
+        raise HttpError(503, "not_a_member", f"{node.config.node_id} is not a member of the "
+                        "cluster (joining, or removed): ask a member", headers={"Retry-After": "1"})
+    return node
 
 
 @requires("manage")
@@ -99,7 +110,7 @@ async def add_member(request: web.Request) -> web.Response:
         field = error.field.removeprefix("body.")
         raise HttpError(400, "invalid", f"{field}: {error.message}", field) from None
     wait_s = _wait_s(request)
-    node = services(request).node
+    node = _member_node(request)
     begin = member_book.BeginMemberChange("add", member, node.members())
     result = await _commit(request, begin)
     if isinstance(result, Rejected):
@@ -108,7 +119,7 @@ async def add_member(request: web.Request) -> web.Response:
                                   "members": membership_view(node)})  # a retried request
         raise _refused(result)
     change = result.value["change"]
-    ended = await _until_ended(node, change["change_id"], wait_s)
+    ended = await _until_ended(request, change["change_id"], wait_s)
     if ended is None:
         return json_response({"change": change, "members": membership_view(node)}, status=202)
     if ended.outcome != "done":
@@ -122,14 +133,14 @@ async def add_member(request: web.Request) -> web.Response:
 async def remove_member(request: web.Request) -> web.Response:
     node_id = request.match_info["node_id"]
     wait_s = _wait_s(request)
-    node = services(request).node
+    node = _member_node(request)
     book = node.machine.members
     change = book.change
     if change is not None and change.action == "add" and change.member.node_id == node_id:
         # Still being added: cancel that (its entry is then never appended).
         cancel = member_book.CancelMemberChange(change.change_id, "cancelled (DELETE)")
         await _commit(request, cancel)
-        ended = await _until_ended(node, change.change_id, wait_s)
+        ended = await _until_ended(request, change.change_id, wait_s)
         if ended is None:
             return json_response({"change": change.to_wire(), "members": membership_view(node)},
                                  status=202)
@@ -150,7 +161,7 @@ async def remove_member(request: web.Request) -> web.Response:
     if isinstance(result, Rejected):
         raise _refused(result)
     started = result.value["change"]
-    ended = await _until_ended(node, started["change_id"], wait_s)
+    ended = await _until_ended(request, started["change_id"], wait_s)
     if ended is None:
         return json_response({"change": started, "members": membership_view(node)}, status=202)
     if ended.outcome != "done":
@@ -178,7 +189,7 @@ async def _commit(request: web.Request, command: MemberCommand) -> Ok | Rejected
         except TooLarge as error:
             raise HttpError(413, "too_large", str(error)) from None
         except ProposalFailed as error:
-            if time.monotonic() + delay_s >= deadline:
+            if error.reason == "not_member" or time.monotonic() + delay_s >= deadline:
                 raise HttpError(503, "unavailable", f"{error}; the change may have begun: "
                                 "GET /v1/cluster/members says", headers={"Retry-After": "1"}
                                 ) from None
@@ -186,11 +197,16 @@ async def _commit(request: web.Request, command: MemberCommand) -> Ok | Rejected
         delay_s = min(2 * delay_s, 0.5)
 
 
-async def _until_ended(node: RaftNode, change_id: int, wait_s: float) -> Ended | None:
+async def _until_ended(request: web.Request, change_id: int, wait_s: float) -> Ended | None:
+    """The change once it ended here; None when the wait ran out, the node stops, or it left
+    the configuration (a node removing itself hears no more of the log: ask a member)."""
+    svc = services(request)
+    node = svc.node
     deadline = time.monotonic() + wait_s
     while True:
         ended = node.machine.members.ended(change_id)
-        if ended is not None or time.monotonic() >= deadline:
+        if ended is not None or time.monotonic() >= deadline or svc.stopping.is_set() or \
+                not node.is_voter():
             return ended
         await asyncio.sleep(POLL_S)
 

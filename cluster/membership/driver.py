@@ -14,10 +14,10 @@ configuration). Adding a node:
 
 Removing a node: the leader proposes the entry that removes it, keeps sending it the log as a
 learner (so the removed node gets that entry and knows it is out), and once the entry is
-committed, `EndMemberChange(done)`. A leader never removes itself: a node whose removal is in progress
-stops leading and stands for no election (`RaftNode.may_lead`), the others elect a leader
-among them, and that one removes it. (Raft's TimeoutNow transfer would be faster, but it forked
-the log in a tier-1 power-loss run here: commit c37e211.)
+committed, `EndMemberChange(done)`. A leader never removes itself: a node whose removal is in
+progress stops leading and stands for no election (`RaftNode.may_lead`), the others elect a
+leader among them, and that one removes it. (Raft's TimeoutNow transfer would be faster, but
+it forked the log in a tier-1 power-loss run here: commit c37e211.)
 
 Cancelling (`CancelMemberChange`, from DELETE of a node still catching up, or from this driver
 when it did not catch up within `catch_up_timeout_s`): once the cancel is applied the storage

@@ -22,6 +22,7 @@ from raftcron.cluster.http import app as http_app
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import ROLE_GRANTS, Services
+from raftcron.cluster.membership.book import Member
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.commands import (
     BackfillSchedule,
@@ -179,6 +180,7 @@ PARSERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "resumeSchedule": _with_name(ResumeSchedule),
     "triggerSchedule": _with_name(TriggerSchedule),
     "backfillSchedule": _with_name(BackfillSchedule),
+    "addMember": lambda body: Member.from_wire(body, "body"),
 }
 
 
