@@ -12,57 +12,18 @@ from __future__ import annotations
 
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from writes import Writer, assert_every_write_on_every_member
 
 from raftcron.cluster import cli
 from raftcron.cluster.dev import joining
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 pytestmark = pytest.mark.processes
-
-
-class Writer:
-    """Submits jobs one at a time through any member, keeping the acknowledged ids."""
-
-    def __init__(self, cluster: LocalCluster, prefix: str) -> None:
-        self.cluster, self.prefix = cluster, prefix
-        self.acknowledged: list[int] = []
-        self.failures = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        for n in range(100_000):
-            if self._stop.is_set():
-                return
-            body = {"task": "t", "payload": n, "request_id": f"{self.prefix}-{n}"}
-            try:
-                status, job, _ = self.cluster.call("POST", "/v1/jobs", body, timeout_s=20)
-            except Exception:  # a member just removed or restarted: retried under the same id
-                self.failures += 1
-                continue
-            if status in (200, 201):
-                self.acknowledged.append(int(job["id"]))
-
-    def __enter__(self) -> Writer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-    def wait_for(self, count: int, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        target = len(self.acknowledged) + count
-        while len(self.acknowledged) < target and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(self.acknowledged) >= target, "writes stopped flowing"
 
 
 @pytest.fixture(scope="module")
@@ -87,15 +48,6 @@ def members_view(cluster: LocalCluster, node: LocalNode | None = None) -> dict[s
 
 def no_change_in_progress(cluster: LocalCluster) -> None:
     cluster.wait_for(lambda: members_view(cluster)["change"] is None, 60, "no change in progress")
-
-
-def assert_every_write_on_every_member(cluster: LocalCluster, acknowledged: list[int]) -> None:
-    digests = cluster.audit_entries(timeout_s=60)  # every member applied all before it
-    assert len(set(digests.values())) == 1 and len(digests) == len(cluster.nodes), digests
-    for node in cluster.nodes:
-        held = {job["id"] for job in cluster.list_jobs(node)}
-        missing = set(acknowledged) - held
-        assert not missing, f"{node.node_id} lacks acknowledged jobs {sorted(missing)[:10]}"
 
 
 def add(cluster: LocalCluster, node: LocalNode, **query: int) -> tuple[int, Any]:
