@@ -111,6 +111,10 @@ async def add_member(request: web.Request) -> web.Response:
         raise HttpError(400, "invalid", f"{field}: {error.message}", field) from None
     wait_s = _wait_s(request)
     node = _member_node(request)
+    if not raftconfig.listens(node.sync):
+        raise HttpError(409, "cannot_grow", f"{node.config.node_id} was started without peers, "
+                        "so it binds no Raft port and no node could reach it: a cluster that "
+                        "grows starts with peers (back up, restore into a new cluster)")
     begin = member_book.BeginMemberChange("add", member, node.members())
     result = await _commit(request, begin)
     if isinstance(result, Rejected):

@@ -62,6 +62,12 @@ def may_change_configuration(sync: SyncObj) -> bool:
     return bool(sync._isLeader()) and noop is not None and sync.raftLastApplied >= noop
 
 
+def listens(sync: SyncObj) -> bool:
+    """Whether this node has a Raft listener: a node started without peers binds none
+    (cluster/raftguard.py, rule 1), so no other node can ever reach it."""
+    return getattr(sync._SyncObj__transport, "_server", None) is not None
+
+
 def match_index(sync: SyncObj, address: str) -> int | None:
     """How far the leader knows `address` holds its log (a voter or a learner)."""
     value = sync._SyncObj__raftMatchIndex.get(TCPNode(address))

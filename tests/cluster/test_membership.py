@@ -190,3 +190,12 @@ def test_replace_a_node_whose_data_dir_was_deleted_by_rejoining_empty(
                                      for line in cluster.log_lines(lost)), 60, "rejoin")
         writer.wait_for(20)
     assert_every_write_on_every_member(cluster, writer.acknowledged)
+
+
+def test_a_node_started_without_peers_cannot_grow_and_says_why(
+        module_cluster_factory: Any) -> None:
+    single: LocalCluster = module_cluster_factory.open(nodes=1)
+    newcomer = joining.join_node(single, "n2")
+    status, answer, _ = single.call("POST", "/v1/cluster/members", joining.body(newcomer))
+    assert status == 409 and answer["error"]["code"] == "cannot_grow", answer
+    single.nodes.remove(newcomer)
