@@ -90,11 +90,16 @@ class Node:
         if 2 in (old, new):
             self.stats.leader_changes += 1
         before, after = RAFT_ROLES.get(old, str(old)), RAFT_ROLES.get(new, str(new))
+        # The term, so that a log read afterwards can tell two leaders of one term apart
+        # (the chaos suite's membership checker).
+        raft = getattr(self, "raft", None)
+        term = None if raft is None else raft.term
         log.info(
-            "raft role %s -> %s",
+            "raft role %s -> %s (term %s)",
             before,
             after,
-            extra={"action": "raft_role_changed", "old": before, "new": after},
+            term,
+            extra={"action": "raft_role_changed", "old": before, "new": after, "term": term},
         )
         self.loop.call_soon_threadsafe(self.ticker.wake.set)
 

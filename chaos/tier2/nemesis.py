@@ -146,6 +146,10 @@ class ChaosCluster(LocalCluster):
     def urls(self) -> list[str]:
         return [node.url for node in self.configure()]
 
+    def known_nodes(self) -> list[LocalNode]:
+        """Every node clients may be sent to: the members (more in member_faults)."""
+        return list(self.configure())
+
     def leader_or_none(self, timeout_s: float = 3.0) -> LocalNode | None:
         try:
             return self.leader(timeout_s)

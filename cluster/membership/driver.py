@@ -44,6 +44,8 @@ log = logging.getLogger("raftcron.membership")
 
 STEP_S = 0.1
 PROPOSAL_RETRY_S = 1.0  # a configuration entry not seen in force by then is proposed again
+PROGRESS_EVERY_S = 5.0  # a node catching up is logged this often
+REMOVED_NOTICE_S = 3.0  # how long a removed node may take to receive its removal
 
 
 class MembershipDriver:
@@ -54,9 +56,11 @@ class MembershipDriver:
         self.catch_up_timeout_s = catch_up_timeout_s
         self.election_timeout_s = election_timeout_s
         self._seen: dict[int, float] = {}  # change id -> when this node first drove it
+        self._told: dict[int, float] = {}  # removal id -> when its entry was seen in force
         self._commits: deque[tuple[float, int]] = deque()  # (monotonic s, commit index)
         self._proposed: tuple[int, float] | None = None  # (change id, when) of our entry
         self._learners: set[str] = set()
+        self._reported = 0.0
         self._task: asyncio.Task[None] | None = None
         self.catch_up_s: dict[int, float] = {}  # change id -> seconds to catch up (figures)
 
@@ -114,6 +118,13 @@ class MembershipDriver:
             await self._cancel(change, f"{change.member.node_id} did not catch up within "
                                        f"{self.catch_up_timeout_s:g} s")
             return
+        if now - self._reported >= PROGRESS_EVERY_S:
+            self._reported = now
+            log.info("%s catching up: match index %s of commit %d, connected %s",
+                     change.member.node_id, raftconfig.match_index(sync, address),
+                     self.node.commit_index, raftconfig.is_connected(sync, address),
+                     extra={"action": "member_catching_up", "node_id": change.member.node_id,
+                            "learners": raftconfig.learners(sync)})
         if self._caught_up(address) and self._may_propose(change, now):
             self.catch_up_s.setdefault(change.change_id, now - self._seen[change.change_id])
             log.info("%s caught up (match index %s); adding it as a voter",
@@ -132,8 +143,9 @@ class MembershipDriver:
                                                                             address)
 
     def _register_learner(self, address: str) -> None:
-        if address in self._learners:
-            return
+        """Every step, not once: it is idempotent, and a registration undone meanwhile (an
+        entry that was not appended after all) must not leave the node neither learner nor
+        voter, catching up with nobody (seen in the chaos suite, before)."""
         self._learners.add(address)
         sync = self.node.sync
         self.node.on_raft_thread(lambda: raftconfig.add_learner(sync, address))
@@ -147,9 +159,15 @@ class MembershipDriver:
         in_force = address not in raftconfig.voters(sync)
         if in_force:
             # PySyncObj stopped sending to it when the entry was appended: as a learner it gets
-            # that entry, so it knows it is out (no vote, no candidacy, no writes taken).
+            # that entry, so it knows it is out (no vote, no candidacy, no writes taken). The
+            # change ends once it has it, or after REMOVED_NOTICE_S (it may be down for good).
             self._register_learner(address)
-            if raftconfig.pending_config_index(sync) is None:
+            told = self._told.setdefault(change.change_id, now)
+            newest = raftconfig.newest_config_index(sync)
+            match = raftconfig.match_index(sync, address)
+            knows = newest is not None and match is not None and match >= newest
+            if raftconfig.pending_config_index(sync) is None and (
+                    knows or now - told >= REMOVED_NOTICE_S):
                 await self._end(change, "done", "")
             return
         if change.cancel_reason:
@@ -204,6 +222,7 @@ class MembershipDriver:
     def _forget(self) -> None:
         """Not leading, or no change: no learner registered here, nothing half-proposed."""
         self._seen.clear()
+        self._told.clear()
         self._commits.clear()
         self._proposed = None
         if self._learners:

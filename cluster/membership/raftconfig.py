@@ -55,6 +55,13 @@ def pending_config_index(sync: SyncObj) -> int | None:
     return newest if newest > sync.raftCommitIndex else None
 
 
+def newest_config_index(sync: SyncObj) -> int | None:
+    """The index of the newest configuration entry this node's log holds (None: none held,
+    or compacted into the snapshot)."""
+    log = _storage_log(sync)
+    return log.config_indexes[-1] if log is not None and log.config_indexes else None
+
+
 def may_change_configuration(sync: SyncObj) -> bool:
     """A leader appends a configuration entry only once its term's first entry is applied
     (PySyncObj refuses earlier, with REQUEST_DENIED: Raft's rule after a leader change)."""
@@ -100,7 +107,7 @@ def drop_learner(sync: SyncObj, address: str) -> None:
         return
     sync._SyncObj__readonlyNodes.discard(node)
     if node in sync.otherNodes:
-        return
+        return  # a voter now: PySyncObj's own from here on
     sync._SyncObj__transport.dropNode(node)
     sync._SyncObj__raftNextIndex.pop(node, None)
     sync._SyncObj__raftMatchIndex.pop(node, None)
@@ -119,7 +126,8 @@ def propose(sync: SyncObj, kind: str, address: str, callback: Callback) -> None:
     it only if it is the member book's change in progress."""
     node = TCPNode(address)
     if kind == "add":
-        sync._SyncObj__readonlyNodes.discard(node)  # a voter from its entry on
+        # It stays a learner too until the change ends (PySyncObj sends to the union of both
+        # sets once): if this entry is not appended after all, it is still being caught up.
         sync.addNodeToCluster(node, callback=callback)
     else:
         sync.removeNodeFromCluster(node, callback=callback)

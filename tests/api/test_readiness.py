@@ -1,7 +1,7 @@
 """`GET /readyz` says ready only when a write could be accepted: a leader is known, this node
-has caught up, it is a member, its storage writes, and the cluster's clock has started (before the first Tick
-every write is refused 503 not_ready, so a node that said ready then sent clients and
-harnesses into refusals)."""
+has caught up, it is a member, its storage writes, and the cluster's clock has started (before
+the first Tick every write is refused 503 not_ready, so a node that said ready then sent
+clients and harnesses into refusals)."""
 
 from __future__ import annotations
 
