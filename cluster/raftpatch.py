@@ -29,6 +29,12 @@ The rules this module adds (tests/raft shows each failing on 0.3.17 and passing 
 5. Compaction: a compaction that completes after a snapshot install replaced the log would
    delete the whole new log (``__deleteEntriesTo(serializeID)``), wedging the node; skipped.
    Outside the reported issue, but the simulation hits it as soon as snapshots are involved.
+6. Vote requests from a node that is not in this node's configuration are ignored (Raft
+   thesis §4.2.3: a removed server must not disrupt the cluster). The transport keeps talking
+   to nodes a configuration entry removed (cluster/raftguard.py, rule 4), so a removed node
+   that never heard of its removal reaches the members: with rule 6 its ever higher terms
+   depose nobody. Only ever a vote not given: safe; a new member whose entry has not reached
+   this node yet is heard once it has.
 
 How: the original functions keep doing all the work; the wrappers only rewrite their input.
 The handler is bound in ``SyncObj.__init__``, so ``install()`` must run before a node is built;
@@ -213,6 +219,8 @@ def _make_handler(library: Callable[..., Any]) -> Callable[..., Any]:
     def on_message_received(self: Any, node: Any, message: Any) -> None:
         if isinstance(message, dict):
             kind = message.get("type")
+            if kind == "request_vote" and node not in self.otherNodes:
+                return  # rule 6
             if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
                 if "prevLogIdx" in message:
                     _follower_append(library, self, node, message)

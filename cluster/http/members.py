@@ -122,15 +122,9 @@ async def add_member(request: web.Request) -> web.Response:
             return json_response({"member": member.to_wire(), "change": None,
                                   "members": membership_view(node)})  # a retried request
         raise _refused(result)
-    change = result.value["change"]
-    ended = await _until_ended(request, change["change_id"], wait_s)
-    if ended is None:
-        return json_response({"change": change, "members": membership_view(node)}, status=202)
-    if ended.outcome != "done":
-        raise HttpError(409, "membership_change_aborted", f"{member.node_id} was not added: "
-                        f"{ended.reason}")
-    return json_response({"member": member.to_wire(), "change": ended.to_wire(),
-                          "members": membership_view(node)}, status=201)
+    return await _answer(request, result.value["change"], wait_s, done_status=201,
+                         failed=f"{member.node_id} was not added",
+                         body={"member": member.to_wire()})
 
 
 @requires("manage")
@@ -164,14 +158,23 @@ async def remove_member(request: web.Request) -> web.Response:
     result = await _commit(request, begin)
     if isinstance(result, Rejected):
         raise _refused(result)
-    started = result.value["change"]
+    return await _answer(request, result.value["change"], wait_s, done_status=200,
+                         failed=f"{node_id} was not removed")
+
+
+async def _answer(request: web.Request, started: dict[str, Any], wait_s: int, *,
+                  done_status: int, failed: str,
+                  body: dict[str, Any] | None = None) -> web.Response:
+    """The answer to a change that began: once it ended (done, or 409 aborted naming why), or
+    202 with the change still going on when the wait ran out."""
+    node = services(request).node
     ended = await _until_ended(request, started["change_id"], wait_s)
     if ended is None:
         return json_response({"change": started, "members": membership_view(node)}, status=202)
     if ended.outcome != "done":
-        raise HttpError(409, "membership_change_aborted", f"{node_id} was not removed: "
-                        f"{ended.reason}")
-    return json_response({"change": ended.to_wire(), "members": membership_view(node)})
+        raise HttpError(409, "membership_change_aborted", f"{failed}: {ended.reason}")
+    return json_response({**(body or {}), "change": ended.to_wire(),
+                          "members": membership_view(node)}, status=done_status)
 
 
 def _wait_s(request: web.Request) -> int:

@@ -86,11 +86,16 @@ class MembershipDriver:
             await asyncio.sleep(STEP_S)
 
     async def step(self) -> None:
+        now = time.monotonic()
+        if not self.node.is_voter() and now - self._reported >= PROGRESS_EVERY_S:
+            self._reported = now  # a joining node says whom it reaches while it waits
+            log.info("not a member (yet): leader %s, connections %s", self.node.leader_id(),
+                     raftconfig.connections(self.node.sync),
+                     extra={"action": "member_waiting"})
         change = self.node.machine.members.change
         if change is None or not self.node.is_leader():
             self._forget()
             return
-        now = time.monotonic()
         self._seen.setdefault(change.change_id, now)
         self._commits.append((now, self.node.commit_index))
         while len(self._commits) > 1 and self._commits[1][0] <= now - self.election_timeout_s:
@@ -104,14 +109,11 @@ class MembershipDriver:
 
     async def _add(self, change: Change, now: float) -> None:
         sync, address = self.node.sync, change.member.raft_address
-        in_force = address in raftconfig.voters(sync)
-        if in_force:
-            if raftconfig.pending_config_index(sync) is None:
-                await self._end(change, "done", "")
+        if address in raftconfig.voters(sync):
+            await self._end_when_settled(change, "done")
             return
         if change.cancel_reason:
-            if raftconfig.pending_config_index(sync) is None:
-                await self._end(change, "aborted", change.cancel_reason)
+            await self._end_when_settled(change, "aborted")
             return
         self._register_learner(address)
         if now - self._seen[change.change_id] > self.catch_up_timeout_s:
@@ -124,7 +126,8 @@ class MembershipDriver:
                      change.member.node_id, raftconfig.match_index(sync, address),
                      self.node.commit_index, raftconfig.is_connected(sync, address),
                      extra={"action": "member_catching_up", "node_id": change.member.node_id,
-                            "learners": raftconfig.learners(sync)})
+                            "learners": raftconfig.learners(sync),
+                            "transport": raftconfig.transport_view(sync, address)})
         if self._caught_up(address) and self._may_propose(change, now):
             self.catch_up_s.setdefault(change.change_id, now - self._seen[change.change_id])
             log.info("%s caught up (match index %s); adding it as a voter",
@@ -166,13 +169,11 @@ class MembershipDriver:
             newest = raftconfig.newest_config_index(sync)
             match = raftconfig.match_index(sync, address)
             knows = newest is not None and match is not None and match >= newest
-            if raftconfig.pending_config_index(sync) is None and (
-                    knows or now - told >= REMOVED_NOTICE_S):
-                await self._end(change, "done", "")
+            if knows or now - told >= REMOVED_NOTICE_S:
+                await self._end_when_settled(change, "done")
             return
         if change.cancel_reason:
-            if raftconfig.pending_config_index(sync) is None:
-                await self._end(change, "aborted", change.cancel_reason)
+            await self._end_when_settled(change, "aborted")
             return
         if self._may_propose(change, now):
             self._propose_entry(change, "rem", address, now)
@@ -206,6 +207,12 @@ class MembershipDriver:
                     extra={"action": "member_change_cancelled"})
         command = member_book.CancelMemberChange(change.change_id, reason)
         await self.proposer.propose_frame(member_book.encode(command))
+
+    async def _end_when_settled(self, change: Change, outcome: str) -> None:
+        """End the change once no configuration entry is pending here (the newest one in the
+        log is committed): `done` if its entry is in force, `aborted` if it was cancelled."""
+        if raftconfig.pending_config_index(self.node.sync) is None:
+            await self._end(change, outcome, change.cancel_reason if outcome == "aborted" else "")
 
     async def _end(self, change: Change, outcome: str, reason: str) -> None:
         command = member_book.EndMemberChange(change.change_id, outcome, reason)

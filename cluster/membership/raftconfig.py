@@ -115,6 +115,23 @@ def drop_learner(sync: SyncObj, address: str) -> None:
     sync._SyncObj__serializer.cancelTransmisstion(node)
 
 
+def transport_view(sync: SyncObj, address: str) -> dict[str, Any]:
+    """What the transport knows of `address` (for the logs of a node catching up)."""
+    transport = sync._SyncObj__transport
+    node = TCPNode(address)
+    conn = transport._connections.get(node)
+    return {"known": address in transport._nodeAddrToNode,
+            "connection": None if conn is None else int(conn.state),
+            "unknown_connections": len(transport._unknownConnections)}
+
+
+def connections(sync: SyncObj) -> dict[str, int | None]:
+    """Raft address -> the state of this node's connection to it (None: no connection kept)."""
+    transport = sync._SyncObj__transport
+    return {node.id: None if transport._connections.get(node) is None else
+            int(transport._connections[node].state) for node in list(transport._nodes)}
+
+
 def learners(sync: SyncObj) -> list[str]:
     return sorted(node.id for node in list(sync._SyncObj__readonlyNodes)
                   if isinstance(node, TCPNode))

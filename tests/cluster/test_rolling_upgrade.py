@@ -76,6 +76,14 @@ def runs_this_release(cluster: LocalCluster, node: LocalNode) -> bool:
     return cluster.request(node, "GET", "/v1/cluster/members")[0] != 404
 
 
+def upgrade(cluster: MixedCluster, node: LocalNode, writer: Writer) -> None:
+    """Stop the node (SIGTERM), start it on this release, and let writes flow again."""
+    cluster.release[node.node_id] = "this"
+    cluster.restart(node, sig=15)
+    cluster.wait_ready(60)
+    writer.wait_for(30)
+
+
 def rejoin_empty(cluster: MixedCluster, node: LocalNode) -> None:
     """Lose the node's data and bring it back empty: it installs the leader's snapshot."""
     cluster.kill(node)
@@ -103,25 +111,16 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
                 cluster.request(node, "POST", "/v1/cluster/compact")
             writer.wait_for(20)
             # n1 upgraded: it loads the old release's data dir and snapshot.
-            cluster.release[n1.node_id] = "this"
-            cluster.restart(n1, sig=15)
-            cluster.wait_ready(60)
+            upgrade(cluster, n1, writer)
             assert runs_this_release(cluster, n1)
-            writer.wait_for(30)
             # Lost again, n1 installs a snapshot of a leader of the old release (n1 is down).
             rejoin_empty(cluster, n1)
             writer.wait_for(30)
-            cluster.release[n2.node_id] = "this"
-            cluster.restart(n2, sig=15)
-            cluster.wait_ready(60)
-            writer.wait_for(30)
+            upgrade(cluster, n2, writer)
             # The old release's n3 installs a snapshot made by this release (n1 or n2 leads).
             rejoin_empty(cluster, n3)
             writer.wait_for(30)
-            cluster.release[n3.node_id] = "this"
-            cluster.restart(n3, sig=15)
-            cluster.wait_ready(60)
-            writer.wait_for(30)
+            upgrade(cluster, n3, writer)
         assert all(runs_this_release(cluster, node) for node in cluster.nodes)
         assert_every_write_on_every_member(cluster, writer.acknowledged)
         print(f"rolling upgrade: {len(writer.acknowledged)} writes acknowledged, "
