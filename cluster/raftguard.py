@@ -28,8 +28,11 @@ What this module changes, by subclassing (SyncObj takes ``transportClass``; noth
    sends it the log (removed once, added again later in the log): dropping that connection
    left it unable to hear the leader again (it refuses an unknown peer, and does not dial
    one), so it never reached the entry that adds the leader back (found by the chaos suite's
-   members scenario). Who counts is PySyncObj's configuration, not the transport's peers; a
-   removed node's vote requests are ignored (cluster/raftpatch.py, rule 6).
+   members scenario). And a peer that authenticated under an address this node does not know
+   (a member added since its config was written, met by a node that rejoins empty) becomes
+   known instead of being refused. Who counts is PySyncObj's configuration, not the
+   transport's peers; a removed node's vote requests are ignored (cluster/raftpatch.py,
+   rule 6).
 5. Connections not yet identified as a peer (``_unknownConnections``) are closed
    ``connection_timeout_s`` after they were accepted, and at most ``UNKNOWN_CONNECTIONS_MAX``
    are kept (a new one evicts the oldest, so a flood cannot lock a peer out for long).
@@ -57,6 +60,7 @@ import pysyncobj.pickle as pysyncobj_pickle
 import pysyncobj.tcp_connection
 import pysyncobj.tcp_server
 import pysyncobj.transport
+from pysyncobj.node import TCPNode
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.tcp_server import TcpServer
@@ -332,6 +336,11 @@ class GuardedServer(TcpServer):  # type: ignore[misc]
                 logger.info("action=raft_listener_rebound", extra={"action": "raft_rebound"})
 
 
+def _is_address(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536 and len(text) <= 300
+
+
 class GuardedTransport(TCPTransport):  # type: ignore[misc]
     """PySyncObj's TCP transport with the rules of this module."""
 
@@ -378,6 +387,17 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]
         conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
         conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
         self._connections[node] = conn
+
+    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
+        if self._syncObj.encryptor and conn.sendRandKey and isinstance(message, str) and \
+                message != "readonly" and message not in self._nodeAddrToNode and \
+                _is_address(message):
+            # Rule 4: a peer that authenticated (this frame passed Fernet: it holds the
+            # cluster password) under an address this node does not know is known from now
+            # on: a node that rejoins empty, or whose config lists members since removed,
+            # hears the members of today, who dial it.
+            self.addNode(TCPNode(message))
+        super()._onIncomingMessageReceived(conn, message)
 
     def dropNode(self, node: Any) -> None:
         if getattr(self, "_destroying", False):
