@@ -398,19 +398,19 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
         own = views[member["node_id"]]
         state = member.get("state", "voter")
         if own is None:
-            rows.append([member["node_id"], member["http_address"], state, "unreachable", "-",
-                         "-", "-"])
+            rows.append([member["node_id"], member["http_address"], "unreachable", "-", "-",
+                         "-", state])
             continue
         member["view"] = own
         rows.append(
             [
                 member["node_id"],
                 member["http_address"],
-                state,
                 own["role"],
                 own["term"],
                 own["commit_index"],
                 own["applied_index"],
+                state,
             ]
         )
     leader = view["leader"] or "none"
@@ -419,7 +419,7 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
         view,
         lambda: (
             f"leader {leader}, term {view['term']}\n"
-            + _table(["NODE", "HTTP", "STATE", "ROLE", "TERM", "COMMIT", "APPLIED"], rows)
+            + _table(["NODE", "HTTP", "ROLE", "TERM", "COMMIT", "APPLIED", "STATE"], rows)
             + membercli.status_lines(view)
         ),
     )
