@@ -272,8 +272,9 @@ class Proposer:
             try:
                 return await self.propose(command)
             except ProposalFailed as error:
-                if not retriable or time.monotonic() + delay_s >= deadline:
-                    raise
+                if not retriable or error.reason == "not_member" or \
+                        time.monotonic() + delay_s >= deadline:
+                    raise  # a node that is not a member stays one for long: answer now
                 if on_retry is not None:
                     on_retry(error)
                 if error.reason in _LEADERLESS:

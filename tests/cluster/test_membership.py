@@ -80,6 +80,12 @@ def test_grow_3_5_3_with_writes_flowing_removing_the_leader(
             writer.wait_for(20)
         view = members_view(cluster)
         assert [m["node_id"] for m in view["members"]] == ["n1", "n2", "n3", "n4", "n5"]
+
+        def clocks_read() -> bool:  # the clock poller follows the members, not the configs
+            _, own, _ = cluster.request(cluster.leader(), "GET", "/v1/cluster")
+            return all(m["clock_offset_ms"] is not None for m in own["members"])
+
+        cluster.wait_for(clocks_read, 30, "every member's clock read by the leader")
         assert all(m["state"] == "voter" for m in view["members"])
         assert view["voters"] == ["n1", "n2", "n3", "n4", "n5"]
 
@@ -129,6 +135,20 @@ def test_a_second_change_while_one_is_running_gets_409(members: LocalCluster) ->
     other = joining.join_node(cluster, "n7")
     status, answer = add(cluster, other)
     assert status == 409 and answer["error"]["code"] == "membership_change_in_progress"
+    # A joining node that is not a member neither takes writes nor says it is ready.
+    cluster.start_node(other)
+    def up() -> bool:
+        try:
+            return cluster.request(other, "GET", "/healthz")[0] == 200
+        except OSError:
+            return False
+
+    cluster.wait_for(up, 30, "n7 up")
+    status, answer, _ = cluster.request(other, "POST", "/v1/jobs", {"task": "t"})
+    assert status == 503 and "not a member" in answer["error"]["message"], answer
+    status, ready, _ = cluster.request(other, "GET", "/readyz")
+    assert status == 503 and ready["member"] is False, ready
+    cluster.stop(other)
     victim = cluster.nodes[0]
     status, answer, _ = cluster.call("DELETE", f"/v1/cluster/members/{victim.node_id}")
     assert status == 409 and answer["error"]["code"] == "membership_change_in_progress"
