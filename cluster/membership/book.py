@@ -1,8 +1,9 @@
 """The member book: who the members are and which change is in progress, replicated.
 
 What it owns: the record every replica keeps of the cluster's members (node id, Raft address,
-HTTP address) and of the ONE membership change in progress, changed only by the two commands
-of this module, applied in log order like the core's commands. It is pure (no I/O, clock,
+HTTP address) and of the ONE membership change in progress, changed only by the commands of
+this module (`BeginMemberChange`, `CancelMemberChange`, `EndMemberChange`), applied in log
+order like the core's commands. It is pure (no I/O, clock,
 threads or PySyncObj): the replica applies it, `driver` acts on it, the API reads it.
 
 Why a record of our own beside PySyncObj's configuration: PySyncObj's voters are Raft
