@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint typecheck unit integration demo bench clean
+.PHONY: test lint typecheck unit integration upgrade demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,12 @@ unit: $(STAMP)
 	$(BIN)/pytest -n auto -m "not processes" --durations=20
 
 integration: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile -m processes --durations=20
+	$(BIN)/pytest -n 2 --dist loadfile -m "processes and not upgrade" --durations=20
+
+# The rolling upgrade from the previous release (tests/cluster/test_rolling_upgrade.py): builds
+# that release's wheel from its git commit into a venv of its own; about 30 s, not in make test.
+upgrade: $(STAMP)
+	$(BIN)/pytest -m upgrade -rP
 
 test: lint typecheck unit integration
 

@@ -1,8 +1,9 @@
 """Reading the other members' wall clocks, for cluster/clocks.py's ClockBook.
 
-Every `[clock] poll_ms` this node asks each peer's `GET /healthz` (open, no token: it says only
-that the node is up and what its clock reads; over HTTPS, with this node's certificate when the
-cluster asks for one: cluster/peerhttp.py) and records the peer's `wall_ms` at the midpoint
+Every `[clock] poll_ms` this node asks each other member's `GET /healthz` (the members now:
+cluster/membership/directory.py, and the clock majority follows them; open, no token: it says
+only that the node is up and what its clock reads; over HTTPS, with this node's certificate
+when the cluster asks for one: cluster/peerhttp.py) and records the peer's `wall_ms` at the midpoint
 of the round trip, measured on this node's monotonic clock. A peer that does not answer within
 a second is simply not sampled; its old sample ages out (cluster/clocks.py, SAMPLE_FRESH_S).
 Nothing here decides anything: the ticker reads the book.
@@ -14,6 +15,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import aiohttp
 
@@ -25,11 +28,21 @@ log = logging.getLogger("raftcron.clock")
 ANSWER_TIMEOUT_S = 1.0
 
 
+class Reachable(Protocol):
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def http_address(self) -> str: ...
+
+
 class ClockPoller:
-    def __init__(self, config: NodeConfig, book: ClockBook, dialer: PeerDialer) -> None:
+    def __init__(self, config: NodeConfig, book: ClockBook, dialer: PeerDialer,
+                 members: Callable[[], Sequence[Reachable]] | None = None) -> None:
         self.config = config
         self.book = book
         self._dialer = dialer
+        # Every member (this node included); by default the config file's.
+        self.members = members or (lambda: config.members)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -46,8 +59,11 @@ class ClockPoller:
         timeout = aiohttp.ClientTimeout(total=ANSWER_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
+                members = self.members()
+                self.book.set_members([member.node_id for member in members])
                 await asyncio.gather(*(self._ask(session, peer.node_id, peer.http_address)
-                                       for peer in self.config.peers))
+                                       for peer in members
+                                       if peer.node_id != self.config.node_id))
                 await asyncio.sleep(self.config.clock.poll_ms / 1000)
 
     async def _ask(self, session: aiohttp.ClientSession, node_id: str, address: str) -> None:

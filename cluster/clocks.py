@@ -86,6 +86,15 @@ class ClockBook:
         self.samples[member] = (float(peer_wall_ms), (sent_mono_s + received_mono_s) / 2)
         return True
 
+    def set_members(self, members: list[str]) -> None:
+        """The members changed (cluster/membership): the majority follows; this node always
+        counts its own clock."""
+        wanted = sorted({*members, self.node_id})
+        if wanted != sorted(self.members):
+            self.members = wanted
+            for member in [m for m in self.samples if m not in wanted]:
+                del self.samples[member]
+
     def forget(self, member: str) -> None:
         self.samples.pop(member, None)
 

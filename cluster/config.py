@@ -100,6 +100,15 @@ class ClockSettings:
 
 
 @dataclass(frozen=True)
+class MembershipSettings:
+    """Membership changes (DESIGN.md §8.4, cluster/membership): a node being added that has not
+    caught up with the leader ``catch_up_timeout_s`` after its change began is not added (the
+    change is cancelled, and another may begin)."""
+
+    catch_up_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     node_id: str
     raft_address: str
@@ -116,6 +125,10 @@ class NodeConfig:
     clock: ClockSettings = ClockSettings()
     log_level: str = "info"
     source: Path | None = None
+    # A new node joining a running cluster (its peers: the current members): not a member,
+    # so it neither votes nor stands for election, until a membership change adds it.
+    join: bool = False
+    membership: MembershipSettings = MembershipSettings()
 
     @property
     def members(self) -> tuple[Peer, ...]:
@@ -147,6 +160,8 @@ _TOP_KEYS = {
     "storage",
     "clock",
     "log_level",
+    "join",
+    "membership",
 }
 
 
@@ -185,6 +200,12 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
             f"http_address {http_address} is not a loopback address: set API tokens, "
             "or api.allow_unauthenticated = true to serve it without authentication",
         )
+    join = raw.get("join", False)
+    if not isinstance(join, bool):
+        raise ConfigError("join", "must be true or false")
+    if join and not peers:
+        raise ConfigError("join", "a joining node lists the cluster's current members as "
+                          "[[peers]] (raftcron cluster status shows them)")
     log_level = raw.get("log_level", "info")
     if log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError("log_level", f"must be debug, info, warning or error, not {log_level!r}")
@@ -204,6 +225,8 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
         clock=_clock(raw.get("clock", {})),
         log_level=log_level,
         source=source,
+        join=join,
+        membership=_membership(raw.get("membership", {})),
     )
 
 
@@ -379,6 +402,18 @@ def _storage(value: object) -> StorageSettings:
     return StorageSettings(durability=durability)
 
 
+def _membership(value: object) -> MembershipSettings:
+    if not isinstance(value, dict):
+        raise ConfigError("membership", "must be a table")
+    _no_unknown(value, {"catch_up_timeout_s"}, "membership.")
+    timeout = value.get("catch_up_timeout_s", MembershipSettings.catch_up_timeout_s)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or \
+            not 1 <= timeout <= 86_400:
+        raise ConfigError("membership.catch_up_timeout_s",
+                          f"must be a number of seconds from 1 to 86400, not {timeout!r}")
+    return MembershipSettings(catch_up_timeout_s=float(timeout))
+
+
 _CLOCK_RANGES = {  # key -> (lowest, highest) accepted, in ms
     "max_skew_ms": (50, 3_600_000),
     "tick_slack_ms": (0, 10_000),
@@ -438,3 +473,13 @@ def _tuning(value: object) -> RaftTuning:
     if not 10 <= tuning.tick_ms <= 1_000:
         raise ConfigError("raft.tick_ms", "must be between 10 and 1000")
     return tuning
+
+
+def node_id_value(value: object, key: str) -> str:
+    """A node id as a config file states it (for other inputs that name nodes: the same rule)."""
+    return _node_id(value, key)
+
+
+def address_value(value: object, key: str) -> str:
+    """A "host:port" address as a config file states it (the same rule for other inputs)."""
+    return _address(value, key)

@@ -28,6 +28,7 @@ from raftcron.cluster.http.app import build_app
 from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
 from raftcron.cluster.http.trail import AuditTrail
+from raftcron.cluster.membership.driver import MembershipDriver
 from raftcron.cluster.metrics import RAFT_ROLES, NodeStats
 from raftcron.cluster.notifier import Notifier, NotifierStats
 from raftcron.cluster.peerhttp import PeerDialer, peer_dialer
@@ -68,7 +69,8 @@ class Node:
         members = [peer.node_id for peer in config.members]
         self.stats.clocks = ClockBook(config.node_id, members,
                                       max_skew_ms=config.clock.max_skew_ms)
-        self.clock_poller = ClockPoller(config, self.stats.clocks, dialer)
+        self.clock_poller = ClockPoller(config, self.stats.clocks, dialer,
+                                        members=self.raft.members)
         self.ticker = Ticker(
             self.raft,
             self.proposer,
@@ -83,6 +85,11 @@ class Node:
             lambda: self.raft.is_leader() and self.ticker.led_term == self.raft.term,
             stats=self.stats.notifier,
         )
+        self.membership = MembershipDriver(
+            self.raft, self.proposer,
+            catch_up_timeout_s=config.membership.catch_up_timeout_s,
+            election_timeout_s=config.raft.election_timeout_min_s,
+        )
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
             trail=AuditTrail(config.data_dir, config.node_id), dialer=dialer,
@@ -94,11 +101,16 @@ class Node:
         if 2 in (old, new):
             self.stats.leader_changes += 1
         before, after = RAFT_ROLES.get(old, str(old)), RAFT_ROLES.get(new, str(new))
+        # The term, so that a log read afterwards can tell two leaders of one term apart
+        # (the chaos suite's membership checker).
+        raft = getattr(self, "raft", None)
+        term = None if raft is None else raft.term
         log.info(
-            "raft role %s -> %s",
+            "raft role %s -> %s (term %s)",
             before,
             after,
-            extra={"action": "raft_role_changed", "old": before, "new": after},
+            term,
+            extra={"action": "raft_role_changed", "old": before, "new": after, "term": term},
         )
         self.loop.call_soon_threadsafe(self.ticker.wake.set)
 
@@ -106,6 +118,7 @@ class Node:
         self.clock_poller.start()
         self.ticker.start()
         self.notifier.start()
+        self.membership.start()
         # keepalive_timeout: aiohttp closes a connection idle that long, also one that has not
         # sent a whole first request head (the listener's docstring says why that matters).
         self.runner = web.AppRunner(
@@ -150,6 +163,7 @@ class Node:
             steps[step] = round(now - started, 3)
             started = now
 
+        self.services.stopping.set()  # requests that wait (membership changes) answer now
         if self.listener is not None:
             self.listener.close()
         self.waiters.close()  # long-polling claims answer now instead of at their deadline
@@ -163,6 +177,8 @@ class Node:
         done("notifier")
         await self.ticker.stop()
         done("ticker")
+        await self.membership.stop()
+        done("membership")
         await self.clock_poller.stop()
         done("clock_poller")
         self.raft.destroy()

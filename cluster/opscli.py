@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from raftcron.cluster import backup as backup_module
-from raftcron.cluster import tls
+from raftcron.cluster import membercli, tls
 from raftcron.cluster.client import ApiError, Client, Unavailable
 from raftcron.cluster.doctor import Thresholds, diagnose
 from raftcron.cluster.doctor import rows as doctor_rows
@@ -164,9 +164,10 @@ def add_commands(commands: Any) -> None:
                 "--to", dest="to_time", required=True, help="ISO-8601 or Unix ms (excluded)"
             )
 
-    cluster = commands.add_parser("cluster", help="cluster status and doctor")
+    cluster = commands.add_parser("cluster", help="cluster status, doctor, add and remove")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
-    add_common(actions.add_parser("status", help="members, roles, leader, indexes"))
+    add_common(actions.add_parser("status", help="members, roles, leader, indexes, changes"))
+    membercli.add_arguments(actions, add_common)
     doctor = actions.add_parser(
         "doctor",
         help="what needs a person: members down, no leader, clocks, lag, disk, log, versions "
@@ -390,13 +391,18 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
     if args.action == "doctor":
         _doctor(client, args)
         return
+    if args.action in ("add", "remove"):
+        membercli.run(client, args, lambda data, text: _print(args, data, lambda: text))
+        return
     view = client.cluster()
     views, _ = _ask_each_member(client, view["members"], "/v1/cluster")
     rows = []
     for member in sorted(view["members"], key=lambda m: m["node_id"]):
         own = views[member["node_id"]]
+        state = member.get("state", "voter")
         if own is None:
-            rows.append([member["node_id"], member["http_address"], "unreachable", "-", "-", "-"])
+            rows.append([member["node_id"], member["http_address"], "unreachable", "-", "-",
+                         "-", state])
             continue
         member["view"] = own
         rows.append(
@@ -407,6 +413,7 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
                 own["term"],
                 own["commit_index"],
                 own["applied_index"],
+                state,
             ]
         )
     leader = view["leader"] or "none"
@@ -415,7 +422,8 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
         view,
         lambda: (
             f"leader {leader}, term {view['term']}\n"
-            + _table(["NODE", "HTTP", "ROLE", "TERM", "COMMIT", "APPLIED"], rows)
+            + _table(["NODE", "HTTP", "ROLE", "TERM", "COMMIT", "APPLIED", "STATE"], rows)
+            + membercli.status_lines(view)
         ),
     )
 

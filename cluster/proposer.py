@@ -117,7 +117,16 @@ class Proposer:
 
     async def propose(self, command: Command) -> Result:
         """Propose once; raise NotApplied or Indeterminate when it did not (surely) commit."""
-        frame = codec.encode(command)
+        return await self.propose_frame(codec.encode(command))
+
+    async def propose_frame(self, frame: bytes) -> Result:
+        """`propose`, for a command already encoded (the member book's: cluster/membership)."""
+        is_voter = getattr(self.node, "is_voter", None)
+        if is_voter is not None and not is_voter():
+            # A joining node before it is added, a removed one after: nothing it proposes
+            # could be its to answer for (a removed node would only wait for a leader).
+            self._count("not_member")
+            raise NotApplied("this node is not a member of the cluster", reason="not_member")
         if len(frame) > FRAME_BYTES_MAX:
             raise TooLarge(
                 f"the command is {len(frame)} bytes encoded; the limit is {FRAME_BYTES_MAX}"
@@ -263,8 +272,9 @@ class Proposer:
             try:
                 return await self.propose(command)
             except ProposalFailed as error:
-                if not retriable or time.monotonic() + delay_s >= deadline:
-                    raise
+                if not retriable or error.reason == "not_member" or \
+                        time.monotonic() + delay_s >= deadline:
+                    raise  # a node that is not a member stays one for long: answer now
                 if on_retry is not None:
                     on_retry(error)
                 if error.reason in _LEADERLESS:

@@ -20,7 +20,20 @@ What this module changes, by subclassing (SyncObj takes ``transportClass``; noth
 3. ``accept()`` errors are transient: on EMFILE, ENFILE, ENOBUFS, ENOMEM the listener stops
    polling for ``ACCEPT_PAUSE_S`` and resumes (as asyncio does); ECONNABORTED and friends drop
    just that connection; an error event on the listener rebinds it.
-4. Connections not yet identified as a peer (``_unknownConnections``) are closed
+4. ``addNode`` of a node already known does nothing (cluster/membership registers a joining
+   node as a learner first, and PySyncObj adds it again when its configuration entry lands),
+   and a node, once known, stays known until the transport is destroyed: ``dropNode`` (which
+   PySyncObj calls when a configuration entry removes a node) keeps its connection. A node
+   catching up replays old configuration entries; one of them may remove the very leader that
+   sends it the log (removed once, added again later in the log): dropping that connection
+   left it unable to hear the leader again (it refuses an unknown peer, and does not dial
+   one), so it never reached the entry that adds the leader back (found by the chaos suite's
+   members scenario). And a peer that authenticated under an address this node does not know
+   (a member added since its config was written, met by a node that rejoins empty) becomes
+   known instead of being refused. Who counts is PySyncObj's configuration, not the
+   transport's peers; a removed node's vote requests are ignored (cluster/raftpatch.py,
+   rule 6).
+5. Connections not yet identified as a peer (``_unknownConnections``) are closed
    ``connection_timeout_s`` after they were accepted, and at most ``UNKNOWN_CONNECTIONS_MAX``
    are kept (a new one evicts the oldest, so a flood cannot lock a peer out for long).
    Identified peers keep the library's own timeout: they are the cluster's members.
@@ -47,6 +60,7 @@ import pysyncobj.pickle as pysyncobj_pickle
 import pysyncobj.tcp_connection
 import pysyncobj.tcp_server
 import pysyncobj.transport
+from pysyncobj.node import TCPNode
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.tcp_server import TcpServer
@@ -83,6 +97,7 @@ REVIEWED_SOURCE_SHA256: dict[str, str] = {
         "ecba8d76dfc385fe84bb2bfda0ca73ac3d60d1a5ef7149b626d434df395e639e",
     "TCPTransport.addNode": "8245fa6ac3ac9f366412beeb8f2060489eaacaa01d77dbb8b4ceff2c2ff58d00",
     "TCPTransport.destroy": "a5ef3f4054aff1f071c3884dd4dbb76073d6fec2c7c6df9abc209c88926dfcc7",
+    "TCPTransport.dropNode": "3f49cac8c4fdb650c95999c42482caca30b45fa7909847890c2e2da8aaefbd2f",
     "TcpServer.__init__": "54fe6123559b4102f85f3678547b391d1d9859862cb8bfedaa1f6f0a755b92b6",
     "TcpServer.bind": "5de9cab0854f26b4b116f2223ef98e873d8a86ab19d7de7f388349a8afe74237",
     "TcpServer.unbind": "e74b2fb37798c3af6e491dcf488fa6499483f7777cf7293d3c4bf3b02489ba11",
@@ -321,8 +336,13 @@ class GuardedServer(TcpServer):  # type: ignore[misc]
                 logger.info("action=raft_listener_rebound", extra={"action": "raft_rebound"})
 
 
+def _is_address(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536 and len(text) <= 300
+
+
 class GuardedTransport(TCPTransport):  # type: ignore[misc]
-    """PySyncObj's TCP transport with the four rules of this module."""
+    """PySyncObj's TCP transport with the rules of this module."""
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         check()
@@ -349,6 +369,10 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]
             connectionTimeout=plain._TcpServer__connectionTimeout)
 
     def addNode(self, node: Any) -> None:
+        if node in self._nodes:
+            # Known already (a learner becoming a voter): the library would make a second
+            # outgoing connection and orphan the first, still open.
+            return
         super().addNode(node)
         plain = self._connections.get(node)
         if plain is None or isinstance(plain, GuardedConnection):
@@ -363,6 +387,25 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]
         conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
         conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
         self._connections[node] = conn
+
+    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
+        if self._syncObj.encryptor and conn.sendRandKey and isinstance(message, str) and \
+                message != "readonly" and message not in self._nodeAddrToNode and \
+                _is_address(message):
+            # Rule 4: a peer that authenticated (this frame passed Fernet: it holds the
+            # cluster password) under an address this node does not know is known from now
+            # on: a node that rejoins empty, or whose config lists members since removed,
+            # hears the members of today, who dial it.
+            self.addNode(TCPNode(message))
+        super()._onIncomingMessageReceived(conn, message)
+
+    def dropNode(self, node: Any) -> None:
+        if getattr(self, "_destroying", False):
+            super().dropNode(node)  # rule 4: only the end of the transport drops a node
+
+    def destroy(self) -> None:
+        self._destroying = True
+        super().destroy()
 
     def _onNewIncomingConnection(self, conn: Any) -> None:
         if len(self._unknownConnections) >= UNKNOWN_CONNECTIONS_MAX:

@@ -29,6 +29,12 @@ The rules this module adds (tests/raft shows each failing on 0.3.17 and passing 
 5. Compaction: a compaction that completes after a snapshot install replaced the log would
    delete the whole new log (``__deleteEntriesTo(serializeID)``), wedging the node; skipped.
    Outside the reported issue, but the simulation hits it as soon as snapshots are involved.
+6. Vote requests from a node that is not in this node's configuration are ignored (Raft
+   thesis §4.2.3: a removed server must not disrupt the cluster). The transport keeps talking
+   to nodes a configuration entry removed (cluster/raftguard.py, rule 4), so a removed node
+   that never heard of its removal reaches the members: with rule 6 its ever higher terms
+   depose nobody. Only ever a vote not given: safe; a new member whose entry has not reached
+   this node yet is heard once it has.
 
 How: the original functions keep doing all the work; the wrappers only rewrite their input.
 The handler is bound in ``SyncObj.__init__``, so ``install()`` must run before a node is built;
@@ -87,6 +93,18 @@ REVIEWED_SOURCE_SHA256: dict[str, str] = {
     "_checkCommandsToApply": "a386a8079361d204f2c11f895416548c432a254671a9114258921c25108a966e",
     # Wrapped by cluster/leaderloss.py (an election soon after the leader's connection drops).
     leaderloss.HANDLER: "a81c0475ba2218cc4732ab756b39e64ec22e8d9f3ff5987bc34649f9a2536c95",
+    # Dynamic membership (cluster/membership/raftconfig.py, storage hooks rules 5 and 6): what
+    # a configuration change does when appended, applied, loaded, and the leader's gate.
+    "_SyncObj__changeCluster": "66b42884f9d2dbd1d27daaf1e1aa93d97c8969705b782b4837b7741d94746da6",
+    "_SyncObj__doChangeCluster":
+        "247d4d4101b8cd3ce82232ec9cf69d3556c78df7e6d0002a277d38676e630350",
+    "_SyncObj__updateClusterConfiguration":
+        "e2de42f3d1a46c962435731d2f0de4bc899aae7d3611163a205df4ef926c7ae4",
+    "_SyncObj__doApplyCommand": "1ea7aa506e950d0aecc7aa7ea750a6fc1164cbff9b208784fe4724dfe1ec91dc",
+    "_SyncObj__parseChangeClusterRequest":
+        "b2d5d695b12e592fd32dc956415884096f7d13cd8f7b2cf69d4b8d3c2bb0178f",
+    "addNodeToCluster": "409209c3165ec2dc83dca52c2a7399084299dc5842ddc12e2a5f72581cca63b6",
+    "removeNodeFromCluster": "a655f3c1f147299823a8152d7ed9e15b5812af2d264fca8dc8c667faf9566877",
 }
 REVIEWED_SYNCOBJ_FILE_SHA256 = "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4"
 
@@ -207,6 +225,8 @@ def _make_handler(library: Callable[..., Any]) -> Callable[..., Any]:
     def on_message_received(self: Any, node: Any, message: Any) -> None:
         if isinstance(message, dict):
             kind = message.get("type")
+            if kind == "request_vote" and node not in self.otherNodes:
+                return  # rule 6
             if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
                 if "prevLogIdx" in message:
                     _follower_append(library, self, node, message)

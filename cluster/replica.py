@@ -16,11 +16,17 @@ The shell reads the state through one seam, `read(query)`: a pure query (`schedu
 run under `lock`, which the Raft thread holds while applying (PySyncObj mutates the state on
 its own thread, and an unlocked reader can see a dict change size mid-walk). Queries return
 plain data, so nothing outside this module holds the lock or a live record.
+
+Beside the core's state the replica keeps the member book (`cluster.membership.book`): its
+commands travel in the same entries (tags from 1001, which the core does not know), its record
+goes into the storage's snapshot under its own key, and once it holds anything the audit
+digest covers it too (replicas must agree on their members as on their jobs).
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 import os
 import threading
@@ -34,6 +40,8 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 
 from raftcron.cluster import raftguard, raftpatch
 from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.membership import book as member_book
+from raftcron.cluster.membership import directory
 from raftcron.cluster.storage.node import RaftStorage
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Barrier
@@ -102,6 +110,7 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         self.audits: dict[str, tuple[int, str]] = {}
         super().__init__()
         self.state = SchedulerState()
+        self.members = member_book.MemberBook()  # immutable: replaced whole by each change
 
     @replicated  # type: ignore[untyped-decorator]
     def apply(self, payload: bytes) -> list[Result] | Rejected:
@@ -116,7 +125,7 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                     try:
                         command, fingerprint = codec.decode_request(frame)
                     except Invalid as error:
-                        results.append(Rejected.from_invalid(error))
+                        results.append(self._apply_member_frame(frame, error))
                         continue
                     results.append(self.state.apply(command, fingerprint))
                     if isinstance(command, Barrier) and (command.request_id or "").startswith(
@@ -131,6 +140,17 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
             log.critical("bug while applying a log entry; stopping the node", exc_info=True)
             logging.shutdown()
             os._exit(EXIT_BUG)
+
+    def _apply_member_frame(self, frame: bytes, core_error: Invalid) -> Result:
+        """A frame the core does not know: a member book command, or an invalid one."""
+        try:
+            command = member_book.decode(frame)
+        except Invalid as error:
+            return Rejected.from_invalid(error)
+        if command is None:
+            return Rejected.from_invalid(core_error)
+        self.members, result = self.members.apply(command)
+        return result
 
     def read(self, query: Callable[[SchedulerState], T]) -> T:
         """The answer of a pure query of the state, run between two applied entries."""
@@ -150,9 +170,25 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
 
     def _record_audit(self, audit_id: str) -> None:
         index = int(getattr(self._syncObj, "raftLastApplied", 0)) + 1
-        self.audits[audit_id] = (index, digest(self.state))
+        self.audits[audit_id] = (index, self.digest())
         while len(self.audits) > AUDITS_KEPT:
             del self.audits[next(iter(self.audits))]
+
+    def digest(self) -> str:
+        """The state's digest; once the member book holds anything, of both (call under
+        `lock`, or on the Raft thread)."""
+        core = digest(self.state)
+        if not self.members.recorded and self.members.change is None:
+            return core  # as before membership existed: comparable with a backup's digest
+        book = msgpack.packb(self.members.to_wire(), use_bin_type=True)
+        return hashlib.sha256(core.encode() + book).hexdigest()[:32]
+
+    def snapshot_members(self) -> Any:
+        """The member book as the snapshot keeps it (read in the snapshot writer)."""
+        return self.members.to_wire()
+
+    def load_members(self, data: Any) -> None:
+        self.members = member_book.MemberBook.from_wire(data)
 
     def snapshot_bytes(self) -> bytes:
         """The core's snapshot (called in the snapshot writer: a fork, or inline)."""
@@ -204,7 +240,8 @@ def sync_conf(
         autoTickPeriod=0.01,
         onStateChanged=on_state_changed,
         onReady=on_ready,
-        dynamicMembershipChange=False,
+        # PySyncObj's single-server changes, with our guards (cluster/membership/raftconfig).
+        dynamicMembershipChange=True,
     )
 
 
@@ -250,8 +287,15 @@ class RaftNode:
             on_fatal=_exit_on_storage_failure,
             rejoin_empty=rejoin_empty,
         )
+        # Before the Raft thread starts: a joining node must never vote as if it were a member.
+        self.storage.configured_voters = [
+            m.raft_address for m in directory.initial_members(config)]
+        storage = self.storage
+        storage.voters_recorded = lambda: self.machine.members.recorded or bool(
+            storage.log.config_indexes)
+        self.storage.may_vote = self.is_voter
+        self.storage.may_lead = self.may_lead
         conf.journalFile = conf.fullDumpFile = self.storage
-        self.raft_ids = {peer.raft_address: peer.node_id for peer in config.members}
         others = [peer.raft_address for peer in config.peers]
         try:
             self.sync = SyncObj(
@@ -266,6 +310,40 @@ class RaftNode:
             raise
         self._raft_thread_calls: deque[Callable[[], None]] = deque()
         self._wrap_tick()
+        self.sync._raftcron_config_gate = self._config_gate
+
+    # -- membership (cluster/membership) --------------------------------------------------
+
+    def members(self) -> tuple[member_book.Member, ...]:
+        return directory.current_members(self.config, self.machine.members)
+
+    def is_member(self) -> bool:
+        """A member as the member book says (the configs before the first change)."""
+        return directory.is_member(self.config, self.machine.members)
+
+    def is_voter(self) -> bool:
+        """In the Raft configuration this node's own snapshot and log hold (committed or not,
+        as Raft's single-server changes count): not yet, for a joining node until the entry
+        adding it reaches it; not any more, for a removed one that got its removal. A node
+        that is not neither votes nor stands for election (the storage hooks)."""
+        return self.config.raft_address in self.storage.voters()
+
+    def may_lead(self) -> bool:
+        """False while this node's own removal is in progress: it hands leadership over."""
+        return not directory.being_removed(self.config, self.machine.members)
+
+    def _config_gate(self, kind: str, address: str) -> bool:
+        """On the Raft thread, before a configuration entry is appended: only the change in
+        progress, uncancelled (cluster/membership/raftconfig.py says why)."""
+        change = self.machine.members.change
+        if change is None or change.cancel_reason:
+            return False
+        wanted = ("add" if change.action == "add" else "rem", change.member.raft_address)
+        return (kind, address) == wanted
+
+    def on_raft_thread(self, call: Callable[[], None]) -> None:
+        """Run `call` on the Raft thread, before its next tick."""
+        self._raft_thread_calls.append(call)
 
     def _wrap_tick(self) -> None:
         """Run queued calls on the Raft thread, before its next tick: PySyncObj's state and
@@ -284,13 +362,18 @@ class RaftNode:
         """Hand leadership to the first of `candidates` (node ids) that is caught up (Raft
         TimeoutNow), on the Raft thread; a no-op when this node no longer leads or none is
         caught up (the ticker asks again at its next step)."""
-        addresses = {peer.node_id: peer.raft_address for peer in self.config.peers}
+        addresses = {node_id: address for address, node_id in self.raft_ids.items()}
         targets = [addresses[node_id] for node_id in candidates if node_id in addresses]
 
         def transfer() -> None:
             transfer_to_first(self.sync, targets)
 
         self._raft_thread_calls.append(transfer)
+
+    @property
+    def raft_ids(self) -> dict[str, str]:
+        """Raft address -> node id, following the membership."""
+        return directory.raft_ids(self.config, self.machine.members)
 
     # PySyncObj exposes these as underscore methods; they are its documented API.
     def is_leader(self) -> bool:

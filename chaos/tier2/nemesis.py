@@ -105,8 +105,8 @@ class ChaosCluster(LocalCluster):
             self.net.start()
         return self.add_nodes({i: (raft[i], http[i]) for i in ids})
 
-    def config_text(self, node: LocalNode) -> str:
-        text = super().config_text(node)
+    def config_text(self, node: LocalNode, peers: list[LocalNode] | None = None) -> str:
+        text = super().config_text(node, peers)
         for peer in self.nodes:
             dial = self.relay_peers.get((node.node_id, peer.node_id))
             if dial is not None:
@@ -145,6 +145,10 @@ class ChaosCluster(LocalCluster):
     @property
     def urls(self) -> list[str]:
         return [node.url for node in self.configure()]
+
+    def known_nodes(self) -> list[LocalNode]:
+        """Every node clients may be sent to: the members (more in member_faults)."""
+        return list(self.configure())
 
     def leader_or_none(self, timeout_s: float = 3.0) -> LocalNode | None:
         try:

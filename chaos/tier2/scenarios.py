@@ -24,12 +24,14 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from raftcron.chaos.tier2 import checkers, workload
 from raftcron.chaos.tier2.context import Context
 from raftcron.chaos.tier2.history import History
+from raftcron.chaos.tier2.member_faults import MemberCluster, plan_members
 from raftcron.chaos.tier2.nemesis import ADMIN, ChaosCluster, Nemesis
 from raftcron.chaos.tier2.netns import Namespaces, Relay, namespaces_possible
 from raftcron.chaos.tier2.plans import (
@@ -64,6 +66,7 @@ class Scenario:
     workflow_every_s: float = 4.0
     raft: dict[str, object] | None = None  # [raft] settings other than CHAOS_RAFT
     cluster_class: type[ChaosCluster] = ChaosCluster  # PowerCluster: data dirs on powerfs
+    needs_namespaces: bool = False  # the relay cannot give a node one address for everyone
 
 
 @dataclass
@@ -114,10 +117,13 @@ SCENARIOS: dict[str, Scenario] = {
                  "of one node, a majority, all; kill -9 of the main PID mid-snapshot; "
                  "snapshots every few seconds", plan_power, raft=STORAGE_RAFT,
                  cluster_class=PowerCluster),
+        Scenario("members", "add and remove members (the leader too) while killing, isolating "
+                 "and pausing the leader or the joining node; a second change meanwhile",
+                 plan_members, nodes=5, cluster_class=MemberCluster, needs_namespaces=True),
     ]
 }
 FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "five", "storage",
-        "power"]
+        "power", "members"]
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -138,6 +144,10 @@ def run_scenario(
     folder.mkdir(parents=True, exist_ok=True)
     kind, why = choose_transport(transport)
     outcome = Outcome(scenario.name, seed, folder, kind)
+    if scenario.needs_namespaces and kind != "netns":
+        outcome.error = f"{scenario.name} needs network namespaces ({why})"
+        _write_results(outcome)
+        return outcome
     if why:
         outcome.notes.append(f"partitions use the in-process relay: {why}")
     started = time.monotonic()
@@ -172,7 +182,7 @@ def run_scenario(
         for name in WORKERS:
             pool.start(name)
         client = workload.ClientLoad(
-            {node.url: node.node_id for node in cluster.nodes}, history, sink, seed,
+            {node.url: node.node_id for node in cluster.known_nodes()}, history, sink, seed,
             workflow_every_s=scenario.workflow_every_s,
         )
         client.start()
@@ -287,7 +297,7 @@ def _collect(
         "grace_ms": workload.GRACE_MS,
         "lease_ms": workload.LEASE_MS,
         "horizon_ms": now_ms - 3_000,
-        "nodes": scenario.nodes,
+        "nodes": len(cluster.nodes),  # the members at the end (membership changes them)
         "leader_bound_s": 8 if scenario.nodes >= 5 else 5,
         "rerun_bound_s": 10,
         "drain_bound_s": DRAIN_BOUND_S,
@@ -295,6 +305,8 @@ def _collect(
         "max_skew_ms": ClockSettings.max_skew_ms,
         "task": workload.TASK,
         "raft_alarms": _raft_alarms(folder / "nodes"),
+        "leaders": _leaders(folder / "nodes"),
+        "members_final": _members_final(cluster),
     }
     final = {"jobs": jobs, "schedules": schedule_list, "events": events, "digests": digests,
              "settings": settings}
@@ -315,6 +327,36 @@ def _raft_alarms(nodes: Path) -> list[str]:
             found += [f"{log_path.stem}: {line.strip()}" for line in lines
                       if raftpatch.TRUNCATION_ALARM in line]
     return found
+
+
+def _leaders(nodes: Path) -> list[dict[str, Any]]:
+    """Every time a node became leader, from the node logs: {node, term, t (Unix ms)}."""
+    found = []
+    for log_path in sorted(nodes.glob("*/*.log")):
+        with log_path.open(errors="replace") as lines:
+            for line in lines:
+                if '"raft_role_changed"' not in line or '"new": "leader"' not in line:
+                    continue
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    record = json.loads(line)
+                    at = datetime.fromisoformat(record["ts"].replace("Z", "+00:00"))
+                    found.append({"node": record["node"], "term": int(record["term"]),
+                                  "t": int(at.timestamp() * 1000)})
+    return found
+
+
+def _members_final(cluster: ChaosCluster) -> dict[str, Any] | None:
+    """Each member's membership view at the end, and whom the harness counts as members."""
+    if not isinstance(cluster, MemberCluster):
+        return None
+    views: dict[str, Any] = {}
+    for node in cluster.live_nodes():
+        try:
+            status, view, _ = cluster.request(node, "GET", "/v1/cluster/members", token=ADMIN)
+        except OSError:
+            status, view = 0, None
+        views[node.node_id] = view if status == 200 else None
+    return {"expected": [node.node_id for node in cluster.nodes], "views": views}
 
 
 def _details(cluster: ChaosCluster, node: Any, ids: list[int]) -> list[dict[str, Any]]:

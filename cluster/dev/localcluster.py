@@ -146,6 +146,7 @@ class LocalCluster:
         self.log_level = log_level
         self.password: str | None = secrets.token_hex(16)
         self.nodes: list[LocalNode] = []
+        self.retired: list[LocalNode] = []  # removed from the cluster (cluster/dev/joining.py)
         self.closed = False
         atexit.register(self.close)
 
@@ -195,8 +196,9 @@ class LocalCluster:
             node.config_path.write_text(self.config_text(node))
         return self.nodes
 
-    def config_text(self, node: LocalNode) -> str:
-        """The TOML config of one node (DESIGN.md section 5)."""
+    def config_text(self, node: LocalNode, peers: list[LocalNode] | None = None) -> str:
+        """The TOML config of one node (DESIGN.md section 5); its peers are every other node
+        unless given."""
         lines = [
             f"# Written by cluster.localcluster for a local {self.size}-node cluster.",
             f"node_id = {toml_value(node.node_id)}",
@@ -207,7 +209,7 @@ class LocalCluster:
         ]
         if self.password is not None:  # a test may clear it to see a node run without one
             lines.append(f"cluster_password = {toml_value(self.password)}")
-        for peer in self.nodes:
+        for peer in self.nodes if peers is None else peers:
             if peer is node:
                 continue
             lines += [
@@ -381,7 +383,7 @@ class LocalCluster:
         if self.closed:
             return
         self.closed = True
-        for node in self.nodes:
+        for node in self.nodes + self.retired:
             process = node.process
             if process is not None and process.poll() is None:
                 node.expected_exit = True

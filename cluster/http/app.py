@@ -14,7 +14,16 @@ import logging
 
 from aiohttp import web
 
-from raftcron.cluster.http import backup, claims, dashboard, jobs, notifications, ops, schedules
+from raftcron.cluster.http import (
+    backup,
+    claims,
+    dashboard,
+    jobs,
+    members,
+    notifications,
+    ops,
+    schedules,
+)
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import (
     CALLER,
@@ -88,6 +97,6 @@ def build_app(svc: Services) -> web.Application:
     app[SERVICES] = svc
     app.add_routes(
         jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + backup.routes()
-        + dashboard.routes() + notifications.routes()
+        + dashboard.routes() + notifications.routes() + members.routes()
     )
     return app

@@ -26,3 +26,7 @@ PREVIEW_COUNT_MAX = 1_000  # fire times one preview lists
 AT_PAST_GRACE_MS = 1_000
 PATH_ID_DIGITS_MAX = 18  # a job id in a path: below 10**18, so it fits a 64-bit integer
 BACKUP_WAIT_S = 120  # a backup waits this long for its snapshot to be made
+# A membership change's POST or DELETE waits at most this long for the change to end (the
+# default is shorter); past it the answer is 202 and the change goes on (GET shows it).
+MEMBER_WAIT_S_MAX = 120
+MEMBER_WAIT_S_DEFAULT = 30

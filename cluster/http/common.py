@@ -13,7 +13,7 @@ import json
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -65,6 +65,8 @@ class Services:
     stats: Any  # cluster.metrics.NodeStats
     trail: Any = None  # cluster.http.trail.AuditTrail (None: nothing is recorded)
     dialer: PeerDialer | None = None  # how this node asks its peers (None: it never does)
+    # Set when the node stops: a request that waits for something else answers at once.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 SERVICES: web.AppKey[Services] = web.AppKey("services", Services)

@@ -26,6 +26,7 @@ from raftcron.cluster.http.common import (
     requires,
     services,
 )
+from raftcron.cluster.http.members import membership_view
 from raftcron.cluster.replica import AUDIT_PREFIX, RaftNode
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import Barrier
@@ -58,20 +59,23 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
     clock = svc.stats.clock_view()
     offsets = {} if clock is None else clock.offsets_ms
     members = []
-    for peer in config.members:
-        me = peer.node_id == config.node_id
+    membership = membership_view(node)  # the members now, not the config file's
+    for peer in membership["members"]:
+        me = peer["node_id"] == config.node_id
         connected = (
-            None if me else status.get(f"partner_node_status_server_{peer.raft_address}") == 2
+            None if me else status.get(f"partner_node_status_server_{peer['raft_address']}") == 2
         )
         members.append(
             {
-                "node_id": peer.node_id,
-                "raft_address": peer.raft_address,
-                "http_address": peer.http_address,
+                "node_id": peer["node_id"],
+                "raft_address": peer["raft_address"],
+                "http_address": peer["http_address"],
                 "self": me,
                 "reachable": True if me else connected,
-                "match_index": None if me else status.get(f"match_idx_server_{peer.raft_address}"),
-                "clock_offset_ms": offsets.get(peer.node_id),
+                "match_index": None if me else status.get(
+                    f"match_idx_server_{peer['raft_address']}"),
+                "clock_offset_ms": offsets.get(peer["node_id"]),
+                "state": peer["state"],
             }
         )
     summary = node.machine.read(views.summary)
@@ -86,6 +90,7 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
         "ready": bool(node.sync.isReady()),
         "has_quorum": bool(status.get("has_quorum", False)),
         "members": members,
+        "membership_change": membership["change"],
         "state": summary,
         "version": VERSION,
         "storage": node.storage.summary(time.time()),
@@ -203,8 +208,10 @@ async def readyz(request: web.Request) -> web.Response:
     # Until the first Tick every write is refused not_ready: so is readiness. One attribute,
     # read without the apply lock: a health check must not wait out a long apply.
     clock_started = node.machine.clock_started
+    member = node.is_voter()
     ready = (
-        leader is not None
+        member
+        and leader is not None
         and bool(node.sync.isReady())
         and storage_problem is None
         and clock_started
@@ -216,6 +223,7 @@ async def readyz(request: web.Request) -> web.Response:
         "applied_index": node.applied_index,
         "storage": "ok" if storage_problem is None else storage_problem,
         "clock": "started" if clock_started else "not started",
+        "member": member,
     }
     return json_response(body, status=200 if ready else 503)
 

@@ -23,6 +23,20 @@ built with plain file names keep the library's own storage. What the hooks do fo
    (`journal.reconcile`), so it is never cleared at start.
 4. A storage that cannot write (disk full, I/O error) makes the node step down, send no acks
    and no votes, and try again each tick; it logs why (rate-limited) and recovers by itself.
+5. The Raft configuration (who votes) is the storage's, not the config file's: at start and
+   when a snapshot is installed, the voters are the snapshot's ``cluster`` with every change in
+   the log after it (committed or not: a change takes effect when appended). PySyncObj applies
+   a change when it is appended (leader and followers, undone if the entry is truncated) and
+   AGAIN when it is applied; the second time is skipped here, because applying an old "add"
+   after a later "remove" was appended re-adds the node (its restart replays committed entries
+   after the log's newer changes were already in force).
+6. A configuration change is appended only if the node's gate allows it
+   (``_raftcron_config_gate``, set by `cluster.membership`: the change the replicated member
+   book holds in progress, and only while the leader is not aborting it), so neither a stale
+   or forwarded request nor PySyncObj's admin command can change who votes behind the book.
+7. A learner neither votes nor stands for election: a node rejoining empty, and a node that is
+   not a member (`RaftStorage.may_vote`: a joining node until it is added, a removed one).
+   Either stops being one once its log holds every committed entry (see `_learner_step`).
 
 Guard: `cluster.raftpatch` checks the library's source against reviewed hashes, which cover the
 functions relied on here; `install()` runs with it.
@@ -40,7 +54,7 @@ from pysyncobj import SyncObj
 
 from raftcron.cluster.storage.journal import LEARNER_VOTE, StorageJournal
 from raftcron.cluster.storage.node import RaftStorage
-from raftcron.cluster.storage.raftlog import StorageUnavailable
+from raftcron.cluster.storage.raftlog import CONFIG_COMMAND, StorageUnavailable
 
 log = logging.getLogger("raftcron.storage")
 
@@ -115,10 +129,16 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
         held = _held_acks(self)
         while held:
             library_send(self, **held.pop(0))
+        if not getattr(self, "_raftcron_voters_restored", False):
+            _restore_voters(self, storage)  # no snapshot to load: the log's changes alone
         if storage.snapshots.on_chunk is None:
             storage.snapshots.on_chunk = functools.partial(_report_chunk, self)
-        if storage.rejoining:
+        if not storage.may_vote():
+            storage.held_back = True
+        if storage.learner:
             _learner_step(self, storage)
+        elif not storage.may_lead():
+            _hand_over(self)
         try:
             library(self, timeToWait)
         except StorageUnavailable as error:
@@ -151,21 +171,41 @@ def _stand_down(self: Any) -> None:
     self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + self.conf.raftMaxTimeout
 
 
+def _hand_over(self: Any) -> None:
+    """Stop leading and stand for no election (its removal is in progress): the others elect
+    a leader among them, which removes it. It still votes: a two-node cluster removing its
+    leader needs that vote to elect the other."""
+    if self._isLeader():
+        log.info("standing down: this node is being removed from the cluster",
+                 extra={"action": "leader_hand_over"})
+        self._SyncObj__setState(_FOLLOWER)
+        self._SyncObj__raftLeader = None
+    self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + self.conf.raftMaxTimeout
+
+
 def _learner_step(self: Any, storage: RaftStorage) -> None:
-    """A node that rejoined empty is a learner until it holds every committed entry: its
-    commit index is an entry of the current leader's term (Leader Completeness: all that was
-    committed before is at or below it). Until then it never stands for election and never
-    grants a vote. Then it records a vote for that leader in this term, so a vote it may have
-    cast in this term before it lost its data is never cast a second time."""
+    """A learner (a node that rejoined empty, or one that is not a member) stays one until it
+    holds every committed entry: its commit index is an entry of the current leader's term
+    (Leader Completeness: all that was committed before is at or below it) and, if it was held
+    back for not being a member, it is one now. Until then it never stands for election and
+    never grants a vote. Then it records a vote for that leader in this term, so a vote it may
+    have cast in this term before it lost its data is never cast a second time."""
     journal: StorageJournal = self._SyncObj__raftLog
     journal.node = self
     log_ = storage.log
     term, commit, leader = self.raftCurrentTerm, self.raftCommitIndex, self._getLeader()
     if leader is not None and leader != self.selfNode and term > 0 and len(log_) and \
-            log_.first_index <= commit <= log_.last_index and log_.term_at(commit) == term:
-        self._SyncObj__votedForNodeId = leader.id
-        log_.set_hard_state(term, leader.id)
-        storage.finish_rejoin()
+            log_.first_index <= commit <= log_.last_index and log_.term_at(commit) == term \
+            and storage.may_vote():
+        voted = log_.voted_for if log_.term == term else None
+        self._SyncObj__votedForNodeId = voted or leader.id
+        log_.set_hard_state(term, voted or leader.id)
+        if storage.held_back:
+            storage.held_back = False
+            log.info("a member now, caught up with the leader: a voter",
+                     extra={"action": "member_voting"})
+        if storage.rejoining:
+            storage.finish_rejoin()
         return
     self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + \
         self.conf.raftMaxTimeout
@@ -214,7 +254,43 @@ def _make_load_dump_file(library: Callable[..., Any]) -> Callable[..., Any]:
             storage.fatal(f"cannot load the snapshot {storage.snapshots.path}: "
                           f"{type(error).__name__}: {error}")
             raise
+        _restore_voters(self, storage)  # at start, and after an install replaced the log
     return load_dump_file
+
+
+def _restore_voters(self: Any, storage: RaftStorage) -> None:
+    """Make PySyncObj's voters the ones this node's storage names (rule 5)."""
+    self._raftcron_voters_restored = True
+    me = self.selfNode.id if self.selfNode is not None else None
+    configured = [node.id for node in self.otherNodes] + ([me] if me else [])
+    if storage.configured_voters:
+        configured = list(storage.configured_voters)  # the node's (without itself if joining)
+    voters = storage.voters_at_start(configured)
+    others = [address for address in voters if address != me]
+    if sorted(others) != sorted(node.id for node in self.otherNodes):
+        log.info("voters from this node's snapshot and log: %s (the config file names %s)",
+                 ", ".join(voters), ", ".join(sorted(configured)),
+                 extra={"action": "voters_restored", "voters": voters})
+        self._SyncObj__updateClusterConfiguration(others)
+
+
+def _make_change_cluster(library: Callable[..., Any]) -> Callable[..., Any]:
+    def change_cluster(self: Any, request: Any) -> bool:
+        gate = getattr(self, "_raftcron_config_gate", None)
+        if gate is not None and not gate(str(request[0]), str(request[1])):
+            log.warning("configuration change %s %s refused: not the change in progress",
+                        request[0], request[1], extra={"action": "config_change_refused"})
+            return False
+        return bool(library(self, request))
+    return change_cluster
+
+
+def _make_do_apply_command(library: Callable[..., Any]) -> Callable[..., Any]:
+    def do_apply_command(self: Any, command: bytes) -> Any:
+        if command[:1] == CONFIG_COMMAND and storage_of(self) is not None:
+            return None  # in force since it was appended (rule 5)
+        return library(self, command)
+    return do_apply_command
 
 
 _PATCHES_OF_SYNCOBJ: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
@@ -223,6 +299,8 @@ _PATCHES_OF_SYNCOBJ: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]
     "_SyncObj__onBecomeLeader": _make_on_become_leader,
     "_checkCommandsToApply": _make_check_commands_to_apply,
     "_SyncObj__loadDumpFile": _make_load_dump_file,
+    "_SyncObj__doApplyCommand": _make_do_apply_command,
+    "_SyncObj__changeCluster": _make_change_cluster,
 }
 _PATCHES_OF_MODULE: dict[str, Callable[[Any], Callable[..., Any]]] = {
     "createJournal": _make_create_journal,

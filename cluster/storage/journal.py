@@ -30,7 +30,7 @@ class JournalOwner(Protocol):
     log: RaftLog
 
     @property
-    def rejoining(self) -> bool: ...
+    def learner(self) -> bool: ...
 
     def sync(self) -> bool: ...
 
@@ -125,7 +125,7 @@ class StorageJournal:
 
     def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:
         self.log.set_hard_state(term, votedForNodeId)
-        if self.storage.rejoining and votedForNodeId is None and self.node is not None:
+        if self.storage.learner and votedForNodeId is None and self.node is not None:
             # PySyncObj grants a vote when votedFor is None right after a new term clears it;
             # a learner's is never None in memory (never written: the disk says None).
             self.node._SyncObj__votedForNodeId = LEARNER_VOTE

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raftcron.cluster.histogram import Histogram
+from raftcron.cluster.storage import configlog
 from raftcron.cluster.storage.datadir import DataDir, open_data_dir
 from raftcron.cluster.storage.disk import Disk, OsDisk
 from raftcron.cluster.storage.journal import StorageJournal, reconcile
@@ -69,6 +70,7 @@ class RaftStorage(os.PathLike[str]):
                                segment_bytes_max=segment_bytes_max)
             self.snapshots = SnapshotStore(self.directory, source, durable=durable, fork=fork,
                                            disk=self.disk, inherited_fds=self._fds_to_close)
+            self.snapshots.cluster_at = self.voters_at
             self._log_load_report()
             reconcile(self.log, self.snapshots.current, self.snapshots.path)
             self.log.ensure_segment()
@@ -81,6 +83,21 @@ class RaftStorage(os.PathLike[str]):
         self.write_error: str | None = None
         self._unhealthy_logged_at = -UNHEALTHY_LOG_EVERY_S
         self._closed = False
+        # Whether this node may vote now, as the node sees its membership (a node that is not
+        # a member yet, or no more, is a learner: `hooks`). Set by the node; True alone.
+        self.may_vote: Callable[[], bool] = lambda: True
+        # Whether it may lead: False while its own removal is in progress (it hands over).
+        self.may_lead: Callable[[], bool] = lambda: True
+        self.held_back = False  # a learner because may_vote() said no, until caught up
+        # The voters before any change in this node's log, as its config file says (the node
+        # sets them): what `voters()` starts from when no snapshot names them.
+        self.configured_voters: list[str] = []
+        self._voters_cache: tuple[Any, list[str]] | None = None
+        # Whether the membership ever changed (set by the node: its member book, or a change
+        # in the log). Until then the config files are the configuration, as they always were
+        # (the chaos suite's relay gives each node its own address for a peer: no snapshot's
+        # voters could be everyone's); from then on, the snapshot and the log are.
+        self.voters_recorded: Callable[[], bool] = lambda: bool(self.log.config_indexes)
 
     def _log_load_report(self) -> None:
         report = self.log.report
@@ -111,6 +128,38 @@ class RaftStorage(os.PathLike[str]):
         """Lost its data and came back empty: a learner (no vote, no candidacy) until caught
         up with a leader (`hooks`)."""
         return self.datadir.rejoining
+
+    @property
+    def learner(self) -> bool:
+        """Neither votes nor stands for election: rejoining empty, or not a member."""
+        return self.datadir.rejoining or self.held_back
+
+    def voters_at(self, voters: list[str], index: int) -> list[str]:
+        """The voters as of log index `index`, given the voters now (the latest change in
+        the log): the changes after it undone."""
+        return configlog.undo(voters, configlog.changes_after(
+            index, self.log.config_indexes, self.log.command_at))
+
+    def voters_at_start(self, configured: list[str]) -> list[str]:
+        """The voters this node's own storage names: the snapshot's, with every change in the
+        log after it; `configured` (the config file's) only where no snapshot says otherwise."""
+        if not self.voters_recorded():
+            return sorted(configured)
+        snapshot = self.snapshots.current
+        base = snapshot.cluster if snapshot is not None and snapshot.cluster else configured
+        after = 0 if snapshot is None else snapshot.index
+        return configlog.apply(base, configlog.changes_after(
+            after, self.log.config_indexes, self.log.command_at))
+
+    def voters(self) -> list[str]:
+        """`voters_at_start` of `configured_voters`, now (cached until the log's configuration
+        entries or the snapshot change): who votes, as this node's storage says."""
+        snapshot = self.snapshots.current
+        key = (None if snapshot is None else snapshot.index, tuple(self.log.config_indexes),
+               tuple(self.configured_voters), self.voters_recorded())
+        if self._voters_cache is None or self._voters_cache[0] != key:
+            self._voters_cache = (key, self.voters_at_start(list(self.configured_voters)))
+        return self._voters_cache[1]
 
     def finish_rejoin(self) -> None:
         self.datadir.finish_rejoin(self.disk)

@@ -45,6 +45,10 @@ CLEAN_MARK = "log.clean"
 # short. A crash before it is written leaves the previous name, which is never wrong (it only
 # says "at least"); a missing mark is tolerated, so only a second deletion could hide the first.
 HEAD_MARK = "log.head"
+# The first byte of a PySyncObj command that changes the Raft configuration (its
+# `_COMMAND_TYPE.MEMBERSHIP`): the log keeps the indexes of those entries, because a node's
+# voters are the ones the latest of them names, committed or not (cluster/membership).
+CONFIG_COMMAND = b"\x02"
 
 
 class StorageError(Exception):
@@ -97,6 +101,7 @@ class RaftLog:
         self._segments_of = array("I")
         self._offsets = array("Q")
         self._lengths = array("I")
+        self.config_indexes: list[int] = []  # entries that change the configuration, ascending
         self._cache: dict[int, bytes] = {}
         self._cache_order: deque[int] = deque()
         self._cache_bytes = 0
@@ -162,6 +167,8 @@ class RaftLog:
         self._offsets.append(0)
         self._lengths.append(len(command))
         self._cache_put(index, command)
+        if command[:1] == CONFIG_COMMAND:
+            self.config_indexes.append(index)
 
     def truncate_from(self, index: int) -> None:
         """Entries at and after ``index`` are gone (index <= first: all of them)."""
@@ -172,6 +179,7 @@ class RaftLog:
             self._cache_drop(dropped)
         for column in (self._terms, self._segments_of, self._offsets, self._lengths):
             del column[keep:]
+        self._forget_config_entries(from_index=self.first_index + keep)
         self._pending.append(records.index_frame(records.KIND_TRUNCATE, max(index, 0)))
 
     def reset(self) -> None:
@@ -189,8 +197,16 @@ class RaftLog:
         for column in (self._terms, self._segments_of, self._offsets, self._lengths):
             del column[:drop]
         self.first_index = index
+        self._forget_config_entries(before_index=index)
         self._pending.append(records.index_frame(records.KIND_COMPACT, index))
         self._compacted = True
+
+    def _forget_config_entries(self, *, from_index: int | None = None,
+                               before_index: int | None = None) -> None:
+        if from_index is not None:
+            self.config_indexes = [i for i in self.config_indexes if i < from_index]
+        if before_index is not None:
+            self.config_indexes = [i for i in self.config_indexes if i >= before_index]
 
     def set_hard_state(self, term: int, voted_for: str | None) -> None:
         """Term and vote, durable when this returns (Raft acts on them at once)."""
@@ -512,16 +528,20 @@ class RaftLog:
             self._segments_of.append(number)
             self._offsets.append(records.entry_command_offset(frame.offset))
             self._lengths.append(len(command))
+            if command[:1] == CONFIG_COMMAND:
+                self.config_indexes.append(index)
         elif kind == records.KIND_TRUNCATE:
             index = records.decode_index(frame.body)
             keep = max(0, index - self.first_index) if self._terms else 0
             for column in (self._terms, self._segments_of, self._offsets, self._lengths):
                 del column[keep:]
+            self._forget_config_entries(from_index=self.first_index + keep)
         elif kind == records.KIND_COMPACT:
             index = records.decode_index(frame.body)
             drop = min(max(0, index - self.first_index), len(self._terms))
             for column in (self._terms, self._segments_of, self._offsets, self._lengths):
                 del column[:drop]
+            self._forget_config_entries(before_index=index)
             # A compaction may name an index before the first entry replayed: the entries it
             # dropped were in segments deleted since. The entries here stay where they are.
             self.first_index = max(self.first_index, index) if self._terms else index

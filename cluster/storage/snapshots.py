@@ -2,8 +2,11 @@
 
 The file (``snapshot``): a fixed header (magic, format version, the index and term of the last
 entry it covers, the body's length and crc32, the header's own crc32) and a zlib body holding
-msgpack ``{"prev", "last", "cluster", "state"}``: the two log entries PySyncObj keeps at the
-start of a compacted log, the members, and the state machine's own snapshot bytes.
+msgpack ``{"prev", "last", "cluster", "state", "members"}``: the two log entries PySyncObj
+keeps at the start of a compacted log, the voters (Raft addresses) as of its last entry, the
+state machine's own snapshot bytes and its member book (cluster/membership/book.py; absent
+from snapshots written before it, which load as an empty book: a new key that older releases
+ignore needs no new format version).
 
 Rules this module keeps (DESIGN.md §8.1; research/audit-wave2.md finding 1, S1, S2):
 - A snapshot is written to ``snapshot.<index>.tmp`` by a forked child (a copy-on-write image
@@ -84,6 +87,7 @@ class Snapshot:
     last: Entry
     cluster: list[str]
     state: bytes
+    members: Any = None  # the member book, as the source's snapshot_members() gave it
 
 
 def encode(snapshot_index: int, term: int, body: dict[str, Any]) -> Iterator[bytes]:
@@ -131,11 +135,12 @@ def decode(data: bytes, path: str) -> Snapshot:
         fields = msgpack.unpackb(zlib.decompress(memoryview(data)[HEADER_BYTES:]), raw=False)
         prev, last = _entry(fields["prev"]), _entry(fields["last"])
         cluster, state = [str(member) for member in fields["cluster"]], bytes(fields["state"])
+        members = fields.get("members")
     except (ValueError, KeyError, TypeError, zlib.error) as error:
         raise LogDamaged(path, f"has a snapshot body that does not decode ({error})") from None
     if last[1] != index or last[2] != term or prev[1] != index - 1:
         raise LogDamaged(path, f"says index {index} term {term}, its entries say otherwise")
-    return Snapshot(index, term, prev, last, cluster, state)
+    return Snapshot(index, term, prev, last, cluster, state, members)
 
 
 def _entry(value: Any) -> Entry:
@@ -181,6 +186,9 @@ class SnapshotStore:
         # (index, term, total, chunks, bytes received) of the transfer being received
         self._incoming: tuple[int, int, int, list[bytes], int] | None = None
         self.on_chunk: Callable[[int], None] | None = None  # set by the hooks: tell the leader
+        # The voters as of an index, from the voters now (set by RaftStorage: PySyncObj hands
+        # over its current configuration, which may hold changes after the snapshot's index).
+        self.cluster_at: Callable[[list[str], int], list[str]] | None = None
         self._load()
 
     def _load(self) -> None:
@@ -219,6 +227,8 @@ class SnapshotStore:
             return
         last, prev, cluster = _entry(data[1]), _entry(data[2]), sorted(
             str(getattr(node, "id", node)) for node in data[3])
+        if self.cluster_at is not None:
+            cluster = self.cluster_at(cluster, last[1])
         path = os.path.join(self.directory, f"{SNAPSHOT_NAME}.{last[1]}.tmp")
         self._started = time.monotonic()
         if not self.fork:
@@ -253,6 +263,9 @@ class SnapshotStore:
         if self._pending_load is snapshot:
             self._pending_load = None
             self.source.load_snapshot(snapshot.state)
+            load_members = getattr(self.source, "load_members", None)
+            if load_members is not None:
+                load_members(snapshot.members)
             # Loaded, the decoded state is garbage (hundreds of MB at a million retained jobs,
             # kept for as long as the node ran); what stays current is the index and entries.
             self.current = replace(snapshot, state=b"")
@@ -314,6 +327,9 @@ class SnapshotStore:
     def _write(self, path: str, last: Entry, prev: Entry, cluster: list[str]) -> None:
         state = self.source.snapshot_bytes()
         body = {"prev": list(prev), "last": list(last), "cluster": cluster, "state": state}
+        members = getattr(self.source, "snapshot_members", None)
+        if members is not None:
+            body["members"] = members()
         self.disk.write_file(path, encode(last[1], last[2], body), sync=True)
 
     def _adopt(self, path: str, meta: tuple[Entry, Entry, list[str]],

@@ -23,6 +23,7 @@ from raftcron.cluster.http import app as http_app
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import ROLE_GRANTS, Services
+from raftcron.cluster.membership.book import Member
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.commands import (
     BackfillSchedule,
@@ -182,6 +183,7 @@ PARSERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "triggerSchedule": _with_name(TriggerSchedule),
     "backfillSchedule": _with_name(BackfillSchedule),
     "putNotification": lambda body: NotificationSpec.parse(_without_request_id(body)),
+    "addMember": lambda body: Member.from_wire(body, "body"),
 }
 
 

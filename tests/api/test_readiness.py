@@ -1,7 +1,7 @@
 """`GET /readyz` says ready only when a write could be accepted: a leader is known, this node
-has caught up, its storage writes, and the cluster's clock has started (before the first Tick
-every write is refused 503 not_ready, so a node that said ready then sent clients and
-harnesses into refusals)."""
+has caught up, it is a member, its storage writes, and the cluster's clock has started (before
+the first Tick every write is refused 503 not_ready, so a node that said ready then sent
+clients and harnesses into refusals)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from raftcron.scheduler.state import SchedulerState
 
 
 def fake_node(state: SchedulerState, *, leader: str | None = "n1",
-              write_error: str | None = None) -> Any:
+              write_error: str | None = None, voter: bool = True) -> Any:
     machine = StateMachine()
     machine.state = state
     return SimpleNamespace(
@@ -32,6 +32,7 @@ def fake_node(state: SchedulerState, *, leader: str | None = "n1",
         applied_index=7,
         config=SimpleNamespace(node_id="n1"),
         machine=machine,
+        is_voter=lambda: voter,
     )
 
 
@@ -59,3 +60,11 @@ def test_no_leader_or_a_storage_that_cannot_write_is_not_ready(
     state.apply(Tick(1_800_000_000_000))
     status, body = ask(fake_node(state, leader=leader, write_error=write_error))
     assert (status, body["ready"]) == (503, False)
+
+
+def test_a_node_that_is_not_in_the_configuration_is_not_ready() -> None:
+    """A joining node before it is added, a removed one after (DESIGN.md §8.4)."""
+    state = SchedulerState()
+    state.apply(Tick(1_800_000_000_000))
+    status, body = ask(fake_node(state, voter=False))
+    assert (status, body["ready"], body["member"]) == (503, False, False)

@@ -625,3 +625,73 @@ def test_a_node_that_refused_to_start_after_a_power_cut_fails_the_storage_checke
                                        "log_tail": "log-00000001.seg: damaged"})
     assert any("did not come back after a power cut (exit 65)" in v
                for v in violations(run, checkers.check_storage))
+
+
+# -- membership and leaders (chaos/tier2/checkers/membership.py) -------------------------------
+
+
+def _with_members(*records: dict[str, Any], leaders: list[dict[str, Any]] | None = None,
+                  final: dict[str, Any] | None = None) -> RunData:
+    run = good_run()
+    for offset, record in enumerate(records):
+        run.history.append({"t": BASE + 70_000 + 100 * offset, "kind": "member", **record})
+    run.settings["leaders"] = leaders or [
+        {"node": "n1", "term": 1, "t": BASE}, {"node": "n2", "term": 2, "t": BASE + 1}]
+    run.settings["members_final"] = final
+    return run
+
+
+MEMBERS_VIEW = {"members": [{"node_id": n, "state": "voter"} for n in ("n1", "n2", "n3")],
+                "voters": ["n1", "n2", "n3"], "change": None}
+A_GOOD_CHANGE = (
+    {"op": "begin", "action": "add", "node": "n4", "status": 202, "change_id": 1},
+    {"op": "conflict", "action": "add", "node": "n4", "status": 409,
+     "code": "membership_change_in_progress", "first": 1, "first_ended": None},
+    {"op": "end", "action": "add", "node": "n4", "outcome": "done", "reason": ""},
+    {"op": "begin", "action": "remove", "node": "n4", "status": 202, "change_id": 2},
+    {"op": "conflict", "action": "remove", "node": "n4", "status": 202, "code": None,
+     "first": 2, "first_ended": True},
+    {"op": "end", "action": "remove", "node": "n4", "outcome": "done", "reason": ""},
+)
+
+
+def test_changes_one_at_a_time_and_one_leader_per_term_pass_the_membership_checker() -> None:
+    final = {"expected": ["n1", "n2", "n3"], "views": dict.fromkeys(("n1", "n2", "n3"),
+                                                                    MEMBERS_VIEW)}
+    result = checkers.check_membership(_with_members(*A_GOOD_CHANGE, final=final))
+    assert result.ok, result.violations
+    assert result.counts["second_refused"] == 1 and result.counts["done"] == 2
+
+
+def test_two_leaders_in_one_term_fail_the_membership_checker() -> None:
+    leaders = [{"node": "n1", "term": 4, "t": BASE}, {"node": "n3", "term": 4, "t": BASE + 5}]
+    assert any("term 4 had 2 leaders" in v for v in violations(
+        _with_members(leaders=leaders), checkers.check_membership))
+
+
+@pytest.mark.parametrize("status, code, first_ended", [
+    (202, None, False), (201, None, None), (409, "member_exists", None), (400, "invalid", None)])
+def test_a_second_change_that_was_not_refused_fails_the_membership_checker(
+        status: int, code: str | None, first_ended: bool | None) -> None:
+    probe = {"op": "conflict", "action": "add", "node": "n4", "status": status, "code": code,
+             "first": 1, "first_ended": first_ended}
+    assert violations(_with_members(A_GOOD_CHANGE[0], probe), checkers.check_membership)
+
+
+def test_a_removed_node_that_leads_again_fails_the_membership_checker() -> None:
+    run = _with_members(*A_GOOD_CHANGE)
+    removed_at = BASE + 70_000 + 500
+    run.settings["leaders"].append({"node": "n4", "term": 9, "t": removed_at + 2_000})
+    assert any("n4 became leader in term 9 after its removal" in v
+               for v in violations(run, checkers.check_membership))
+
+
+def test_a_change_that_never_ended_or_members_that_disagree_fail_the_membership_checker(
+) -> None:
+    unended = _with_members(A_GOOD_CHANGE[0], {"op": "end", "action": "add", "node": "n4",
+                                                "outcome": None, "reason": None})
+    assert any("did not end" in v for v in violations(unended, checkers.check_membership))
+    stale = {**MEMBERS_VIEW, "voters": ["n1", "n2", "n3", "n4"]}
+    final = {"expected": ["n1", "n2", "n3"], "views": {"n1": MEMBERS_VIEW, "n2": stale}}
+    assert any("n2 ends with members" in v for v in violations(
+        _with_members(final=final), checkers.check_membership))

@@ -47,6 +47,9 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/cluster/audits/{id}"): "read",
     ("POST", "/v1/cluster/compact"): "manage",
     ("GET", "/v1/cluster/backup"): "manage",
+    ("GET", "/v1/cluster/members"): "status",
+    ("POST", "/v1/cluster/members"): "manage",
+    ("DELETE", "/v1/cluster/members/{node_id}"): "manage",
     ("GET", "/v1/audit"): "audit",
     ("GET", "/v1/events"): "read",
     ("GET", "/v1/notifications"): "manage",  # admin only: urls may hold a receiver's token
@@ -97,7 +100,8 @@ def _tokens(cluster: LocalCluster) -> dict[str | None, str | None]:
 @pytest.mark.parametrize(("method", "path"), sorted(GRANTS))
 def test_the_role_matrix(node_cluster: LocalCluster, method: str, path: str) -> None:
     grant = GRANTS[(method, path)]
-    concrete = path.replace("{id}", "999999").replace("{name}", "matrix-s")
+    concrete = path.replace("{id}", "999999").replace("{name}", "matrix-s").replace(
+        "{node_id}", "not-a-member")
     body = BODIES.get(path, {} if method in ("POST", "PUT") else None)
     node = node_cluster.nodes[0]
     for role, token in _tokens(node_cluster).items():

@@ -318,3 +318,25 @@ def test_a_member_down_is_shown_and_the_page_keeps_working(
         "href", f"{other.url}/"
     )
     expect(page.locator("#members tbody tr")).to_have_count(3)
+
+
+def test_a_membership_change_in_progress_is_shown_with_the_node_catching_up(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    """A node being added (here never started: it stays catching up) is in the members table
+    with its state, and the change is named above the hint; cancelled, both go."""
+    from raftcron.cluster.dev import joining
+
+    newcomer = joining.join_node(shared_cluster, "n9", peers=list(shared_cluster.nodes))
+    shared_cluster.nodes.remove(newcomer)  # never started: not one of the cluster's nodes
+    status, answer, _ = shared_cluster.call(
+        "POST", "/v1/cluster/members?wait_s=0", joining.body(newcomer))
+    assert status == 202, answer
+    try:
+        page = dashboard.open(shared_cluster.leader())
+        row = page.locator('#members tbody tr[data-node="n9"]')
+        expect(row).to_contain_text("catching up")
+        expect(page.locator("#members-change")).to_contain_text("add n9 (catching up)")
+    finally:
+        status, answer, _ = shared_cluster.call("DELETE", "/v1/cluster/members/n9")
+        assert status == 200 and answer["cancelled"], answer

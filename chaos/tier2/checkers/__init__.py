@@ -15,6 +15,8 @@ The modules, each owning one part:
 - `dag_liveness`: `check_dag` (DAG order), `check_convergence` and `check_liveness`.
 - `storage`: `check_storage` (snapshot writers die with their node; damage is refused).
 - `statetime`: `check_state_time` (no node's state time ahead of the majority's clocks).
+- `membership`: `check_membership` (never two leaders in one term; membership changes one at
+  a time, a removed node never leads again, every member ends agreeing on the members).
 
 This package owns `CHECKERS` (every checker, in the order they run and are reported) and
 `check_all`, and re-exports the modules' public names, so `chaos.checkers.X` keeps working.
@@ -42,6 +44,7 @@ from raftcron.chaos.tier2.checkers.jobs import (
     check_lost,
     check_rerun,
 )
+from raftcron.chaos.tier2.checkers.membership import check_membership
 from raftcron.chaos.tier2.checkers.statetime import check_state_time
 from raftcron.chaos.tier2.checkers.storage import STORAGE_FAULTS, check_storage
 
@@ -63,6 +66,7 @@ __all__ = [
     "check_idempotent",
     "check_liveness",
     "check_lost",
+    "check_membership",
     "check_rerun",
     "check_state_time",
     "check_storage",
@@ -82,6 +86,7 @@ CHECKERS: list[Callable[[RunData], CheckResult]] = [
     check_liveness,
     check_storage,
     check_state_time,
+    check_membership,
 ]
 
 

@@ -570,6 +570,7 @@
         clockOffsetMs: typeof member.clock_offset_ms === "number" ? member.clock_offset_ms : null,
         http_address: member.http_address,
         probeError: probe && probe.error ? probe.error : null,
+        membership: member.state || "voter",
       };
     });
     renderRows(
@@ -580,7 +581,15 @@
         h(
           "tr",
           {dataset: {node: row.node_id, role: row.role}},
-          h("td", {}, h("strong", {}, row.node_id), row.self ? h("span", {class: "self-mark"}, "this page") : null),
+          h(
+            "td",
+            {},
+            h("strong", {}, row.node_id),
+            row.self ? h("span", {class: "self-mark"}, "this page") : null,
+            // A node being added counts toward nothing until it caught up; one being removed
+            // stands for no election (DESIGN.md §8.4).
+            row.membership !== "voter" ? badge(row.membership.replace("_", " "), "unknown") : null,
+          ),
           h(
             "td",
             {title: row.roleGuessed ? "as the node this page talks to sees it" : null},
@@ -602,6 +611,11 @@
     );
     const leaders = rows.filter((row) => row.role === "leader").length;
     $("#members-note").textContent = `${rows.length} nodes, ${leaders === 1 ? "1 leader" : leaders ? `${leaders} leaders?` : "no leader"}`;
+    const change = view.membership_change;
+    $("#members-change").textContent = change
+      ? `Membership change ${change.change_id} in progress: ${change.action} ${change.member.node_id} ` +
+        `(${change.phase.replace("_", " ")}${change.cancel_reason ? `, cancelled: ${change.cancel_reason}` : ""}).`
+      : "";
     $("#members-hint").textContent = fallback
       ? "Rows marked ? or ~ could not be asked from this browser (a member's API is another origin, " +
         "and the browser needs CORS headers to read it): their figures come from this node, or are unknown."
