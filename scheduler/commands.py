@@ -21,6 +21,7 @@ import msgpack
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.flowcommands import FLOW_COMMANDS, FlowCommand
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
@@ -502,6 +503,7 @@ Command = (
     | Tick
     | BeginLeadership
     | Barrier
+    | FlowCommand
 )
 
 COMMAND_TYPES: tuple[type[Any], ...] = (
@@ -522,6 +524,7 @@ COMMAND_TYPES: tuple[type[Any], ...] = (
     Tick,
     BeginLeadership,
     Barrier,
+    *FLOW_COMMANDS,
 )
 BY_TAG: dict[int, type[Any]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(BY_TAG) == len(COMMAND_TYPES), "a command tag is used twice"

@@ -22,6 +22,7 @@ from raftcron.scheduler import jobs as j
 from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import STATUS, FrozenJob, job_from_list, row
 from raftcron.scheduler.jobs import Job, Workflow
+from raftcron.scheduler.queues import QueueControl
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import schedule_restore, schedule_snapshot
 from raftcron.scheduler.state import SchedulerState
@@ -29,8 +30,12 @@ from raftcron.scheduler.state import SchedulerState
 # 2: a job is a row with its packed record (scheduler/frozen.py), and request-id answers are
 # kept msgpack-packed (scheduler/requests.py). Version 1 snapshots (raftcron 0.1: jobs as lists
 # of fields, the answers themselves) still load; a version-1 node cannot read 2.
-SNAPSHOT_VERSION = 2
-SNAPSHOT_VERSIONS_READ = (1, 2)
+# 3: a 15th field, a map of named sections (state added since, each read with its default
+# when absent): "queues" (scheduler/queues.py) and "held" (the ids of queued jobs waiting for
+# a concurrency key, scheduler/store.py). A job record may end in the fields added since (a
+# concurrency key). Versions 1 and 2 still load; a node of version 2 cannot read 3.
+SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSIONS_READ = (1, 2, 3)
 
 
 def snapshot(state: SchedulerState) -> bytes:
@@ -49,12 +54,25 @@ def snapshot(state: SchedulerState) -> bytes:
         state.events.to_list(),
         state.counters,
         None if state.leader is None else list(state.leader),
+        _sections(state),
     ]
     packed: bytes = msgpack.packb(data, use_bin_type=True)
     return packed
 
 
-_SNAPSHOT_FIELDS = 14
+def _sections(state: SchedulerState) -> dict[str, Any]:
+    """The state added after version 2, by name; an empty part is left out."""
+    sections: dict[str, Any] = {}
+    if state.queues:
+        sections["queues"] = [[name, *q.to_list()] for name, q in state.queues.items()]
+    held = state.table.held_ids()
+    if held:
+        sections["held"] = held
+    return sections
+
+
+_SNAPSHOT_FIELDS = {1: 14, 2: 14, 3: 15}
+_SECTIONS = frozenset({"queues", "held"})
 
 
 def restore(blob: bytes) -> SchedulerState:
@@ -77,13 +95,15 @@ def _restore(blob: bytes) -> SchedulerState:
         strict_map_key=False,
         max_buffer_size=max(len(blob), 1 << 20),
     )
-    if unpacker.read_array_header() != _SNAPSHOT_FIELDS:
-        raise ValueError("a snapshot holds 14 fields")
+    fields = unpacker.read_array_header()
     version = unpacker.unpack()
     if version not in SNAPSHOT_VERSIONS_READ:
         raise ValueError(
             f"snapshot version {version} is not one this release reads ({SNAPSHOT_VERSIONS_READ})"
         )
+    if fields != _SNAPSHOT_FIELDS[version]:
+        raise ValueError(f"a snapshot of version {version} holds {_SNAPSHOT_FIELDS[version]} "
+                         f"fields, not {fields}")
     state = SchedulerState()
     state.now_ms = unpacker.unpack()
     state.fence = unpacker.unpack()
@@ -114,12 +134,17 @@ def _restore(blob: bytes) -> SchedulerState:
     keys, schedules, pending, workflows, requests, event_log, counters, leader = (
         unpacker.unpack() for _ in range(8)
     )
+    sections = unpacker.unpack() if version >= 3 else {}
     if unpacker.tell() != len(blob):
         raise ValueError("a snapshot has bytes after its last field")
+    unknown = sorted(set(sections) - _SECTIONS)
+    if unknown:
+        raise ValueError(f"the snapshot has sections this release does not know: {unknown}")
     # Rebuild the indexes in canonical orders: active jobs by id, then finished ones in finish
-    # order (retention's order); creation order for keys.
+    # order (retention's order); creation order for keys. Held jobs go back where they were.
+    held = set(sections.get("held", ()))
     for job in active:
-        table._index(job)
+        table.place_restored(job, held=job.id in held)
     finished.sort()
     table.finished.extend(finished)
     for _, job_id in finished:
@@ -145,6 +170,8 @@ def _restore(blob: bytes) -> SchedulerState:
     state.events = EventLog.from_list(event_log)
     state.counters = counters
     state.leader = None if leader is None else (leader[0], leader[1])
+    for name, *control in sections.get("queues", ()):
+        state.queues[name] = QueueControl.from_list(control)
     return state
 
 

@@ -1,7 +1,9 @@
-"""A core snapshot as raftcron 0.1 wrote it (format 1), made from one of this release's.
+"""Core snapshots as earlier releases wrote them, made from one of this release's.
 
-Format 1 held each job as its list of fields (what a format 2 row's packed record holds) and
-each remembered request's answer itself (format 2 keeps it packed).
+Format 1 (raftcron 0.1) held each job as its list of fields (what a later row's packed record
+holds) and each remembered request's answer itself (format 2 keeps it packed). Format 2 had no
+15th field (the sections of state added since: queue limits, held jobs), so only a snapshot
+without any of that state has a format 2 (or 1) form.
 """
 
 from typing import Any
@@ -9,9 +11,18 @@ from typing import Any
 import msgpack
 
 
-def as_version_1(blob: bytes) -> bytes:
+def as_version_2(blob: bytes) -> bytes:
     data: list[Any] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-    assert data[0] == 2, "made from a format 2 snapshot"
+    assert data[0] == 3, "made from a format 3 snapshot"
+    assert data[14] == {}, "format 2 has no sections: made from a state without any"
+    data[0] = 2
+    del data[14]
+    packed: bytes = msgpack.packb(data, use_bin_type=True)
+    return packed
+
+
+def as_version_1(blob: bytes) -> bytes:
+    data: list[Any] = msgpack.unpackb(as_version_2(blob), raw=False, strict_map_key=False)
     data[0] = 1
     data[5] = [msgpack.unpackb(row[5], raw=False) for row in data[5]]
     data[10] = [
