@@ -14,9 +14,10 @@ jobs created meanwhile are seen if their ids come after the cursor. When a statu
 and few jobs have it, the status index is walked instead of every id. A dry run is the same
 selection read without a command (`select` is pure).
 
-`changed` counts the jobs the action changed: a retry refused (a parent of the job is still
-failed or cancelled) matched but did not change. Cascades (descendants cancelled as
-`upstream_failed`, or revived with their parent) are not counted.
+`changed` counts the matched jobs whose status the command changed, by the action or as the
+cascade of an earlier match (a child cancelled as `upstream_failed` with its parent, or revived
+with it): a retry refused (a parent of the job is still failed or cancelled) matched but did not
+change. Cascades to jobs that did not match are not counted.
 """
 
 from __future__ import annotations
@@ -109,9 +110,14 @@ def _matches(job: Job | FrozenJob, where: BulkFilter) -> bool:
 def apply(state: SchedulerState, command: BulkJobs) -> Result:
     chosen = select(state, command.action, command.filter, cursor=command.cursor,
                     max_jobs=command.max)
-    changed = 0
+    table = state.table
+    before = [table.jobs[job_id].status for job_id in chosen.ids]
     for job_id in chosen.ids:
-        changed += _act(state, command.action, job_id)
+        _act(state, command.action, job_id)
+    changed = 0
+    for job_id, status in zip(chosen.ids, before, strict=True):
+        job = table.get(job_id)
+        changed += job is None or job.status != status
     return Ok(answer(chosen, changed))
 
 
@@ -120,14 +126,15 @@ def answer(chosen: Selection, changed: int) -> dict[str, Any]:
             "next_cursor": chosen.next_cursor}
 
 
-def _act(state: SchedulerState, action: str, job_id: int) -> int:
-    """1 if the action changed the job, else 0. Earlier jobs of the same command may have
-    moved it already (a cascade), so its status is read again."""
+def _act(state: SchedulerState, action: str, job_id: int) -> None:
+    """Act on one matched job. An earlier job of the same command may have moved it already
+    (a cascade), so its status is read again."""
     job = state.table.get(job_id)
     if job is None or job.status not in APPLIES_TO[action]:
-        return 0
+        return
     if action == "retry":
-        return 1 if isinstance(state.retry_job(job_id), Ok) else 0
+        state.retry_job(job_id)  # refused (a parent still failed): it stays as it is
+        return
     if not job.final:
         live = state.table.live(job_id)
         assert live is not None
@@ -135,4 +142,3 @@ def _act(state: SchedulerState, action: str, job_id: int) -> int:
         job = live
     if action == "delete":
         state.remove_job(job)
-    return 1
