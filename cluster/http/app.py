@@ -12,7 +12,7 @@ import logging
 
 from aiohttp import web
 
-from raftcron.cluster.http import backup, claims, dashboard, jobs, ops, schedules
+from raftcron.cluster.http import backup, claims, dashboard, flow, jobs, ops, schedules
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import (
     CALLER,
@@ -83,6 +83,6 @@ def build_app(svc: Services) -> web.Application:
     app[SERVICES] = svc
     app.add_routes(
         jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + backup.routes()
-        + dashboard.routes()
+        + flow.routes() + dashboard.routes()
     )
     return app
