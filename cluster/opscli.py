@@ -1,4 +1,5 @@
-"""The operator's commands: `raftcron submit | jobs | schedules | cluster | audit | backup`.
+"""The operator's commands: `raftcron submit | jobs | schedules | queues | cluster | audit |
+backup` (queues and bulk job actions: cluster/flowcli.py).
 
 Tables for people, `--json` for scripts. Exit codes: 0 done, 1 the cluster refused the request
 (4xx: the message says why), 2 the command line is wrong, 3 the cluster could not be reached
@@ -105,16 +106,24 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--schedule")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--cursor", type=int, help="continue from a previous page's next_cursor")
+    from raftcron.cluster import flowcli  # it imports this module's helpers
+
     for name, text in (
         ("show", "one job with its attempts"),
-        ("cancel", "cancel a job (and its descendants)"),
-        ("retry", "retry a failed or cancelled job"),
+        ("cancel", "cancel a job (and its descendants), or every job matching filters"),
+        ("retry", "retry a failed or cancelled job, or every job matching filters"),
+        ("delete", "delete every job matching filters (not running ones; unfinished ones are "
+                   "cancelled first)"),
     ):
         action = actions.add_parser(name, help=text)
         add_common(action)
-        action.add_argument("id", type=int)
+        if name != "delete":
+            action.add_argument("id", type=int, nargs=None if name == "show" else "?")
         if name == "cancel":
             action.add_argument("--reason")
+        if name != "show":
+            flowcli.add_bulk_arguments(action)
+    flowcli.add_queue_commands(commands)
 
     schedules = commands.add_parser("schedules", help="create, list and control schedules")
     actions = schedules.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -216,6 +225,8 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from raftcron.cluster import flowcli
+
     handler: Callable[[Client, argparse.Namespace], Any] = {
         "submit": _submit,
         "jobs": _jobs,
@@ -223,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
         "cluster": _cluster,
         "audit": _audit,
         "backup": _backup,
+        "queues": flowcli.queues,
     }[args.command]
     try:
         retry_s_max = limits.REQUEST_RETRY_MS / 1000
@@ -294,6 +306,13 @@ def _submit(client: Client, args: argparse.Namespace) -> None:
 
 
 def _jobs(client: Client, args: argparse.Namespace) -> None:
+    from raftcron.cluster import flowcli
+
+    if args.action in ("cancel", "retry", "delete") and flowcli.wants_bulk(args):
+        flowcli.bulk(client, args)
+        return
+    if args.action in ("cancel", "retry") and flowcli.has_filters(args):
+        raise UsageError("give a job id or filters, not both")
     if args.action == "list":
         filters = {k: getattr(args, k) for k in ("status", "queue", "schedule", "limit", "cursor")}
         page = client.jobs(**{k: v for k, v in filters.items() if v is not None})
