@@ -41,7 +41,7 @@ def claim(state: SchedulerState, command: ClaimJobs) -> Result:
             break
         job = table.jobs[table.ready[name].pop()]
         assert isinstance(job, Job)  # queued: never frozen
-        if not table.key_has_room(job):
+        if job.concurrency_key is not None and not table.key_has_room(job):
             table.hold_back(job)
             held_back += 1
             if held_back > limits.CLAIM_MAX:
@@ -49,12 +49,13 @@ def claim(state: SchedulerState, command: ClaimJobs) -> Result:
             continue
         _start_attempt(state, job, command)
         claimed.append([job.id, state.fence])
-        left = budgets.get(name)
-        if left is not None:
-            budgets[name] = left - 1
-            queues.spend(state.queues.get(name), state.now_ms, 1)
-            if left == 1:
-                open_queues.remove(name)
+        if budgets:  # the common claim names no limited queue: nothing to count
+            left = budgets.get(name)
+            if left is not None:
+                budgets[name] = left - 1
+                queues.spend(state.queues.get(name), state.now_ms, 1)
+                if left == 1:
+                    open_queues.remove(name)
     return Ok({"jobs": claimed, "acks": acks})
 
 

@@ -52,15 +52,19 @@ class PutQueue:
 
 
 @dataclass(frozen=True, slots=True)
-class PauseQueue:
-    """Hand out no job of this queue (its leases already out carry on)."""
-
-    TAG: ClassVar[int] = 31
+class _NamedQueueCommand:
     request_id: str | None
     name: str
 
     def to_wire(self) -> dict[str, Any]:
         return _with_request_id(self.request_id, {"name": self.name})
+
+
+@dataclass(frozen=True, slots=True)
+class PauseQueue(_NamedQueueCommand):
+    """Hand out no job of this queue (its leases already out carry on)."""
+
+    TAG: ClassVar[int] = 31
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> PauseQueue:
@@ -68,13 +72,8 @@ class PauseQueue:
 
 
 @dataclass(frozen=True, slots=True)
-class ResumeQueue:
+class ResumeQueue(_NamedQueueCommand):
     TAG: ClassVar[int] = 32
-    request_id: str | None
-    name: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return _with_request_id(self.request_id, {"name": self.name})
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> ResumeQueue:

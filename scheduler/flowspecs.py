@@ -27,6 +27,9 @@ def _within(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
+_CONCURRENCY_FIELDS = frozenset({"key", "max"})
+
+
 @dataclass(frozen=True, slots=True)
 class ConcurrencySpec:
     """At most `max` running jobs with this `key` at once, whatever their queue."""
@@ -36,8 +39,20 @@ class ConcurrencySpec:
 
     @classmethod
     def parse(cls, data: object, where: str = "concurrency") -> ConcurrencySpec:
+        # Every replica parses this for every keyed job: the common shape is checked without
+        # building a field path; anything else goes the long way, which names what is wrong.
+        if isinstance(data, dict) and _CONCURRENCY_FIELDS.issuperset(data):
+            key, count = data.get("key"), data.get("max", 1)
+            if (
+                type(key) is str
+                and 0 < len(key) <= limits.KEY_CHARS_MAX
+                and key.isascii()
+                and type(count) is int
+                and 1 <= count <= limits.CONCURRENCY_MAX
+            ):
+                return cls(key, count)
         data = parse.as_mapping(data, where)
-        parse.reject_unknown(data, frozenset({"key", "max"}), where)
+        parse.reject_unknown(data, _CONCURRENCY_FIELDS, where)
         return cls(
             key=parse.text(data.get("key"), _within(where, "key"), chars_max=limits.KEY_CHARS_MAX),
             max=parse.integer(

@@ -31,16 +31,20 @@ from raftcron.scheduler.state import SchedulerState
 # kept msgpack-packed (scheduler/requests.py). Version 1 snapshots (raftcron 0.1: jobs as lists
 # of fields, the answers themselves) still load; a version-1 node cannot read 2.
 # 3: a 15th field, a map of named sections (state added since, each read with its default
-# when absent): "queues" (scheduler/queues.py) and "held" (the ids of queued jobs waiting for
-# a concurrency key, scheduler/store.py). A job record may end in the fields added since (a
-# concurrency key). Versions 1 and 2 still load; a node of version 2 cannot read 3.
+# when absent): "queues" (scheduler/queues.py), "held" (the ids of queued jobs waiting for a
+# concurrency key, scheduler/store.py) and "keyed" (a job was ever given a concurrency key: a
+# job record may then end in the fields added since). Versions 1 and 2 still load; a node of
+# version 2 cannot read 3, so a state that has none of these sections is written as version 2
+# (byte for byte what the previous release wrote): a rolling upgrade stays possible until the
+# new features are used.
 SNAPSHOT_VERSION = 3
 SNAPSHOT_VERSIONS_READ = (1, 2, 3)
 
 
 def snapshot(state: SchedulerState) -> bytes:
+    sections = _sections(state)
     data = [
-        SNAPSHOT_VERSION,
+        SNAPSHOT_VERSION if sections else 2,
         state.now_ms,
         state.fence,
         state.next_job_id,
@@ -54,8 +58,9 @@ def snapshot(state: SchedulerState) -> bytes:
         state.events.to_list(),
         state.counters,
         None if state.leader is None else list(state.leader),
-        _sections(state),
     ]
+    if sections:
+        data.append(sections)
     packed: bytes = msgpack.packb(data, use_bin_type=True)
     return packed
 
@@ -68,11 +73,13 @@ def _sections(state: SchedulerState) -> dict[str, Any]:
     held = state.table.held_ids()
     if held:
         sections["held"] = held
+    if state.table.keyed_seen:
+        sections["keyed"] = True
     return sections
 
 
 _SNAPSHOT_FIELDS = {1: 14, 2: 14, 3: 15}
-_SECTIONS = frozenset({"queues", "held"})
+_SECTIONS = frozenset({"queues", "held", "keyed"})
 
 
 def restore(blob: bytes) -> SchedulerState:
@@ -172,6 +179,7 @@ def _restore(blob: bytes) -> SchedulerState:
     state.leader = None if leader is None else (leader[0], leader[1])
     for name, *control in sections.get("queues", ()):
         state.queues[name] = QueueControl.from_list(control)
+    table.keyed_seen = bool(sections.get("keyed", False))
     return state
 
 

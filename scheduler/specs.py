@@ -137,7 +137,13 @@ class JobSpec:
         return cls(**fields)
 
     def to_wire(self) -> dict[str, Any]:
-        wire = _non_default(self, _JOB_DEFAULTS, _JOB_FIELDS[1:])
+        # On every replica for every job (a submit's request fingerprint): one getattr per field
+        # against defaults read once.
+        wire = {
+            name: value
+            for name, default in _JOB_DEFAULT_ITEMS
+            if (value := getattr(self, name)) != default
+        }
         wire["task"] = self.task
         if "backoff" in wire:
             wire["backoff"] = self.backoff.to_wire()
@@ -150,6 +156,7 @@ class JobSpec:
 
 
 _JOB_DEFAULTS = JobSpec(task="-")
+_JOB_DEFAULT_ITEMS = tuple((name, getattr(_JOB_DEFAULTS, name)) for name in _JOB_FIELDS[1:])
 
 
 def _check_keyed_fields(fields: dict[str, Any]) -> None:

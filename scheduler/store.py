@@ -90,6 +90,9 @@ class JobTable:
         self.key_ready: dict[str, int] = {}  # concurrency key -> its jobs in ready heaps
         self.held: dict[str, ReadyQueue] = {}  # concurrency key -> queued jobs waiting for it
         self.held_by_queue: dict[str, int] = {}  # queue -> its jobs in `held` (for views)
+        # A job was ever given a concurrency key: its record has fields a previous release
+        # cannot read, so snapshots are written in the newer format from then on.
+        self.keyed_seen = False
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -125,8 +128,11 @@ class JobTable:
         job.status = status
         self.count_by_status[status] += 1
         self._index(job)
-        if job.concurrency_key is not None:
-            self._release(job.concurrency_key)
+        key = job.concurrency_key
+        if key is not None:
+            self.keyed_seen = True
+            if key in self.held:
+                self._release(key)
 
     def remove(self, job: Job | FrozenJob) -> None:
         """Forget a finished job (retention); its key entry expires on its own schedule."""
@@ -147,8 +153,9 @@ class JobTable:
         self._index(job)
         if status in j.FINAL:
             self.finished_now.append(job)
-        if job.concurrency_key is not None:
-            self._release(job.concurrency_key)
+        key = job.concurrency_key
+        if key is not None and key in self.held:  # only held jobs wait for a release
+            self._release(key)
 
     def _index(self, job: Job | FrozenJob) -> None:
         status = job.status
@@ -161,19 +168,30 @@ class JobTable:
             return
         assert isinstance(job, Job)  # only final jobs are ever frozen
         if status == j.QUEUED:
-            # A keyed job waits in its key's heap; `_release` lets it in line when there is room.
-            if job.concurrency_key is None:
+            key = job.concurrency_key
+            if key is None:  # _push_ready's plain case, inline: every job comes this way
+                queue = self.ready.get(job.queue)
+                if queue is None:
+                    queue = self.ready[job.queue] = ReadyQueue()
+                queue.push(job)
+            elif key not in self.held and (
+                self.key_running.get(key, 0) + self.key_ready.get(key, 0) < job.concurrency_max
+            ):
+                # What holding it and `_release` would do at once: nobody waits, there is room.
                 self._push_ready(job)
             else:
-                self._push_held(job)
+                self._push_held(job)  # `_release` lets it in line when there is room
         elif status == j.SCHEDULED:
             heapq.heappush(self.delayed, (job.run_at_ms, job.id))
         elif status == j.RUNNING:
             assert job.lease_until_ms is not None
             heapq.heappush(self.leases, (job.lease_until_ms, job.id))
-            _add(self.running_by_queue, job.queue, 1)
-            if job.concurrency_key is not None:
-                _add(self.key_running, job.concurrency_key, 1)
+            # The two counts a claim trusts, kept inline: this runs for every job claimed.
+            running = self.running_by_queue
+            running[job.queue] = running.get(job.queue, 0) + 1
+            key = job.concurrency_key
+            if key is not None:
+                self.key_running[key] = self.key_running.get(key, 0) + 1
 
     def _unindex(self, job: Job) -> None:
         index = self.by_status.get(job.status)
@@ -182,8 +200,7 @@ class JobTable:
         key = job.concurrency_key
         if job.status == j.QUEUED:
             ready = self.ready.get(job.queue)
-            if ready is not None and job.id in ready.members:
-                del ready.members[job.id]
+            if ready is not None and ready.members.pop(job.id, None) is not None:
                 if key is not None:
                     _add(self.key_ready, key, -1)
             else:
@@ -206,8 +223,9 @@ class JobTable:
         if queue is None:
             queue = self.ready[job.queue] = ReadyQueue()
         queue.push(job)
-        if job.concurrency_key is not None:
-            _add(self.key_ready, job.concurrency_key, 1)
+        key = job.concurrency_key
+        if key is not None:
+            self.key_ready[key] = self.key_ready.get(key, 0) + 1
 
     def _push_held(self, job: Job) -> None:
         assert job.concurrency_key is not None

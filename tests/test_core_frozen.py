@@ -5,8 +5,9 @@ The representation must never show: a frozen job reads the same, a change to it 
 job was frozen by a live replica or by a restore, and version-1 snapshots still load.
 """
 
+import msgpack
 import pytest
-from snapshot_v1 import as_version_1, as_version_2
+from snapshot_v1 import as_version_1
 
 from raftcron.scheduler.commands import RetryJob, SubmitJobs
 from raftcron.scheduler.driver import Driver
@@ -19,8 +20,8 @@ from raftcron.scheduler.views import job_view
 T0 = 1_800_000_000_000
 
 
-def finished(driver: Driver, *, fail: bool = False) -> int:
-    job_id = driver.submit(payload={"n": 1}, max_attempts=1)
+def finished(driver: Driver, *, fail: bool = False, **fields: object) -> int:
+    job_id = driver.submit(payload={"n": 1}, max_attempts=1, **fields)
     [(claimed, token)] = driver.claim()
     assert claimed == job_id
     if fail:
@@ -111,13 +112,19 @@ def test_a_version_1_snapshot_still_loads(driver):
     assert violations(restored) == []
 
 
-def test_a_version_2_snapshot_still_loads(driver):
+def test_a_state_without_flow_control_is_written_as_the_previous_release_wrote_it(driver):
+    """Format 2, which a node of the previous release reads: a rolling upgrade stays possible
+    until queue limits or concurrency keys are used (format 3 from then on, for good)."""
     for _ in range(3):
         finished(driver)
-    driver.submit(key="k")
+    driver.submit(key="k", unique={"states": ["queued"]}, debounce_ms=5)  # leave no trace
     blob = snapshot(driver.state)
-    restored = restore(as_version_2(blob))
-    assert snapshot(restored) == blob
+    assert msgpack.unpackb(blob)[0] == 2 and len(msgpack.unpackb(blob)) == 14
+    assert snapshot(restore(blob)) == blob
+    finished(driver, concurrency={"key": "acct", "max": 1})
+    assert msgpack.unpackb(snapshot(driver.state))[0] == 3  # its record has the new fields
+    restored = restore(snapshot(driver.state))
+    assert msgpack.unpackb(snapshot(restored))[-1] == {"keyed": True}
     assert violations(restored) == []
 
 

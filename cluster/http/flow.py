@@ -18,6 +18,7 @@ from raftcron.cluster.http.common import (
     commit,
     json_response,
     maybe_consistent,
+    named_control,
     object_body,
     only,
     parse_or_400,
@@ -68,18 +69,6 @@ async def put_queue(request: web.Request) -> web.Response:
     return json_response(_view(request, name))
 
 
-def _control(command_type: Any) -> Any:
-    @requires("manage")
-    async def handler(request: web.Request) -> web.Response:
-        name = _name(request)
-        body = object_body(await read_json(request)) if request.can_read_body else {}
-        request_id = take_request_id(only(body, {"request_id"}), request)
-        await commit(request, command_type(request_id, name))
-        return json_response(_view(request, name))
-
-    return handler
-
-
 BULK_FIELDS = {"action", "filter", "max", "cursor", "dry_run"}
 
 
@@ -108,8 +97,8 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/queues", list_queues),
         web.get("/v1/queues/{name}", get_queue),
         web.put("/v1/queues/{name}", put_queue),
-        web.post("/v1/queues/{name}/pause", _control(PauseQueue)),
-        web.post("/v1/queues/{name}/resume", _control(ResumeQueue)),
+        web.post("/v1/queues/{name}/pause", named_control(PauseQueue, _name, _view)),
+        web.post("/v1/queues/{name}/resume", named_control(ResumeQueue, _name, _view)),
         web.post("/v1/jobs/bulk", bulk),
     ]
 
