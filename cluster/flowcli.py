@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from raftcron.cluster.client import Client
-from raftcron.cluster.opscli import UsageError, _duration, _instant, _print, _table, add_common
+from raftcron.cluster.cliparts import UsageError, add_common, duration_ms, instant_ms, table
+from raftcron.cluster.cliparts import print_answer as _print
 from raftcron.scheduler import limits
 
 STATUSES = ["blocked", "scheduled", "queued", "running", "succeeded", "failed", "cancelled"]
@@ -85,7 +86,7 @@ def has_filters(args: argparse.Namespace) -> bool:
 def queues(client: Client, args: argparse.Namespace) -> None:
     if args.action == "list":
         found = client.request("GET", "/v1/queues")["queues"]
-        _print(args, found, lambda: _queue_table(found))
+        _print(args, found, lambda: _queuetable(found))
         return
     path = f"/v1/queues/{args.name}"
     if args.action == "show":
@@ -94,7 +95,7 @@ def queues(client: Client, args: argparse.Namespace) -> None:
         view = client.request("PUT", path, _queue_body(args), write=True)
     else:
         view = client.request("POST", f"{path}/{args.action}", {}, write=True)
-    _print(args, view, lambda: _queue_table([view]))
+    _print(args, view, lambda: _queuetable([view]))
 
 
 def _queue_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -103,11 +104,11 @@ def _queue_body(args: argparse.Namespace) -> dict[str, Any]:
         count, _, period = args.rate.partition("/")
         if not count.isdigit() or not period:
             raise UsageError(f"--rate must be MAX/PERIOD, e.g. 100/1s, not {args.rate!r}")
-        body["rate_limit"] = {"max": int(count), "per_ms": _duration(period, "--rate")}
+        body["rate_limit"] = {"max": int(count), "per_ms": duration_ms(period, "--rate")}
     return body
 
 
-def _queue_table(found: list[dict[str, Any]]) -> str:
+def _queuetable(found: list[dict[str, Any]]) -> str:
     rows = []
     for q in found:
         rate = q.get("rate_limit")
@@ -121,7 +122,7 @@ def _queue_table(found: list[dict[str, Any]]) -> str:
             q["running"],
             " ".join(f"{reason}={count}" for reason, count in held.items() if count) or "-",
         ])
-    return _table(["QUEUE", "STATE", "CONCURRENCY", "RATE", "QUEUED", "RUNNING", "HELD"], rows)
+    return table(["QUEUE", "STATE", "CONCURRENCY", "RATE", "QUEUED", "RUNNING", "HELD"], rows)
 
 
 # -- bulk actions ---------------------------------------------------------------------------------
@@ -163,9 +164,9 @@ def _filter(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, name) is not None
     }
     if args.created_from:
-        where["created_from_ms"] = _instant(args.created_from, "--created-from")
+        where["created_from_ms"] = instant_ms(args.created_from, "--created-from")
     if args.created_to:
-        where["created_to_ms"] = _instant(args.created_to, "--created-to")
+        where["created_to_ms"] = instant_ms(args.created_to, "--created-to")
     return where
 
 

@@ -17,26 +17,26 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from raftcron.cluster import backup as backup_module
-from raftcron.cluster import tls
 from raftcron.cluster.client import ApiError, Client, Unavailable
+from raftcron.cluster.cliparts import UsageError, add_common
+from raftcron.cluster.cliparts import duration_ms as _duration
+from raftcron.cluster.cliparts import instant_ms as _instant
+from raftcron.cluster.cliparts import print_answer as _print
+from raftcron.cluster.cliparts import table as _table
 from raftcron.cluster.doctor import Thresholds, diagnose
 from raftcron.cluster.doctor import rows as doctor_rows
 from raftcron.cluster.storage.disk import OsDisk
 from raftcron.cluster.storage.raftlog import StorageError
 from raftcron.scheduler import limits
-from raftcron.scheduler.calendar import RecurrenceError, parse_duration_ms
 
-DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_ATTENTION = 1, 2, 3, 4
 
 
-class UsageError(Exception):
-    pass
 
 
 class NeedsAttention(Exception):
@@ -50,28 +50,6 @@ class Incomplete(Exception):
 # -- arguments ----------------------------------------------------------------------------
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--connect",
-        default=os.environ.get("RAFTCRON_CONNECT", DEFAULT_CONNECT),
-        help="node URLs, comma-separated (env RAFTCRON_CONNECT; default: the demo's 3 nodes)",
-    )
-    parser.add_argument(
-        "--api-token",
-        default=os.environ.get("RAFTCRON_API_TOKEN"),
-        help="bearer token (env RAFTCRON_API_TOKEN)",
-    )
-    for flag, env, what in tls.FLAGS:
-        parser.add_argument(flag, metavar="FILE", default=os.environ.get(env) or None,
-                            help=f"{what} (env {env})")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--deadline",
-        type=float,
-        default=float(os.environ.get("RAFTCRON_DEADLINE", "15")),
-        help="give up after this many seconds of failing over and retrying "
-        "(env RAFTCRON_DEADLINE; default 15)",
-    )
 
 
 def add_commands(commands: Any) -> None:
@@ -530,21 +508,6 @@ def _audit(client: Client, args: argparse.Namespace) -> None:
 # -- formatting -------------------------------------------------------------------------------
 
 
-def _print(args: argparse.Namespace, data: Any, table: Callable[[], str]) -> None:
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        sys.stdout.write(table())
-
-
-def _table(headers: list[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [headers, *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    ]
-    return "\n".join(lines) + "\n" + ("" if rows else "(none)\n")
 
 
 def _time(ms: int | None) -> str:
@@ -648,25 +611,6 @@ def _read(path: str) -> str:
         raise UsageError(f"cannot read {path}: {error.strerror}") from None
 
 
-def _duration(text: str, flag: str) -> int:
-    try:
-        return parse_duration_ms(int(text) if text.isdigit() else text, field=flag)
-    except RecurrenceError as error:
-        raise UsageError(str(error)) from None
-
-
-def _instant(text: str, flag: str) -> int:
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(
-            f"{flag}: {text!r} is not ISO-8601 (e.g. 2026-12-01T09:00:00Z) or Unix ms"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _ids(text: str, flag: str) -> list[int]:

@@ -3,8 +3,11 @@
 A job matches when every field of the filter matches and the action applies to its status:
 `cancel` to unfinished jobs (blocked, scheduled, queued, running), `retry` to failed and
 cancelled ones, `delete` to every job that is not running (an unfinished one is cancelled
-first, so its dependents are cancelled as any cancel does; then it leaves the store as
-retention would remove it; its key stays remembered for its window).
+first; then it leaves the store as retention would remove it; its key stays remembered for its
+window). A job that did not succeed is not deleted while a job that depends on it remains:
+were the parent gone, a retry of that dependent would run it as if the parent had succeeded.
+A delete acts on its matches newest first, so dependents that match go before their parents
+in the same command.
 
 One command looks at the job ids after `cursor`, in id order (ids follow creation), at most
 `BULK_SCAN_MAX` of them, and acts on at most `max` matches. `next_cursor` is the last id it
@@ -23,18 +26,16 @@ change. Cascades to jobs that did not match are not counted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import limits
 from raftcron.scheduler.errors import Ok, Result
+from raftcron.scheduler.flowcommands import BulkJobs
 from raftcron.scheduler.flowspecs import BulkFilter
+from raftcron.scheduler.flowstate import FlowState
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.jobs import Job
-
-if TYPE_CHECKING:
-    from raftcron.scheduler.flowcommands import BulkJobs
-    from raftcron.scheduler.state import SchedulerState
 
 APPLIES_TO = {
     "cancel": frozenset({j.BLOCKED, j.SCHEDULED, j.QUEUED, j.RUNNING}),
@@ -52,7 +53,7 @@ class Selection:
 
 
 def select(
-    state: SchedulerState,
+    state: FlowState,
     action: str,
     where: BulkFilter,
     *,
@@ -107,12 +108,12 @@ def _matches(job: Job | FrozenJob, where: BulkFilter) -> bool:
     return where.created_to_ms is None or record.created_ms < where.created_to_ms
 
 
-def apply(state: SchedulerState, command: BulkJobs) -> Result:
+def apply(state: FlowState, command: BulkJobs) -> Result:
     chosen = select(state, command.action, command.filter, cursor=command.cursor,
                     max_jobs=command.max)
     table = state.table
     before = [table.jobs[job_id].status for job_id in chosen.ids]
-    for job_id in chosen.ids:
+    for job_id in reversed(chosen.ids) if command.action == "delete" else chosen.ids:
         _act(state, command.action, job_id)
     changed = 0
     for job_id, status in zip(chosen.ids, before, strict=True):
@@ -126,7 +127,7 @@ def answer(chosen: Selection, changed: int) -> dict[str, Any]:
             "next_cursor": chosen.next_cursor}
 
 
-def _act(state: SchedulerState, action: str, job_id: int) -> None:
+def _act(state: FlowState, action: str, job_id: int) -> None:
     """Act on one matched job. An earlier job of the same command may have moved it already
     (a cascade), so its status is read again."""
     job = state.table.get(job_id)
@@ -135,6 +136,8 @@ def _act(state: SchedulerState, action: str, job_id: int) -> None:
     if action == "retry":
         state.retry_job(job_id)  # refused (a parent still failed): it stays as it is
         return
+    if action == "delete" and job.status != j.SUCCEEDED and _has_dependents(state, job):
+        return  # matched, not changed: see the module docstring
     if not job.final:
         live = state.table.live(job_id)
         assert live is not None
@@ -142,3 +145,8 @@ def _act(state: SchedulerState, action: str, job_id: int) -> None:
         job = live
     if action == "delete":
         state.remove_job(job)
+
+
+def _has_dependents(state: FlowState, job: Job | FrozenJob) -> bool:
+    children = readable(job).children or ()
+    return any(state.table.get(child) is not None for child in children)

@@ -13,27 +13,29 @@ jobs are never in a ready heap, so none are scanned.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import limits, queues
 from raftcron.scheduler.commands import ClaimJobs
 from raftcron.scheduler.errors import Ok, Result
+from raftcron.scheduler.flowstate import FlowState
 from raftcron.scheduler.jobs import Attempt, Job
 
-if TYPE_CHECKING:
-    from raftcron.scheduler.state import SchedulerState
 
-
-def claim(state: SchedulerState, command: ClaimJobs) -> Result:
+def claim(state: FlowState, command: ClaimJobs) -> Result:
     acks = []
     for ack in command.acks:
         outcome = state.ack(ack)
         acks.append([ack.job_id, "ok" if isinstance(outcome, Ok) else outcome.code])
     claimed: list[list[int]] = []
     table = state.table
-    budgets = queues.claim_budgets(state.queues, table, command.queues, state.now_ms)
-    open_queues = [q for q in command.queues if budgets.get(q) != 0]
+    budgets = (
+        queues.claim_budgets(state.queues, table, command.queues, state.now_ms)
+        if state.queues
+        else {}
+    )
+    open_queues = command.queues
+    if budgets:
+        open_queues = tuple(q for q in open_queues if budgets.get(q) != 0)
     held_back = 0
     while len(claimed) < command.max:
         name = table.best_ready(open_queues)
@@ -54,12 +56,12 @@ def claim(state: SchedulerState, command: ClaimJobs) -> Result:
             if left is not None:
                 budgets[name] = left - 1
                 queues.spend(state.queues.get(name), state.now_ms, 1)
-                if left == 1:
-                    open_queues.remove(name)
+                if left == 1:  # its budget is spent: the rest of this claim skips it
+                    open_queues = tuple(q for q in open_queues if q != name)
     return Ok({"jobs": claimed, "acks": acks})
 
 
-def _start_attempt(state: SchedulerState, job: Job, command: ClaimJobs) -> None:
+def _start_attempt(state: FlowState, job: Job, command: ClaimJobs) -> None:
     state.fence += 1
     job.attempts += 1
     job.token = state.fence

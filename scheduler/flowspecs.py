@@ -28,6 +28,7 @@ def _within(where: str, name: str) -> str:
 
 
 _CONCURRENCY_FIELDS = frozenset({"key", "max"})
+_CONCURRENCY_SEEN: dict[tuple[str, int], ConcurrencySpec] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +44,19 @@ class ConcurrencySpec:
         # building a field path; anything else goes the long way, which names what is wrong.
         if isinstance(data, dict) and _CONCURRENCY_FIELDS.issuperset(data):
             key, count = data.get("key"), data.get("max", 1)
-            if (
-                type(key) is str
-                and 0 < len(key) <= limits.KEY_CHARS_MAX
-                and key.isascii()
-                and type(count) is int
-                and 1 <= count <= limits.CONCURRENCY_MAX
-            ):
-                return cls(key, count)
+            # `type(...) is`: True == 1 and 1.0 == 1, and neither is a valid max.
+            if type(key) is str and type(count) is int:
+                known = _CONCURRENCY_SEEN.get((key, count))
+                if known is not None:
+                    return known
+                if 0 < len(key) <= limits.KEY_CHARS_MAX and key.isascii() and (
+                    1 <= count <= limits.CONCURRENCY_MAX
+                ):
+                    # Specs are values: a key's jobs share one (a bounded memo, cleared whole).
+                    if len(_CONCURRENCY_SEEN) >= 4_096:
+                        _CONCURRENCY_SEEN.clear()
+                    spec = _CONCURRENCY_SEEN[(key, count)] = cls(key, count)
+                    return spec
         data = parse.as_mapping(data, where)
         parse.reject_unknown(data, _CONCURRENCY_FIELDS, where)
         return cls(

@@ -202,7 +202,7 @@ class JobTable:
             ready = self.ready.get(job.queue)
             if ready is not None and ready.members.pop(job.id, None) is not None:
                 if key is not None:
-                    _add(self.key_ready, key, -1)
+                    _drop(self.key_ready, key)
             else:
                 assert key is not None, f"queued job {job.id} is in no ready queue"
                 held = self.held[key]
@@ -211,9 +211,9 @@ class JobTable:
                 if not held.members:
                     del self.held[key]
         elif job.status == j.RUNNING:
-            _add(self.running_by_queue, job.queue, -1)
+            _drop(self.running_by_queue, job.queue)
             if key is not None:
-                _add(self.key_running, key, -1)
+                _drop(self.key_running, key)
         # delayed, leases and finished entries are skipped lazily when they surface.
 
     # -- concurrency keys ----------------------------------------------------------------
@@ -370,6 +370,16 @@ class JobTable:
             if head is not None and (best_head is None or head < best_head):
                 best, best_head = name, head
         return best
+
+
+def _drop(counts: dict[str, int], name: str) -> None:
+    """One less (`_add(counts, name, -1)`, the common case spelled out: it runs for every job
+    leaving a queue's line or finishing)."""
+    value = counts[name] - 1
+    if value:
+        counts[name] = value
+    else:
+        del counts[name]
 
 
 def _add(counts: dict[str, int], name: str, by: int) -> None:

@@ -21,20 +21,17 @@ that is longer than the key window), so a conflict within the period is always f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler.flowstate import FlowState
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import Job
 from raftcron.scheduler.specs import JobSpec
 
-if TYPE_CHECKING:
-    from raftcron.scheduler.state import SchedulerState
-
-
 
 def submit(
-    state: SchedulerState, spec: JobSpec, index: int, notes: dict[str, list[Any]]
+    state: FlowState, spec: JobSpec, index: int, notes: dict[str, list[Any]]
 ) -> list[Any]:
     """Apply one submit (the `index`th of its command) whose spec has `unique` or
     `debounce_ms`, and so a key: [job id, created], as a plain submit answers. What it did to
@@ -70,7 +67,7 @@ def _waiting(job: Job | FrozenJob) -> bool:
     return job.status == j.SCHEDULED and job.attempts == 0
 
 
-def _debounce(state: SchedulerState, job: Job, spec: JobSpec) -> None:
+def _debounce(state: FlowState, job: Job, spec: JobSpec) -> None:
     assert spec.debounce_ms is not None
     run_at_ms = state.now_ms + spec.debounce_ms
     if spec.debounce_max_ms is not None:

@@ -144,8 +144,17 @@ class FlowRules:
         after = {job.id: _Seen.of(job) for job in self.state.table}
         changed = [job_id for job_id in matched if _changed(before[job_id], after.get(job_id))]
         assert answer["changed"] == len(changed), (answer, changed)
-        if action != "retry":  # a retry may be refused (a parent still failed)
-            assert changed == matched
+        for job_id in set(matched) - set(changed):
+            # A retry may be refused (a parent still failed); a delete keeps a job that did not
+            # succeed while a dependent of it remains.
+            kept = action == "retry" or (
+                action == "delete" and after[job_id].status != j.SUCCEEDED
+                and any(child in after for child in after[job_id].children)
+            )
+            assert kept, f"bulk {action} matched job {job_id} and left it as it was"
+        if action == "delete":
+            for job_id in changed:
+                assert job_id not in after
         collateral = _descendants(before, matched) | _same_schedule(before, matched)
         for job_id, job in before.items():
             if job_id not in matched and job_id not in collateral:

@@ -8,7 +8,14 @@ import pytest
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import limits
 from raftcron.scheduler.bulk import select
-from raftcron.scheduler.commands import Ack, CancelJob, ClaimJobs, SubmitJobs, SubmitWorkflow
+from raftcron.scheduler.commands import (
+    Ack,
+    CancelJob,
+    ClaimJobs,
+    RetryJob,
+    SubmitJobs,
+    SubmitWorkflow,
+)
 from raftcron.scheduler.driver import Driver, Refused
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.flowcommands import BulkJobs, PauseQueue, PutQueue, ResumeQueue
@@ -436,6 +443,23 @@ def test_bulk_delete_removes_jobs_but_never_a_running_one(d: Driver) -> None:
     assert (answer["matched"], answer["changed"]) == (2, 2)
     assert sorted(statuses(d)) == [run] and violations(d.state) == []
     assert done == job_id and wait not in statuses(d)
+
+
+def test_bulk_delete_keeps_a_parent_that_did_not_succeed_while_a_dependent_remains(
+    d: Driver,
+) -> None:
+    """Were the parent gone, a retry of its dependent would run it as if the parent had
+    succeeded (found by the model: 'job ran before its parents succeeded')."""
+    parent = d.submit(task="p")
+    child = d.submit(task="c", depends_on=[parent])
+    d.ok(CancelJob(d.request_id(), parent, None))
+    assert bulk(d, "delete", task="p") == {
+        "matched": 1, "changed": 0, "more": False, "next_cursor": child
+    }
+    refused = d.apply(RetryJob(d.request_id(), child))
+    assert getattr(refused, "code", None) == "not_retryable"
+    # Both matching: the dependent goes first, then its parent, in one command.
+    assert bulk(d, "delete")["changed"] == 2 and statuses(d) == {}
 
 
 def test_a_bulk_of_a_status_the_action_does_not_apply_to_matches_nothing(d: Driver) -> None:
