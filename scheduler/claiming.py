@@ -33,6 +33,7 @@ def claim(state: FlowState, command: ClaimJobs) -> Result:
         if state.queues
         else {}
     )
+    granted = dict(budgets)
     open_queues = command.queues
     if budgets:
         open_queues = tuple(q for q in open_queues if budgets.get(q) != 0)
@@ -55,9 +56,10 @@ def claim(state: FlowState, command: ClaimJobs) -> Result:
             left = budgets.get(name)
             if left is not None:
                 budgets[name] = left - 1
-                queues.spend(state.queues.get(name), state.now_ms, 1)
                 if left == 1:  # its budget is spent: the rest of this claim skips it
                     open_queues = tuple(q for q in open_queues if q != name)
+    for name, left in budgets.items():  # the tokens of what each limited queue handed out
+        queues.spend(state.queues[name], state.now_ms, granted[name] - left)
     return Ok({"jobs": claimed, "acks": acks})
 
 

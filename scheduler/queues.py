@@ -25,18 +25,27 @@ from typing import Any
 
 from raftcron.scheduler import limits
 from raftcron.scheduler.errors import Ok, Rejected, Result
-from raftcron.scheduler.flowspecs import QueueSpec, RateLimit
+from raftcron.scheduler.flowspecs import QueueSpec
 from raftcron.scheduler.store import JobTable
 
 
 class QueueControl:
-    """A queue's limits and the state of its rate bucket (units: see the module docstring)."""
+    """A queue's limits and the state of its rate bucket (units: see the module docstring).
 
-    __slots__ = ("refilled_ms", "spec", "units", "updated_ms")
+    The spec's numbers are also kept flat (`paused`, `cap`, `rate_max`, `per_ms`, `capacity`;
+    derived, never written): a claim reads them for every limited queue it names."""
+
+    __slots__ = ("cap", "capacity", "paused", "per_ms", "rate_max", "refilled_ms", "spec",
+                 "units", "updated_ms")
 
     def __init__(self, spec: QueueSpec, now_ms: int) -> None:
         self.spec = spec
-        self.units = 0 if spec.rate_limit is None else _capacity(spec.rate_limit)
+        self.paused = spec.paused
+        self.cap = spec.concurrency_max
+        rate = spec.rate_limit
+        self.rate_max, self.per_ms = (0, 0) if rate is None else (rate.max, rate.per_ms)
+        self.capacity = self.rate_max * self.per_ms
+        self.units = self.capacity  # a new bucket starts full
         self.refilled_ms = now_ms
         self.updated_ms = now_ms
 
@@ -52,22 +61,16 @@ class QueueControl:
         return control
 
 
-def _capacity(rate: RateLimit) -> int:
-    return rate.max * rate.per_ms
-
-
 def units_at(control: QueueControl, now_ms: int) -> int:
     """The bucket's units at now_ms (refilled, not changed)."""
-    rate = control.spec.rate_limit
-    assert rate is not None
-    gained = max(0, now_ms - control.refilled_ms) * rate.max
-    return min(_capacity(rate), control.units + gained)
+    assert control.per_ms, "a queue without a rate limit has no bucket"
+    units = control.units + max(0, now_ms - control.refilled_ms) * control.rate_max
+    return units if units < control.capacity else control.capacity
 
 
 def tokens_at(control: QueueControl, now_ms: int) -> int | None:
     """Claims the bucket allows at now_ms; None without a rate limit."""
-    rate = control.spec.rate_limit
-    return None if rate is None else units_at(control, now_ms) // rate.per_ms
+    return units_at(control, now_ms) // control.per_ms if control.per_ms else None
 
 
 def claim_budget(
@@ -77,13 +80,14 @@ def claim_budget(
     cap and its tokens, whichever is less; None when neither limits it."""
     if control is None:
         return None
-    spec = control.spec
-    if spec.paused:
+    if control.paused:
         return 0
-    budget = tokens_at(control, now_ms)
-    if spec.concurrency_max is not None:
-        room = max(0, spec.concurrency_max - table.running_by_queue.get(name, 0))
-        budget = room if budget is None else min(budget, room)
+    budget = units_at(control, now_ms) // control.per_ms if control.per_ms else None
+    cap = control.cap
+    if cap is not None:
+        room = cap - table.running_by_queue.get(name, 0)
+        room = room if room > 0 else 0
+        budget = room if budget is None or room < budget else budget
     return budget
 
 
@@ -103,9 +107,9 @@ def claim_budgets(
 
 def spend(control: QueueControl | None, now_ms: int, claimed: int) -> None:
     """Take one token per job a claim handed out of this queue."""
-    if control is None or control.spec.rate_limit is None or not claimed:
+    if control is None or not control.per_ms or not claimed:
         return
-    units = units_at(control, now_ms) - claimed * control.spec.rate_limit.per_ms
+    units = units_at(control, now_ms) - claimed * control.per_ms
     assert units >= 0, "a claim handed out more than the bucket held"
     control.units = units
     control.refilled_ms = max(control.refilled_ms, now_ms)
