@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return chaos_main(words[1:])
     words, command_words = opscli.split_command(words)
     args = parser.parse_args(words)
-    if args.command in ("submit", "jobs", "schedules", "cluster", "audit", "backup"):
+    if args.command in ("submit", "jobs", "schedules", "queues", "cluster", "audit", "backup"):
         args.argv = command_words
         return opscli.run(args)
     if args.command == "notifications":

@@ -17,6 +17,7 @@ from raftcron.cluster import notifier
 from raftcron.cluster.clocks import ClockBook, ClockView
 from raftcron.cluster.histogram import Histogram
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler.flowviews import HELD_REASONS, all_queues
 from raftcron.scheduler.state import SchedulerState
 from raftcron.scheduler.views import queue_stats
 
@@ -180,7 +181,7 @@ def render(
     out.metric(
         "raftcron_queue_depth",
         "gauge",
-        "Queued (claimable now) jobs by queue",
+        "Queued jobs by queue (held back ones too: raftcron_queue_held_jobs says by what)",
         [({"queue": q}, s["queued"]) for q, s in stats_by_queue.items()],
     )
     out.metric(
@@ -189,6 +190,7 @@ def render(
         "Running (leased) jobs by queue",
         [({"queue": q}, s["running"]) for q, s in stats_by_queue.items()],
     )
+    _flow_metrics(out, state)
     schedules = sorted(state.schedules.values(), key=lambda s: s.name)
     out.metric(
         "raftcron_schedule_fires_total",
@@ -247,6 +249,41 @@ def render(
         [({"method": key.split()[0], "status": key.split()[1]}, n) for key, n in requests],
     )
     return out.text()
+
+
+def _flow_metrics(out: Writer, state: SchedulerState) -> None:
+    """Queue limits: gauges of the replicated state, the same on every node (DESIGN.md §8.5)."""
+    queues = all_queues(state)
+    out.metric(
+        "raftcron_queue_paused",
+        "gauge",
+        "1 while the queue is paused (it hands out no job)",
+        [({"queue": q["name"]}, 1 if q["paused"] else 0) for q in queues],
+    )
+    out.metric(
+        "raftcron_queue_held_jobs",
+        "gauge",
+        "Queued jobs a claim would not hand out now, by the first limit that stops them: "
+        "paused, queue_concurrency, queue_rate, key_concurrency",
+        [
+            ({"queue": q["name"], "reason": reason}, q["held"][reason])
+            for q in queues
+            for reason in HELD_REASONS
+        ],
+    )
+    out.metric(
+        "raftcron_queue_concurrency_max",
+        "gauge",
+        "A queue's cap on running jobs (queues with a cap only)",
+        [({"queue": q["name"]}, q["concurrency_max"]) for q in queues
+         if q["concurrency_max"] is not None],
+    )
+    out.metric(
+        "raftcron_queue_rate_tokens",
+        "gauge",
+        "Jobs a queue's rate limit allows now (queues with a rate limit only)",
+        [({"queue": q["name"]}, q["tokens"]) for q in queues if q["tokens"] is not None],
+    )
 
 
 def _clock_metrics(out: Writer, view: ClockView | None, node_id: str) -> None:

@@ -11,9 +11,11 @@ import argparse
 import sys
 from typing import Any
 
-from raftcron.cluster import opscli
 from raftcron.cluster.client import Client
-from raftcron.cluster.opscli import _print, _read, _table  # the operator commands' own
+from raftcron.cluster.cliparts import add_common
+from raftcron.cluster.cliparts import print_answer as _print
+from raftcron.cluster.cliparts import read_text as _read
+from raftcron.cluster.cliparts import table as _table
 from raftcron.scheduler.notifications import KINDS
 
 
@@ -22,17 +24,17 @@ def add_commands(commands: Any) -> None:
         "notifications", help="webhooks: an HTTP POST per dead letter, misfire, ... (admin)")
     actions = notifications.add_subparsers(dest="action", required=True, metavar="ACTION")
     put = actions.add_parser("put", help="create or replace a notification")
-    opscli.add_common(put)
+    add_common(put)
     put.add_argument("name")
     put.add_argument("--url", required=True, help="where to POST (http:// or https://)")
     put.add_argument("--events", required=True, metavar="KIND,KIND",
                      help=f"event kinds, comma-separated: {', '.join(KINDS)}")
     put.add_argument("--secret-file", required=True, metavar="FILE",
                      help="file holding the signing secret (16-256 characters; - for stdin)")
-    opscli.add_common(actions.add_parser("list", help="every notification and its progress"))
+    add_common(actions.add_parser("list", help="every notification and its progress"))
     for name, text in (("show", "one notification"), ("delete", "delete a notification")):
         action = actions.add_parser(name, help=text)
-        opscli.add_common(action)
+        add_common(action)
         action.add_argument("name")
 
 

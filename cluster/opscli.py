@@ -1,4 +1,5 @@
-"""The operator's commands: `raftcron submit | jobs | schedules | cluster | audit | backup`.
+"""The operator's commands: `raftcron submit | jobs | schedules | queues | cluster | audit |
+backup` (queues and bulk job actions: cluster/flowcli.py).
 
 Tables for people, `--json` for scripts. Exit codes: 0 done, 1 the cluster refused the request
 (4xx: the message says why), 2 the command line is wrong, 3 the cluster could not be reached
@@ -16,26 +17,28 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from raftcron.cluster import backup as backup_module
-from raftcron.cluster import membercli, tls
+from raftcron.cluster import membercli
 from raftcron.cluster.client import ApiError, Client, Unavailable
+from raftcron.cluster.cliparts import UsageError, add_common
+from raftcron.cluster.cliparts import duration_ms as _duration
+from raftcron.cluster.cliparts import instant_ms as _instant
+from raftcron.cluster.cliparts import print_answer as _print
+from raftcron.cluster.cliparts import read_text as _read
+from raftcron.cluster.cliparts import table as _table
 from raftcron.cluster.doctor import Thresholds, diagnose
 from raftcron.cluster.doctor import rows as doctor_rows
 from raftcron.cluster.storage.disk import OsDisk
 from raftcron.cluster.storage.raftlog import StorageError
 from raftcron.scheduler import limits
-from raftcron.scheduler.calendar import RecurrenceError, parse_duration_ms
 
-DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_ATTENTION = 1, 2, 3, 4
 
 
-class UsageError(Exception):
-    pass
 
 
 class NeedsAttention(Exception):
@@ -49,28 +52,6 @@ class Incomplete(Exception):
 # -- arguments ----------------------------------------------------------------------------
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--connect",
-        default=os.environ.get("RAFTCRON_CONNECT", DEFAULT_CONNECT),
-        help="node URLs, comma-separated (env RAFTCRON_CONNECT; default: the demo's 3 nodes)",
-    )
-    parser.add_argument(
-        "--api-token",
-        default=os.environ.get("RAFTCRON_API_TOKEN"),
-        help="bearer token (env RAFTCRON_API_TOKEN)",
-    )
-    for flag, env, what in tls.FLAGS:
-        parser.add_argument(flag, metavar="FILE", default=os.environ.get(env) or None,
-                            help=f"{what} (env {env})")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--deadline",
-        type=float,
-        default=float(os.environ.get("RAFTCRON_DEADLINE", "15")),
-        help="give up after this many seconds of failing over and retrying "
-        "(env RAFTCRON_DEADLINE; default 15)",
-    )
 
 
 def add_commands(commands: Any) -> None:
@@ -105,16 +86,24 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--schedule")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--cursor", type=int, help="continue from a previous page's next_cursor")
+    from raftcron.cluster import flowcli  # it imports this module's helpers
+
     for name, text in (
         ("show", "one job with its attempts"),
-        ("cancel", "cancel a job (and its descendants)"),
-        ("retry", "retry a failed or cancelled job"),
+        ("cancel", "cancel a job (and its descendants), or every job matching filters"),
+        ("retry", "retry a failed or cancelled job, or every job matching filters"),
+        ("delete", "delete every job matching filters (not running ones; unfinished ones are "
+                   "cancelled first)"),
     ):
         action = actions.add_parser(name, help=text)
         add_common(action)
-        action.add_argument("id", type=int)
+        if name != "delete":
+            action.add_argument("id", type=int, nargs=None if name == "show" else "?")
         if name == "cancel":
             action.add_argument("--reason")
+        if name != "show":
+            flowcli.add_bulk_arguments(action)
+    flowcli.add_queue_commands(commands)
 
     schedules = commands.add_parser("schedules", help="create, list and control schedules")
     actions = schedules.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -220,6 +209,8 @@ def run(
     args: argparse.Namespace, handler: Callable[[Client, argparse.Namespace], Any] | None = None
 ) -> int:
     """Run a command's `handler` (default: this module's for args.command) with a client."""
+    from raftcron.cluster import flowcli
+
     handler = handler or {
         "submit": _submit,
         "jobs": _jobs,
@@ -227,6 +218,7 @@ def run(
         "cluster": _cluster,
         "audit": _audit,
         "backup": _backup,
+        "queues": flowcli.queues,
     }[args.command]
     try:
         retry_s_max = limits.REQUEST_RETRY_MS / 1000
@@ -298,6 +290,13 @@ def _submit(client: Client, args: argparse.Namespace) -> None:
 
 
 def _jobs(client: Client, args: argparse.Namespace) -> None:
+    from raftcron.cluster import flowcli
+
+    if args.action in ("cancel", "retry", "delete") and flowcli.wants_bulk(args):
+        flowcli.bulk(client, args)
+        return
+    if args.action in ("cancel", "retry") and flowcli.has_filters(args):
+        raise UsageError("give a job id or filters, not both")
     if args.action == "list":
         filters = {k: getattr(args, k) for k in ("status", "queue", "schedule", "limit", "cursor")}
         page = client.jobs(**{k: v for k, v in filters.items() if v is not None})
@@ -522,21 +521,6 @@ def _audit(client: Client, args: argparse.Namespace) -> None:
 # -- formatting -------------------------------------------------------------------------------
 
 
-def _print(args: argparse.Namespace, data: Any, table: Callable[[], str]) -> None:
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        sys.stdout.write(table())
-
-
-def _table(headers: list[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [headers, *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    ]
-    return "\n".join(lines) + "\n" + ("" if rows else "(none)\n")
 
 
 def _time(ms: int | None) -> str:
@@ -632,33 +616,6 @@ def _json_arg(text: str, flag: str) -> Any:
         raise UsageError(f"{flag} is not JSON: {error}") from None
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError as error:
-        raise UsageError(f"cannot read {path}: {error.strerror}") from None
-
-
-def _duration(text: str, flag: str) -> int:
-    try:
-        return parse_duration_ms(int(text) if text.isdigit() else text, field=flag)
-    except RecurrenceError as error:
-        raise UsageError(str(error)) from None
-
-
-def _instant(text: str, flag: str) -> int:
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(
-            f"{flag}: {text!r} is not ISO-8601 (e.g. 2026-12-01T09:00:00Z) or Unix ms"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _ids(text: str, flag: str) -> list[int]:

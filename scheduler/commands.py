@@ -21,6 +21,7 @@ import msgpack
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.flowcommands import FLOW_COMMANDS, FlowCommand
 from raftcron.scheduler.notifications import AckNotification, DeleteNotification, PutNotification
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
@@ -506,6 +507,7 @@ Command = (
     | PutNotification
     | DeleteNotification
     | AckNotification
+    | FlowCommand
 )
 
 COMMAND_TYPES: tuple[type[Any], ...] = (
@@ -529,6 +531,7 @@ COMMAND_TYPES: tuple[type[Any], ...] = (
     PutNotification,  # tags 40-42: scheduler/notifications.py
     DeleteNotification,
     AckNotification,
+    *FLOW_COMMANDS,
 )
 BY_TAG: dict[int, type[Any]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(BY_TAG) == len(COMMAND_TYPES), "a command tag is used twice"

@@ -229,6 +229,10 @@ def fire(
                 job = state.table.get(job_id)
                 if isinstance(job, Job) and not job.final:
                     state.cancel_job(job, REPLACED)
+    if not manual and schedule.buffered == (fire_time_ms, 0):
+        # This very time waits in the buffer and fires now (a backfill): it must not fire again
+        # when the active run ends, maybe after its key has been forgotten (retention).
+        schedule.buffered = None
     # A manual key is taken only now, after any cancellation, so it names the job it creates.
     key = (
         parse.manual_fire_key(schedule.name, state.next_job_id)

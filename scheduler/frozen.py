@@ -107,7 +107,7 @@ def pack(job: Job) -> bytes:
 
 
 def job_to_list(job: Job) -> list[Any]:
-    return [
+    fields = [
         job.id,
         job.key,
         job.task,
@@ -139,9 +139,18 @@ def job_to_list(job: Job) -> list[Any]:
         [a.to_list() for a in job.history],
         job.cancel_reason,
     ]
+    # Fields added since the first record format are written only when set, so a job that
+    # uses none of them packs to the same bytes as before (and older records read as unset).
+    if job.concurrency_key is not None:
+        fields += [job.concurrency_key, job.concurrency_max]
+    return fields
+
+
+_BASE_FIELDS = 30  # the fields of the first record format; later ones follow when set
 
 
 def job_from_list(item: list[Any]) -> Job:
+    extra = item[_BASE_FIELDS:]
     (
         job_id,
         key,
@@ -173,7 +182,7 @@ def job_from_list(item: list[Any]) -> Job:
         worker,
         history,
         cancel_reason,
-    ) = item
+    ) = item[:_BASE_FIELDS]
     job = Job.__new__(Job)  # every field is set below: __init__'s defaults would be overwritten
     job.id = job_id
     job.task = intern(task)
@@ -205,6 +214,10 @@ def job_from_list(item: list[Any]) -> Job:
     job.worker = None if worker is None else intern(worker)
     job.history = tuple(_attempt(a) for a in history)
     job.cancel_reason = cancel_reason
+    if extra:
+        job.concurrency_key, job.concurrency_max = extra[0], extra[1]
+    else:
+        job.concurrency_key, job.concurrency_max = None, 0
     return job
 
 

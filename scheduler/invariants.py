@@ -16,6 +16,7 @@ def violations(state: SchedulerState) -> list[str]:
     problems: list[str] = []
     problems += _job_rules(state)
     problems += _index_rules(state)
+    problems += _flow_rules(state)
     problems += _schedule_rules(state)
     return problems
 
@@ -95,8 +96,12 @@ def _index_rules(state: SchedulerState) -> list[str]:
             out.append(f"job {job.id}: missing from the {job.status} index")
         if job.status == j.QUEUED:
             ready = table.ready.get(job.queue)
-            if ready is None or job.id not in ready.members:
-                out.append(f"job {job.id}: queued but not in ready queue {job.queue!r}")
+            in_line = ready is not None and job.id in ready.members
+            holding = table.held.get(readable(job).concurrency_key or "")
+            held = holding is not None and job.id in holding.members
+            if in_line == held:
+                where = "both a ready queue and held" if held else "neither a ready queue nor held"
+                out.append(f"job {job.id}: queued, in {where} ({job.queue!r})")
     if counted != table.count_by_status:
         out.append(f"status counts {table.count_by_status} differ from the records {counted}")
     for status, index in table.by_status.items():
@@ -113,6 +118,66 @@ def _index_rules(state: SchedulerState) -> list[str]:
         keyed = table.get(job_id)
         if keyed is not None and keyed.key != key:
             out.append(f"key {key!r}: points at job {job_id}, whose key is {keyed.key!r}")
+    return out
+
+
+def _flow_rules(state: SchedulerState) -> list[str]:
+    """The counts a claim trusts match the records; a held job waits only while its key is
+    full; queue controls hold only limits, and buckets stay within their size."""
+    out = []
+    table = state.table
+    running: dict[str, int] = {}
+    key_running: dict[str, int] = {}
+    key_ready: dict[str, int] = {}
+    key_max_running: dict[str, int] = {}
+    held_by_queue: dict[str, int] = {}
+    for job_id in table.by_status[j.RUNNING]:
+        job = readable(table.jobs[job_id])
+        running[job.queue] = running.get(job.queue, 0) + 1
+        if job.concurrency_key is not None:
+            key = job.concurrency_key
+            key_running[key] = key_running.get(key, 0) + 1
+            key_max_running[key] = max(key_max_running.get(key, 0), job.concurrency_max)
+    for ready in table.ready.values():
+        for job_id in ready.members:
+            ready_key = readable(table.jobs[job_id]).concurrency_key
+            if ready_key is not None:
+                key_ready[ready_key] = key_ready.get(ready_key, 0) + 1
+    for key, held in table.held.items():
+        if not held.members:
+            out.append(f"key {key!r}: an empty held heap is kept")
+        for job_id in held.members:
+            job = readable(table.jobs[job_id])
+            if job.status != j.QUEUED or job.concurrency_key != key:
+                out.append(f"job {job_id}: held for key {key!r} but is {job.status} with key "
+                           f"{job.concurrency_key!r}")
+            held_by_queue[job.queue] = held_by_queue.get(job.queue, 0) + 1
+        head = held.peek()
+        if head is not None:
+            first = readable(table.jobs[head[2]])
+            taken = key_running.get(key, 0) + key_ready.get(key, 0)
+            if taken < first.concurrency_max:
+                out.append(f"key {key!r}: job {first.id} held while only {taken} of its "
+                           f"{first.concurrency_max} slots are taken")
+    for name, counted, kept in (
+        ("running by queue", running, table.running_by_queue),
+        ("running by key", key_running, table.key_running),
+        ("ready by key", key_ready, table.key_ready),
+        ("held by queue", held_by_queue, table.held_by_queue),
+    ):
+        if counted != kept:
+            out.append(f"{name}: kept {kept}, the records say {counted}")
+    for key, count in key_running.items():
+        if count > key_max_running[key]:
+            out.append(f"key {key!r}: {count} running, over every running job's max")
+    for name, control in state.queues.items():
+        if control.spec.is_default:
+            out.append(f"queue {name!r}: a control with no limit is kept")
+        rate = control.spec.rate_limit
+        if rate is not None and not 0 <= control.units <= rate.max * rate.per_ms:
+            out.append(f"queue {name!r}: bucket at {control.units} units, outside its size")
+        if control.refilled_ms > state.now_ms:
+            out.append(f"queue {name!r}: refilled at {control.refilled_ms}, after now")
     return out
 
 

@@ -88,6 +88,8 @@ class Job:
         "backoff",
         "cancel_reason",
         "children",
+        "concurrency_key",
+        "concurrency_max",
         "created_ms",
         "depends_on",
         "error",
@@ -148,6 +150,9 @@ class Job:
         # than a one-item list (an empty tuple costs nothing): 40 MB per million jobs.
         self.history: tuple[Attempt, ...] = ()
         self.cancel_reason: str | None = None
+        # At most concurrency_max running jobs hold concurrency_key at once (scheduler.keyslots).
+        self.concurrency_key: str | None = None
+        self.concurrency_max = 0
 
     def add_child(self, child_id: int) -> None:
         if self.children is None:

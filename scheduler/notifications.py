@@ -326,6 +326,12 @@ class Notifications:
 
     # -- snapshot ---------------------------------------------------------------------------
 
+    @property
+    def in_use(self) -> bool:
+        """Whether this differs from a state that never had a notification (a snapshot then
+        leaves it out, and stays readable by the release before)."""
+        return bool(self.by_name or self.outbox or self.last_seq or self.last_revision)
+
     def to_list(self) -> list[Any]:
         return [self.last_seq, self.last_revision,
                 [n.to_list() for n in self.by_name.values()], list(self.outbox)]

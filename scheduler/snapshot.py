@@ -23,6 +23,7 @@ from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import STATUS, FrozenJob, job_from_list, row
 from raftcron.scheduler.jobs import Job, Workflow
 from raftcron.scheduler.notifications import Notifications
+from raftcron.scheduler.queues import QueueControl
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import schedule_restore, schedule_snapshot
 from raftcron.scheduler.schedulespec import ScheduleSpec
@@ -31,16 +32,22 @@ from raftcron.scheduler.state import SchedulerState
 # 2: a job is a row with its packed record (scheduler/frozen.py), and request-id answers are
 # kept msgpack-packed (scheduler/requests.py). Version 1 snapshots (raftcron 0.1: jobs as lists
 # of fields, the answers themselves) still load; a version-1 node cannot read 2.
-# 3: a 15th field, the notifications and their outbox (scheduler/notifications.py); 1 and 2
-# load with none.
+# 3: a 15th field, a map of named sections (state added since, each read with its default
+# when absent): "queues" (scheduler/queues.py), "held" (the ids of queued jobs waiting for a
+# concurrency key, scheduler/store.py), "keyed" (a job was ever given a concurrency key: a
+# job record may then end in the fields added since) and "notifications" (the webhooks and
+# their outbox, scheduler/notifications.py). Versions 1 and 2 still load; a node of
+# version 2 cannot read 3, so a state that has none of these sections is written as version 2
+# (byte for byte what the previous release wrote): a rolling upgrade stays possible until the
+# new features are used.
 SNAPSHOT_VERSION = 3
 SNAPSHOT_VERSIONS_READ = (1, 2, 3)
-_FIELDS_BY_VERSION = {1: 14, 2: 14, 3: 15}
 
 
 def snapshot(state: SchedulerState) -> bytes:
+    sections = _sections(state)
     data = [
-        SNAPSHOT_VERSION,
+        SNAPSHOT_VERSION if sections else 2,
         state.now_ms,
         state.fence,
         state.next_job_id,
@@ -54,12 +61,30 @@ def snapshot(state: SchedulerState) -> bytes:
         state.events.to_list(),
         state.counters,
         None if state.leader is None else list(state.leader),
-        state.notifications.to_list(),
     ]
+    if sections:
+        data.append(sections)
     packed: bytes = msgpack.packb(data, use_bin_type=True)
     return packed
 
 
+def _sections(state: SchedulerState) -> dict[str, Any]:
+    """The state added after version 2, by name; an empty part is left out."""
+    sections: dict[str, Any] = {}
+    if state.queues:
+        sections["queues"] = [[name, *q.to_list()] for name, q in state.queues.items()]
+    held = state.table.held_ids()
+    if held:
+        sections["held"] = held
+    if state.table.keyed_seen:
+        sections["keyed"] = True
+    if state.notifications.in_use:
+        sections["notifications"] = state.notifications.to_list()
+    return sections
+
+
+_SNAPSHOT_FIELDS = {1: 14, 2: 14, 3: 15}
+_SECTIONS = frozenset({"queues", "held", "keyed", "notifications"})
 
 
 def restore(blob: bytes) -> SchedulerState:
@@ -83,13 +108,14 @@ def _restore(blob: bytes) -> SchedulerState:
         max_buffer_size=max(len(blob), 1 << 20),
     )
     fields = unpacker.read_array_header()
-    version = unpacker.unpack() if fields else None
+    version = unpacker.unpack()
     if version not in SNAPSHOT_VERSIONS_READ:
         raise ValueError(
             f"snapshot version {version} is not one this release reads ({SNAPSHOT_VERSIONS_READ})"
         )
-    if fields != _FIELDS_BY_VERSION[version]:
-        raise ValueError(f"a version {version} snapshot holds {_FIELDS_BY_VERSION[version]} fields")
+    if fields != _SNAPSHOT_FIELDS[version]:
+        raise ValueError(f"a snapshot of version {version} holds {_SNAPSHOT_FIELDS[version]} "
+                         f"fields, not {fields}")
     state = SchedulerState()
     state.now_ms = unpacker.unpack()
     state.fence = unpacker.unpack()
@@ -120,13 +146,17 @@ def _restore(blob: bytes) -> SchedulerState:
     keys, schedules, pending, workflows, requests, event_log, counters, leader = (
         unpacker.unpack() for _ in range(8)
     )
-    notifications = unpacker.unpack() if version >= 3 else None
+    sections = unpacker.unpack() if version >= 3 else {}
     if unpacker.tell() != len(blob):
         raise ValueError("a snapshot has bytes after its last field")
+    unknown = sorted(set(sections) - _SECTIONS)
+    if unknown:
+        raise ValueError(f"the snapshot has sections this release does not know: {unknown}")
     # Rebuild the indexes in canonical orders: active jobs by id, then finished ones in finish
-    # order (retention's order); creation order for keys.
+    # order (retention's order); creation order for keys. Held jobs go back where they were.
+    held = set(sections.get("held", ()))
     for job in active:
-        table._index(job)
+        table.place_restored(job, held=job.id in held)
     finished.sort()
     table.finished.extend(finished)
     for _, job_id in finished:
@@ -153,8 +183,11 @@ def _restore(blob: bytes) -> SchedulerState:
     state.events = EventLog.from_list(event_log)
     state.counters = counters
     state.leader = None if leader is None else (leader[0], leader[1])
-    if notifications is not None:
-        state.notifications = Notifications.from_list(notifications)
+    for name, *control in sections.get("queues", ()):
+        state.queues[name] = QueueControl.from_list(control)
+    table.keyed_seen = bool(sections.get("keyed", False))
+    if "notifications" in sections:
+        state.notifications = Notifications.from_list(sections["notifications"])
     return state
 
 

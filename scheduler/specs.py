@@ -14,6 +14,7 @@ from typing import Any
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.flowspecs import ConcurrencySpec, UniqueSpec
 
 _BACKOFF_FIELDS = frozenset({"initial_ms", "factor", "max_ms", "jitter"})
 
@@ -77,7 +78,14 @@ _JOB_FIELDS = (
     "backoff",
     "timeout_ms",
     "depends_on",
+    "concurrency",
+    "unique",
+    "debounce_ms",
+    "debounce_max_ms",
 )
+# Fields that say something of the key: only a job with a key of its own may give them.
+_KEYED_FIELDS = ("unique", "debounce_ms", "debounce_max_ms")
+_KEYED_FIELDS_SET = frozenset(_KEYED_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,10 @@ class JobSpec:
     backoff: BackoffSpec = DEFAULT_BACKOFF
     timeout_ms: int | None = None
     depends_on: tuple[int, ...] = field(default=())
+    concurrency: ConcurrencySpec | None = None
+    unique: UniqueSpec | None = None
+    debounce_ms: int | None = None
+    debounce_max_ms: int | None = None
 
     @classmethod
     def parse(cls, data: object, where: str = "", *, template: bool = False) -> JobSpec:
@@ -116,6 +128,8 @@ class JobSpec:
                 raise Invalid("task", "is required")
             if fields.get("run_at_ms") is not None and fields.get("delay_ms") is not None:
                 raise Invalid("delay_ms", "give run_at_ms or delay_ms, not both")
+            if not _KEYED_FIELDS_SET.isdisjoint(fields):
+                _check_keyed_fields(fields)
         except Invalid as error:
             raise (error.within(where) if where else error) from None
         if fields.get("backoff", DEFAULT_BACKOFF) is None:
@@ -123,16 +137,51 @@ class JobSpec:
         return cls(**fields)
 
     def to_wire(self) -> dict[str, Any]:
-        wire = _non_default(self, _JOB_DEFAULTS, _JOB_FIELDS[1:])
+        # On every replica for every job (a submit's request fingerprint): one getattr per field
+        # against defaults read once.
+        wire = {
+            name: value
+            for name, default in _JOB_DEFAULT_ITEMS
+            if (value := getattr(self, name)) != default
+        }
         wire["task"] = self.task
         if "backoff" in wire:
             wire["backoff"] = self.backoff.to_wire()
         if "depends_on" in wire:
             wire["depends_on"] = list(self.depends_on)
+        for name in ("concurrency", "unique"):
+            if name in wire:
+                wire[name] = wire[name].to_wire()
         return wire
 
 
 _JOB_DEFAULTS = JobSpec(task="-")
+_JOB_DEFAULT_ITEMS = tuple((name, getattr(_JOB_DEFAULTS, name)) for name in _JOB_FIELDS[1:])
+
+
+def _check_keyed_fields(fields: dict[str, Any]) -> None:
+    """unique and debounce act on the job holding the same key; debounce decides when it runs."""
+    for name in _KEYED_FIELDS:
+        if fields.get(name) is not None and fields.get("key") is None:
+            raise Invalid(name, "needs a key (the job it is unique with or debounces is the "
+                          "one holding the same key)")
+    debounce_ms, debounce_max_ms = fields.get("debounce_ms"), fields.get("debounce_max_ms")
+    if debounce_ms is not None:
+        for name in ("run_at_ms", "delay_ms"):
+            if fields.get(name) is not None:
+                raise Invalid(name, "a debounced job runs debounce_ms after the last submit; "
+                              "give no run_at_ms or delay_ms with it")
+    if debounce_max_ms is not None:
+        if debounce_ms is None:
+            raise Invalid("debounce_max_ms", "needs debounce_ms")
+        if debounce_max_ms < debounce_ms:
+            raise Invalid("debounce_max_ms", f"must be at least debounce_ms ({debounce_ms})")
+
+
+def _parse_optional(
+    spec: Callable[[object, str], Any],
+) -> Callable[[object, str], Any]:
+    return lambda value, name: None if value is None else spec(value, name)
 
 
 def _parse_backoff(value: object, name: str) -> BackoffSpec | None:
@@ -157,13 +206,18 @@ _JOB_PARSERS: dict[str, _FieldParser] = {
     "backoff": _parse_backoff,
     "timeout_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.TIMEOUT_MS_MAX),
     "depends_on": _parse_depends_on,
+    "concurrency": _parse_optional(ConcurrencySpec.parse),
+    "unique": _parse_optional(UniqueSpec.parse),
+    "debounce_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.DELAY_MS_MAX),
+    "debounce_max_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.DELAY_MS_MAX),
 }
-# A schedule's job template: no key (each fire gets `<schedule>@<fire_time_ms>`), no timing of
-# its own (the schedule decides), no dependencies on existing jobs.
+# A schedule's job template: no key (each fire gets `<schedule>@<fire_time_ms>`), so nothing
+# that acts on a key either, no timing of its own (the schedule decides), no dependencies on
+# existing jobs. A concurrency key it may give: each fired job holds it.
 _TEMPLATE_PARSERS = {
     name: parser
     for name, parser in _JOB_PARSERS.items()
-    if name not in ("key", "run_at_ms", "delay_ms", "depends_on")
+    if name not in ("key", "run_at_ms", "delay_ms", "depends_on", *_KEYED_FIELDS)
 }
 
 
@@ -225,12 +279,12 @@ _NODE_EXTRA = frozenset({"name", "after"})
 def _parse_node(raw: object, where: str) -> WorkflowNode:
     data = parse.as_mapping(raw, where)
     job_data = {k: v for k, v in data.items() if k not in _NODE_EXTRA}
-    if "key" in job_data or "depends_on" in job_data:
-        bad = "key" if "key" in job_data else "depends_on"
-        raise Invalid(
-            f"{where}.{bad}",
-            "is not allowed in a workflow job (use the workflow's key and 'after')",
-        )
+    for bad in ("key", "depends_on", *_KEYED_FIELDS):
+        if bad in job_data:
+            raise Invalid(
+                f"{where}.{bad}",
+                "is not allowed in a workflow job (use the workflow's key and 'after')",
+            )
     after = parse.array(data.get("after", ()), f"{where}.after", items_max=limits.DEPENDS_ON_MAX)
     return WorkflowNode(
         name=parse.name(data.get("name"), f"{where}.name", chars_max=limits.NAME_CHARS_MAX),

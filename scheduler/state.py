@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftcron.scheduler import events, firing, limits
+from raftcron.scheduler import bulk, claiming, events, firing, limits, queues, uniqueness
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.commands import (
     Ack,
@@ -34,8 +34,9 @@ from raftcron.scheduler.commands import (
 )
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 from raftcron.scheduler.events import EventLog
+from raftcron.scheduler.flowcommands import BulkJobs, PauseQueue, PutQueue, ResumeQueue
 from raftcron.scheduler.frozen import FrozenJob
-from raftcron.scheduler.jobs import Attempt, Job, Workflow
+from raftcron.scheduler.jobs import Job, Workflow
 from raftcron.scheduler.notifications import (
     AckNotification,
     DeleteNotification,
@@ -64,6 +65,7 @@ class SchedulerState:
         self.counters: dict[str, dict[str, int]] = {}  # name -> label (queue, ...) -> count
         self.leader: tuple[str, int] | None = None  # (node, term) of the last BeginLeadership
         self.notifications = Notifications()  # webhooks and their outbox
+        self.queues: dict[str, queues.QueueControl] = {}  # the queues with limits (queues.py)
 
     @property
     def clock_started(self) -> bool:
@@ -133,13 +135,13 @@ class SchedulerState:
                     return Ok({"ignored": f"{command.leader} is not the leader"})
                 return self._tick(command.now_ms)
             case ClaimJobs():
-                return self._claim(command)
+                return claiming.claim(self, command)
             case SubmitJobs():
                 return self._submit_jobs(command)
             case Heartbeat():
                 return self._heartbeat(command)
             case CompleteJob():
-                return self._ack(
+                return self.ack(
                     Ack(command.job_id, command.token, "succeeded", result=command.result)
                 )
             case FailJob():
@@ -150,19 +152,26 @@ class SchedulerState:
                     error=command.error,
                     retryable=command.retryable,
                 )
-                return self._ack(ack)
+                return self.ack(ack)
             case SubmitWorkflow():
                 return self._submit_workflow(command.workflow)
             case CancelJob():
                 return self._cancel(command)
             case RetryJob():
-                return self._retry(command.job_id)
+                return self.retry_job(command.job_id)
             case BeginLeadership():
                 return self._begin_leadership(command)
             case Barrier():
                 return Ok({})
             case PutNotification() | DeleteNotification() | AckNotification():
                 return self.notifications.apply(command, self.now_ms)
+            case PutQueue():
+                return queues.put(self.queues, command.name, command.spec, self.now_ms)
+            case PauseQueue() | ResumeQueue():
+                paused = isinstance(command, PauseQueue)
+                return queues.set_paused(self.queues, command.name, paused, self.now_ms)
+            case BulkJobs():
+                return bulk.apply(self, command)
             case _:
                 return firing.apply_schedule_command(self, command)
 
@@ -198,15 +207,19 @@ class SchedulerState:
                         "(unknown, or removed by retention)",
                         f"jobs[{index}].depends_on",
                     )
-        out = []
-        for spec in command.jobs:
+        out: list[list[Any]] = []
+        notes: dict[str, list[Any]] = {}  # what `unique` and `debounce` did, by job index
+        for index, spec in enumerate(command.jobs):
+            if spec.unique is not None or spec.debounce_ms is not None:
+                out.append(uniqueness.submit(self, spec, index, notes))
+                continue
             existing = None if spec.key is None else self.table.job_for_key(spec.key)
             if existing is not None:
                 out.append([existing.id, False])
                 continue
             job = self.create_job(spec, key=spec.key)
             out.append([job.id, True])
-        return Ok({"jobs": out})
+        return Ok({"jobs": out, **notes})
 
     def create_job(
         self,
@@ -232,10 +245,12 @@ class SchedulerState:
         job.timeout_ms = spec.timeout_ms
         job.schedule = schedule
         job.fire_time_ms = fire_time_ms
+        if spec.concurrency is not None:
+            job.concurrency_key, job.concurrency_max = spec.concurrency.key, spec.concurrency.max
         if run_at_ms is None:
-            run_at_ms = (
-                spec.run_at_ms if spec.run_at_ms is not None else self.now_ms + (spec.delay_ms or 0)
-            )
+            # A debounced job waits out its quiet period (a spec gives no delay_ms with it).
+            delay_ms = spec.delay_ms or spec.debounce_ms or 0
+            run_at_ms = spec.run_at_ms if spec.run_at_ms is not None else self.now_ms + delay_ms
         job.run_at_ms = run_at_ms
         if workflow is not None:
             job.workflow_id = workflow.id
@@ -257,7 +272,13 @@ class SchedulerState:
         else:
             self.table.add(job, self._runnable_status(job))
         if key is not None:
-            self.table.remember_key(key, job.id, self.now_ms, long=schedule is not None)
+            # Fire keys, and unique keys whose period is past the key window, live as long
+            # as the job retention.
+            unique = spec.unique
+            long = schedule is not None or (
+                unique is not None and unique.period_ms > limits.KEY_WINDOW_MS_DEFAULT
+            )
+            self.table.remember_key(key, job.id, self.now_ms, long=long)
         if schedule is not None and schedule in self.schedules:
             self.schedules[schedule].active[job.id] = None
         self.count("submitted", job.queue)
@@ -325,36 +346,6 @@ class SchedulerState:
 
     # -- claiming and the worker's answers ---------------------------------------------------
 
-    def _claim(self, command: ClaimJobs) -> Result:
-        acks = []
-        for ack in command.acks:
-            outcome = self._ack(ack)
-            acks.append([ack.job_id, "ok" if isinstance(outcome, Ok) else outcome.code])
-        claimed = []
-        table = self.table
-        for _ in range(command.max):
-            queue = table.best_ready(command.queues)
-            if queue is None:
-                break
-            job = table.jobs[queue.pop()]
-            assert isinstance(job, Job)  # queued: never frozen
-            self._start_attempt(job, command)
-            claimed.append([job.id, job.token])
-        return Ok({"jobs": claimed, "acks": acks})
-
-    def _start_attempt(self, job: Job, command: ClaimJobs) -> None:
-        self.fence += 1
-        job.attempts += 1
-        job.token = self.fence
-        job.lease_ms = command.lease_ms
-        job.lease_until_ms = self.now_ms + command.lease_ms
-        job.worker = command.worker
-        job.add_attempt(
-            Attempt(job.attempts, self.fence, command.worker, command.node, self.now_ms)
-        )
-        self.table.set_status(job, j.RUNNING)
-        self.count("claimed", job.queue)
-
     def _leased(self, job_id: int, token: int) -> Job | Rejected:
         """The job if `token` holds its lease now, else why not (stale or cancelled)."""
         job = self.table.get(job_id)
@@ -390,7 +381,7 @@ class SchedulerState:
         job.lease_until_ms = max(job.lease_until_ms, self.now_ms + job.lease_ms)
         return Ok({"lease_until_ms": job.lease_until_ms})
 
-    def _ack(self, ack: Ack) -> Result:
+    def ack(self, ack: Ack) -> Result:
         job = self._leased(ack.job_id, ack.token)
         if isinstance(job, Rejected):
             return job
@@ -471,7 +462,7 @@ class SchedulerState:
         cascaded = self.table.count_by_status[j.CANCELLED] - before - 1
         return Ok({"status": job.status, "cancelled_descendants": cascaded})
 
-    def _retry(self, job_id: int) -> Result:
+    def retry_job(self, job_id: int) -> Result:
         job = self.job(job_id)
         if job.status not in (j.FAILED, j.CANCELLED):
             return Rejected(

@@ -2,9 +2,19 @@
 
 Owns: `jobs` (id order; finished jobs frozen, see `scheduler.frozen`), the ready queues (a
 heap per queue, ordered by priority, then due time, then id), the heaps of delayed jobs and of
-leases, the finished-job FIFO for retention, the idempotency-key table, and the counts per
-status. Every status change goes through `set_status`, so an index cannot drift from the
-records; a job that changes after it finished goes through `live` first.
+leases, the finished-job FIFO for retention, the idempotency-key table, the counts per status
+and of running jobs per queue, and the concurrency keys' slots. Every status change goes
+through `set_status`, so an index cannot drift from the records; a job that changes after it
+finished goes through `live` first.
+
+Concurrency keys (a job's `concurrency: {key, max}`): a queued job with a key is either in its
+queue's ready heap ("first in line": it counts against the key) or `held` in its key's heap,
+out of every queue, so it blocks nothing behind it. A key's running jobs plus its jobs in ready
+heaps stay below the max of the job let in last: a job is let in (`_release`, after every change
+that lowers those counts) only while `running + ready < its max`, so a claim meets a keyed head
+with room (jobs of one key giving different maxes are checked again at claim time). The split
+between ready and held is state: snapshots carry the held ids, and restore puts every job back
+where it was.
 
 Heaps hold (key, id) pairs and are cleaned lazily: an entry whose job has moved on is skipped
 when it reaches the top. Their order is a total order ending in the job id, so which job is
@@ -16,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.frozen import FrozenJob, freeze
@@ -75,6 +85,14 @@ class JobTable:
         self.count_by_status: dict[str, int] = dict.fromkeys(j.STATUSES, 0)
         # Every status but `succeeded` (the bulk of a retained store) is indexed for listing.
         self.by_status: dict[str, dict[int, None]] = {s: {} for s in j.STATUSES if s != j.SUCCEEDED}
+        self.running_by_queue: dict[str, int] = {}  # a queue's concurrency_max counts these
+        self.key_running: dict[str, int] = {}  # concurrency key -> running jobs holding it
+        self.key_ready: dict[str, int] = {}  # concurrency key -> its jobs in ready heaps
+        self.held: dict[str, ReadyQueue] = {}  # concurrency key -> queued jobs waiting for it
+        self.held_by_queue: dict[str, int] = {}  # queue -> its jobs in `held` (for views)
+        # A job was ever given a concurrency key: its record has fields a previous release
+        # cannot read, so snapshots are written in the newer format from then on.
+        self.keyed_seen = False
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -110,6 +128,11 @@ class JobTable:
         job.status = status
         self.count_by_status[status] += 1
         self._index(job)
+        key = job.concurrency_key
+        if key is not None:
+            self.keyed_seen = True
+            if key in self.held:
+                self._release(key)
 
     def remove(self, job: Job | FrozenJob) -> None:
         """Forget a finished job (retention); its key entry expires on its own schedule."""
@@ -130,6 +153,9 @@ class JobTable:
         self._index(job)
         if status in j.FINAL:
             self.finished_now.append(job)
+        key = job.concurrency_key
+        if key is not None and key in self.held:  # only held jobs wait for a release
+            self._release(key)
 
     def _index(self, job: Job | FrozenJob) -> None:
         status = job.status
@@ -142,23 +168,121 @@ class JobTable:
             return
         assert isinstance(job, Job)  # only final jobs are ever frozen
         if status == j.QUEUED:
-            queue = self.ready.get(job.queue)
-            if queue is None:
-                queue = self.ready[job.queue] = ReadyQueue()
-            queue.push(job)
+            key = job.concurrency_key
+            if key is None:  # _push_ready's plain case, inline: every job comes this way
+                queue = self.ready.get(job.queue)
+                if queue is None:
+                    queue = self.ready[job.queue] = ReadyQueue()
+                queue.push(job)
+            elif key not in self.held and (
+                self.key_running.get(key, 0) + self.key_ready.get(key, 0) < job.concurrency_max
+            ):
+                # What holding it and `_release` would do at once: nobody waits, there is room.
+                self._push_ready(job)
+            else:
+                self._push_held(job)  # `_release` lets it in line when there is room
         elif status == j.SCHEDULED:
             heapq.heappush(self.delayed, (job.run_at_ms, job.id))
         elif status == j.RUNNING:
             assert job.lease_until_ms is not None
             heapq.heappush(self.leases, (job.lease_until_ms, job.id))
+            # The two counts a claim trusts, kept inline: this runs for every job claimed.
+            running = self.running_by_queue
+            running[job.queue] = running.get(job.queue, 0) + 1
+            key = job.concurrency_key
+            if key is not None:
+                self.key_running[key] = self.key_running.get(key, 0) + 1
 
     def _unindex(self, job: Job) -> None:
         index = self.by_status.get(job.status)
         if index is not None:
             del index[job.id]
+        key = job.concurrency_key
         if job.status == j.QUEUED:
-            del self.ready[job.queue].members[job.id]
+            ready = self.ready.get(job.queue)
+            if ready is not None and ready.members.pop(job.id, None) is not None:
+                if key is not None:
+                    _drop(self.key_ready, key)
+            else:
+                assert key is not None, f"queued job {job.id} is in no ready queue"
+                held = self.held[key]
+                del held.members[job.id]
+                _add(self.held_by_queue, job.queue, -1)
+                if not held.members:
+                    del self.held[key]
+        elif job.status == j.RUNNING:
+            _drop(self.running_by_queue, job.queue)
+            if key is not None:
+                _drop(self.key_running, key)
         # delayed, leases and finished entries are skipped lazily when they surface.
+
+    # -- concurrency keys ----------------------------------------------------------------
+
+    def _push_ready(self, job: Job) -> None:
+        queue = self.ready.get(job.queue)
+        if queue is None:
+            queue = self.ready[job.queue] = ReadyQueue()
+        queue.push(job)
+        key = job.concurrency_key
+        if key is not None:
+            self.key_ready[key] = self.key_ready.get(key, 0) + 1
+
+    def _push_held(self, job: Job) -> None:
+        assert job.concurrency_key is not None
+        held = self.held.get(job.concurrency_key)
+        if held is None:
+            held = self.held[job.concurrency_key] = ReadyQueue()
+        held.push(job)
+        _add(self.held_by_queue, job.queue, 1)
+
+    def _release(self, key: str) -> None:
+        """Let held jobs of `key` into their queues, best first, while the key has room."""
+        held = self.held.get(key)
+        while held is not None:
+            head = held.peek()
+            if head is None:
+                del self.held[key]
+                return
+            job = self.jobs[head[2]]
+            assert isinstance(job, Job) and job.status == j.QUEUED
+            if self.key_running.get(key, 0) + self.key_ready.get(key, 0) >= job.concurrency_max:
+                return
+            held.pop()
+            del held.members[job.id]
+            _add(self.held_by_queue, job.queue, -1)
+            self._push_ready(job)
+            if not held.members:
+                del self.held[key]
+                return
+
+    def key_has_room(self, job: Job) -> bool:
+        """Whether one more running job with `job`'s concurrency key stays within its max."""
+        key = job.concurrency_key
+        return key is None or self.key_running.get(key, 0) < job.concurrency_max
+
+    def hold_back(self, job: Job) -> None:
+        """A ready job (popped off its heap by a claim) whose key is full: held for a slot."""
+        assert job.concurrency_key is not None
+        del self.ready[job.queue].members[job.id]
+        _add(self.key_ready, job.concurrency_key, -1)
+        self._push_held(job)
+        self._release(job.concurrency_key)
+
+    def held_ids(self) -> list[int]:
+        """Ids of the held jobs, in id order: what a snapshot records of the split."""
+        return sorted(job_id for held in self.held.values() for job_id in held.members)
+
+    def place_restored(self, job: Job, *, held: bool) -> None:
+        """Index a job read from a snapshot where it was: held or in line, never re-decided."""
+        if job.status == j.QUEUED and job.concurrency_key is not None:
+            index = self.by_status[j.QUEUED]
+            index[job.id] = None
+            if held:
+                self._push_held(job)
+            else:
+                self._push_ready(job)
+            return
+        self._index(job)
 
     # -- time-ordered pops (used by Tick) ------------------------------------------------
 
@@ -234,9 +358,9 @@ class JobTable:
 
     # -- claiming --------------------------------------------------------------------------
 
-    def best_ready(self, queues: tuple[str, ...]) -> ReadyQueue | None:
-        """The ready queue among `queues` whose head goes first (priority, due time, id)."""
-        best: ReadyQueue | None = None
+    def best_ready(self, queues: Iterable[str]) -> str | None:
+        """The queue among `queues` whose ready head goes first (priority, due time, id)."""
+        best: str | None = None
         best_head: tuple[int, int, int] | None = None
         for name in queues:
             queue = self.ready.get(name)
@@ -244,5 +368,24 @@ class JobTable:
                 continue
             head = queue.peek()
             if head is not None and (best_head is None or head < best_head):
-                best, best_head = queue, head
+                best, best_head = name, head
         return best
+
+
+def _drop(counts: dict[str, int], name: str) -> None:
+    """One less (`_add(counts, name, -1)`, the common case spelled out: it runs for every job
+    leaving a queue's line or finishing)."""
+    value = counts[name] - 1
+    if value:
+        counts[name] = value
+    else:
+        del counts[name]
+
+
+def _add(counts: dict[str, int], name: str, by: int) -> None:
+    """Move a count; a count that reaches zero is dropped (keys come and go by the million)."""
+    value = counts.get(name, 0) + by
+    if value:
+        counts[name] = value
+    else:
+        del counts[name]

@@ -15,6 +15,7 @@ from raftcron.scheduler import calendar
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.jobs import RUNNING, Attempt, Job
+from raftcron.scheduler.queues import claim_budgets
 from raftcron.scheduler.schedules import Schedule, next_fire_ms
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.state import SchedulerState
@@ -48,6 +49,9 @@ def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]
         "token": job.token,
         "worker": job.worker if job.status == j.RUNNING else None,
         "lease_until_ms": job.lease_until_ms if job.status == j.RUNNING else None,
+        "concurrency": None
+        if job.concurrency_key is None
+        else {"key": job.concurrency_key, "max": job.concurrency_max},
     }
     if history:
         view["history"] = [attempt_view(a) for a in job.history]
@@ -170,20 +174,26 @@ def list_jobs(
 
 
 def queues_with_work(state: SchedulerState, queues: tuple[str, ...]) -> list[str]:
-    """The queues among `queues` holding a job ready to claim, in the order given."""
+    """The queues among `queues` that a claim would hand a job out of now (a job in line, and
+    the queue's limits leave room), in the order given: a long-polling claim waits while a
+    paused, full or rate-limited queue has jobs, rather than propose claims that get none."""
     ready = state.table.ready
-    return [queue for queue in queues if len(ready.get(queue) or ())]
+    budgets = claim_budgets(state.queues, state.table, queues, state.now_ms)
+    return [q for q in queues if len(ready.get(q) or ()) and budgets.get(q) != 0]
 
 
 def queue_stats(state: SchedulerState) -> dict[str, dict[str, int]]:
-    """Per queue: depth (queued now) and running."""
-    stats: dict[str, dict[str, int]] = {}
-    for name, ready in sorted(state.table.ready.items()):
-        stats[name] = {"queued": len(ready), "running": 0}
-    for job_id in state.table.by_status[j.RUNNING]:
-        queue = state.table.jobs[job_id].queue
-        stats.setdefault(queue, {"queued": 0, "running": 0})["running"] += 1
-    return stats
+    """Per queue: queued (in line or held for a concurrency key) and running."""
+    table = state.table
+    names = set(table.running_by_queue) | set(table.held_by_queue)
+    names.update(name for name, ready in table.ready.items() if len(ready))
+    return {
+        name: {
+            "queued": len(table.ready.get(name) or ()) + table.held_by_queue.get(name, 0),
+            "running": table.running_by_queue.get(name, 0),
+        }
+        for name in sorted(names)
+    }
 
 
 # --- Queries for the read seam: each takes the state first and returns plain data. ---
@@ -206,13 +216,24 @@ def find_job(state: SchedulerState, job_id: int, *, history: bool = True) -> dic
     return None if job is None else job_view(job, history=history)
 
 
-def created_jobs(state: SchedulerState, items: list[list[Any]]) -> list[dict[str, Any]]:
-    """[id, created] pairs from a submit result -> job views (an id gone since: just the id)."""
+def created_jobs(
+    state: SchedulerState, items: list[list[Any]], notes: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """[id, created] pairs from a submit result -> job views (an id gone since: just the id),
+    with what `unique` and `debounce` did (scheduler/uniqueness.py): `replaced_job_id` on a job
+    that replaced another, `debounced` on one a debounce moved."""
+    notes = notes or {}
+    replaced = {index: old_id for index, old_id in notes.get("replaced", ())}
+    debounced = set(notes.get("debounced", ()))
     out = []
-    for job_id, created in items:
+    for index, (job_id, created) in enumerate(items):
         job = state.table.get(job_id)
         view = job_view(job, history=False) if job is not None else {"id": job_id}
         view["created"] = created
+        if index in replaced:
+            view["replaced_job_id"] = replaced[index]
+        if index in debounced:
+            view["debounced"] = True
         out.append(view)
     return out
 

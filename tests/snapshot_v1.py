@@ -1,8 +1,9 @@
-"""A core snapshot as raftcron 0.1 wrote it (format 1), or as the release before this one
-did (format 2), made from one of this release's (format 3).
+"""Core snapshots as earlier releases wrote them, made from one of this release's.
 
-Format 1 held each job as its list of fields (what a format 2 row's packed record holds) and
-each remembered request's answer itself (format 2 keeps it packed).
+Format 1 (raftcron 0.1) held each job as its list of fields (what a later row's packed record
+holds) and each remembered request's answer itself (format 2 keeps it packed). A state without
+any of the sections format 3 added is written as format 2 (scheduler/snapshot.py), so only such
+a state has a format 2 (or 1) form.
 """
 
 from typing import Any
@@ -10,17 +11,9 @@ from typing import Any
 import msgpack
 
 
-def as_version_2(blob: bytes) -> bytes:
-    """Format 3 less its 15th field (notifications: there must be none to drop)."""
-    data: list[Any] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-    assert data[0] == 3, "made from a format 3 snapshot"
-    assert data[14] == [0, 0, [], []], "format 2 has no notifications"
-    packed: bytes = msgpack.packb([2, *data[1:14]], use_bin_type=True)
-    return packed
-
-
 def as_version_1(blob: bytes) -> bytes:
-    data: list[Any] = msgpack.unpackb(as_version_2(blob), raw=False, strict_map_key=False)
+    data: list[Any] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    assert data[0] == 2, "made from a format 2 snapshot (a state without format 3's sections)"
     data[0] = 1
     data[5] = [msgpack.unpackb(row[5], raw=False) for row in data[5]]
     data[10] = [

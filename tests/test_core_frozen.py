@@ -5,6 +5,7 @@ The representation must never show: a frozen job reads the same, a change to it 
 job was frozen by a live replica or by a restore, and version-1 snapshots still load.
 """
 
+import msgpack
 import pytest
 from snapshot_v1 import as_version_1
 
@@ -19,8 +20,8 @@ from raftcron.scheduler.views import job_view
 T0 = 1_800_000_000_000
 
 
-def finished(driver: Driver, *, fail: bool = False) -> int:
-    job_id = driver.submit(payload={"n": 1}, max_attempts=1)
+def finished(driver: Driver, *, fail: bool = False, **fields: object) -> int:
+    job_id = driver.submit(payload={"n": 1}, max_attempts=1, **fields)
     [(claimed, token)] = driver.claim()
     assert claimed == job_id
     if fail:
@@ -111,13 +112,45 @@ def test_a_version_1_snapshot_still_loads(driver):
     assert violations(restored) == []
 
 
+def test_a_state_without_flow_control_is_written_as_the_previous_release_wrote_it(driver):
+    """Format 2, which a node of the previous release reads: a rolling upgrade stays possible
+    until queue limits or concurrency keys are used (format 3 from then on, for good)."""
+    for _ in range(3):
+        finished(driver)
+    driver.submit(key="k", unique={"states": ["queued"]}, debounce_ms=5)  # leave no trace
+    blob = snapshot(driver.state)
+    assert msgpack.unpackb(blob)[0] == 2 and len(msgpack.unpackb(blob)) == 14
+    assert snapshot(restore(blob)) == blob
+    finished(driver, concurrency={"key": "acct", "max": 1})
+    assert msgpack.unpackb(snapshot(driver.state))[0] == 3  # its record has the new fields
+    restored = restore(snapshot(driver.state))
+    assert msgpack.unpackb(snapshot(restored))[-1] == {"keyed": True}
+    assert violations(restored) == []
+
+
 def test_a_packed_record_holds_every_field_of_a_job(driver):
     from raftcron.scheduler.frozen import job_from_list, job_to_list
     from raftcron.scheduler.jobs import Job
 
-    job = driver.job(finished(driver))
+    driver.submit(concurrency={"key": "acct-1", "max": 2})
+    [(job_id, token)] = driver.claim()
+    driver.complete(job_id, token)
+    job = driver.job(job_id)
     fields = job_to_list(job)
     assert len(fields) == len(Job.__slots__)
     copy = job_from_list(fields)
     assert all(hasattr(copy, name) for name in Job.__slots__)  # no field left unset
     assert job_to_list(copy) == fields
+    assert (copy.concurrency_key, copy.concurrency_max) == ("acct-1", 2)
+
+
+def test_a_job_without_a_concurrency_key_packs_as_the_first_record_format(driver):
+    """The fields added since leave no trace when unset: older records read as unset, and
+    a store of plain jobs keeps its bytes (and its snapshots' digests) across the upgrade."""
+    from raftcron.scheduler.frozen import job_from_list, job_to_list
+    from raftcron.scheduler.jobs import Job
+
+    fields = job_to_list(driver.job(finished(driver)))
+    assert len(fields) == len(Job.__slots__) - 2
+    copy = job_from_list(fields)
+    assert (copy.concurrency_key, copy.concurrency_max) == (None, 0)

@@ -4,9 +4,12 @@ Each step applies one command (through the codec) to the state under test and to
 After every step: the invariants hold, the replica's snapshot is byte-identical, a rejected
 command changed nothing, tokens only grow, and no schedule time has more than one job. Some
 steps replace the state under test by `restore(snapshot(state))`: the replica never stops, so
-equal snapshots afterwards prove that restoring mid-run equals never stopping.
+equal snapshots afterwards prove that restoring mid-run equals never stopping. The rules and
+checks of flow control (queue limits, concurrency keys, unique, debounce, bulk actions) come
+from tests/flow_model.py; its checks run after every command.
 """
 
+from flow_model import FlowRules
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -98,7 +101,7 @@ tokens_skew = st.sampled_from([0, 0, 0, -1, -2, 1, 5])
 advances = st.one_of(st.integers(0, 3_000), st.sampled_from([30_000, 3_600_000, 4 * 3_600_000]))
 
 
-class CoreModel(RuleBasedStateMachine):
+class CoreModel(FlowRules, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.state = SchedulerState()
@@ -130,6 +133,7 @@ class CoreModel(RuleBasedStateMachine):
         assert self.state.fence >= fence
         if getattr(command, "request_id", None) is not None:
             self.sent.append((command, result, self.state.now_ms))
+        self.check_flow(command, result, fence)
         return result
 
     def jobs_in(self, *statuses):

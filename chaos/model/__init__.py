@@ -18,7 +18,7 @@ into a plain test, and the model covers that ground again. Bugs found and fixed 
 now guarded by a plain test, the first four by tier-1 regression seeds too):
 backfill-refires-forgotten, trigger-key-reused-after-recreate, requests-before-first-tick,
 lease-from-stale-time, backfill-at-the-retention-edge, trigger-key-taken-by-a-buffered-fire,
-client-key-shadows-fire-key, backfill-of-a-time-still-to-come.
+client-key-shadows-fire-key, backfill-of-a-time-still-to-come, backfill-of-a-buffered-time.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ what every replica does per command: decode the log entry and apply it.
 - Tick cost with 100,000 schedules, idle and with 1,000 of them due;
 - with `--catch-up N`: the Ticks after a day of whole-cluster downtime with N every-second
   schedules (the worst single log entry's apply, the total, how many Ticks);
+- with `--flow`: the lifecycles/s of batch 1 and 100 with flow control off, and on without
+  holding anything back (a queue with a concurrency cap and a rate limit, every job with a
+  concurrency key, both), in interleaved rounds (the machine is shared: A and B run in the
+  same minutes), medians and their ratio to off, by wall clock and by this process's CPU time
+  (the steadier figure on a shared machine);
 - snapshot bytes and seconds, and restore seconds, for 1,000,000 retained jobs; RSS.
 """
 
@@ -18,6 +23,7 @@ import argparse
 import gc
 import json
 import resource
+import statistics
 import sys
 import time
 from typing import Any
@@ -26,6 +32,8 @@ from raftcron.cluster.replica import gc_paused
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Ack, ClaimJobs, PutSchedule, SubmitJobs, Tick
 from raftcron.scheduler.errors import Ok
+from raftcron.scheduler.flowcommands import PutQueue
+from raftcron.scheduler.flowspecs import ConcurrencySpec, QueueSpec, RateLimit
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.snapshot import restore, snapshot
 from raftcron.scheduler.specs import JobSpec
@@ -38,18 +46,40 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def lifecycles_per_s(batch: int, total: int) -> float:
-    """Replica-side cost: decode + apply of submit and claim(+acks) commands, per job."""
+FLOW_MODES = ("off", "queue", "keys", "both")
+
+
+def lifecycles_per_s(batch: int, total: int, flow: str = "off") -> float:
+    """Lifecycles per second of wall-clock time (see `lifecycle_rates`)."""
+    return lifecycle_rates(batch, total, flow)[0]
+
+
+def lifecycle_rates(batch: int, total: int, flow: str = "off") -> tuple[float, float]:
+    """Replica-side cost: decode + apply of submit and claim(+acks) commands, per job.
+
+    `flow`: "queue" gives the queue a concurrency cap and a rate limit, "keys" gives every job
+    one of 1,000 concurrency keys, "both" both; none of them holds a job back (the cap and the
+    bucket are larger than the run, a key's max larger than its jobs at once): the cost
+    measured is the bookkeeping every claim pays."""
     state = SchedulerState()
     state.apply(Tick(T0))
-    spec = JobSpec(task="noop")
+    scratch = SchedulerState()
+    scratch.apply(Tick(T0))
+    if flow in ("queue", "both"):
+        limited = QueueSpec(concurrency_max=100_000, rate_limit=RateLimit(1_000_000, 1_000))
+        for replica in (state, scratch):
+            replica.apply(PutQueue(None, "default", limited))
+    specs = [JobSpec(task="noop")] * batch
+    if flow in ("keys", "both"):
+        specs = [
+            JobSpec(task="noop", concurrency=ConcurrencySpec(f"acct-{n % 1_000}", 1_000))
+            for n in range(batch)
+        ]
     pending: tuple[Ack, ...] = ()
     entries: list[bytes] = []
     # Build the log first (that is the client's and leader's work), then time the replica.
-    scratch = SchedulerState()
-    scratch.apply(Tick(T0))
     for seq in range(total // batch):
-        submit = codec.encode(SubmitJobs(f"s{seq}", (spec,) * batch))
+        submit = codec.encode(SubmitJobs(f"s{seq}", tuple(specs)))
         claim_cmd = ClaimJobs(f"c{seq}", "w1", ("default",), batch, 30_000, pending)
         claim = codec.encode(claim_cmd)
         scratch.apply(codec.decode(submit))
@@ -59,12 +89,39 @@ def lifecycles_per_s(batch: int, total: int) -> float:
         entries += (submit, claim)
     entries.append(codec.encode(ClaimJobs("last", "w1", ("default",), 0, 30_000, pending)))
     gc.collect()
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     for data in entries:
         state.apply(*codec.decode_request(data))  # as a replica applies a log entry
-    elapsed = time.perf_counter() - started
+    elapsed, elapsed_cpu = time.perf_counter() - started, time.process_time() - started_cpu
     assert state.table.count_by_status["succeeded"] == total
-    return total / elapsed
+    # (wall, CPU): on a shared machine the CPU time of this process is the steadier figure.
+    return total / elapsed, total / elapsed_cpu
+
+
+def flow_figures(rounds: int, scale: int) -> dict[str, Any]:
+    """Lifecycles/s with flow control off and on (FLOW_MODES), interleaved: every round runs
+    each mode once, so a noisy minute costs all modes alike. Medians, and each mode's median
+    over the median of "off"."""
+    figures: dict[str, Any] = {}
+    for batch, total in ((1, 20_000 // scale), (100, 200_000 // scale)):
+        wall: dict[str, list[float]] = {mode: [] for mode in FLOW_MODES}
+        cpu: dict[str, list[float]] = {mode: [] for mode in FLOW_MODES}
+        for _ in range(rounds):
+            for mode in FLOW_MODES:
+                rates = lifecycle_rates(batch, total, mode)
+                wall[mode].append(rates[0])
+                cpu[mode].append(rates[1])
+        medians = {mode: statistics.median(values) for mode, values in wall.items()}
+        cpu_medians = {mode: statistics.median(values) for mode, values in cpu.items()}
+        figures[f"batch_{batch}"] = {
+            mode: {"median_per_s": round(medians[mode]),
+                   "of_off": round(medians[mode] / medians["off"], 3),
+                   "cpu_median_per_s": round(cpu_medians[mode]),
+                   "cpu_of_off": round(cpu_medians[mode] / cpu_medians["off"], 3),
+                   "runs": [round(v) for v in wall[mode]]}
+            for mode in FLOW_MODES
+        }
+    return figures
 
 
 def tick_cost_ms(schedules: int, due: int) -> dict[str, float]:
@@ -162,7 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--catch-up", type=int, metavar="SCHEDULES",
                         help="only the catch-up after a day down, with this many schedules")
+    parser.add_argument("--flow", type=int, metavar="ROUNDS",
+                        help="only claim throughput with flow control off and on, interleaved "
+                        "ROUNDS times")
     args = parser.parse_args(argv)
+    if args.flow is not None:
+        if not 1 <= args.flow <= 100:
+            parser.error("--flow must be from 1 to 100 rounds")
+        print(json.dumps({"flow": flow_figures(args.flow, 100 if args.quick else 1)}))
+        return 0
     if args.catch_up is not None:
         if not 1 <= args.catch_up <= 1_000_000:
             parser.error("--catch-up must be from 1 to 1000000 schedules")

@@ -18,6 +18,7 @@ from raftcron.cluster.http import (
     backup,
     claims,
     dashboard,
+    flow,
     jobs,
     members,
     notifications,
@@ -97,6 +98,6 @@ def build_app(svc: Services) -> web.Application:
     app[SERVICES] = svc
     app.add_routes(
         jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + backup.routes()
-        + dashboard.routes() + notifications.routes() + members.routes()
+        + flow.routes() + dashboard.routes() + notifications.routes() + members.routes()
     )
     return app

@@ -251,6 +251,29 @@ def path_int(request: web.Request, name: str) -> int:
     return int(raw)
 
 
+def named_control(
+    command_type: Any,
+    name_of: Callable[[web.Request], str],
+    view_of: Callable[[web.Request, str], dict[str, Any]],
+) -> Handler:
+    """`POST .../{name}/<verb>` of an admin control (pause, resume a schedule or a queue): an
+    optional body of request_id only, the command parsed by its own `from_wire`, the named
+    thing's view as the answer."""
+
+    @requires("manage")
+    async def handler(request: web.Request) -> web.Response:
+        name = name_of(request)
+        body = object_body(await read_json(request)) if request.can_read_body else {}
+        request_id = take_request_id(only(body, {"request_id"}), request)
+        command = parse_or_400(
+            lambda: command_type.from_wire({"name": name, "request_id": request_id})
+        )
+        await commit(request, command)
+        return json_response(view_of(request, name))
+
+    return handler
+
+
 def requires(grant: str, *, audited: bool = False) -> Callable[[Handler], Handler]:
     """Mark a route with the grant its token needs (routes without a mark need "read");
     ``audited``: recorded in the audit trail although its grant is not an admin one."""

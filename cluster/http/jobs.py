@@ -37,9 +37,13 @@ from raftcron.scheduler.commands import (
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 
-def render_jobs(request: web.Request, items: list[list[Any]]) -> list[dict[str, Any]]:
-    """[id, created] pairs from a submit result -> job views."""
-    return services(request).node.machine.read(lambda state: views.created_jobs(state, items))
+def render_jobs(
+    request: web.Request, items: list[list[Any]], notes: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """[id, created] pairs from a submit result -> job views (with what `unique` and
+    `debounce` did: the result's other keys)."""
+    machine = services(request).node.machine
+    return machine.read(lambda state: views.created_jobs(state, items, notes))
 
 
 def _as_single_job(error: HttpError) -> HttpError:
@@ -59,7 +63,7 @@ async def submit_job(request: web.Request) -> web.Response:
         value = await commit(request, SubmitJobs(request_id, (spec,)))
     except HttpError as error:
         raise _as_single_job(error) from None
-    [view] = render_jobs(request, value["jobs"])
+    [view] = render_jobs(request, value["jobs"], value)
     return json_response(view, status=201 if view["created"] else 200)
 
 
@@ -76,7 +80,7 @@ async def submit_batch(request: web.Request) -> web.Response:
         )
     command = parse_or_400(lambda: SubmitJobs.from_wire({"jobs": body.get("jobs")}))
     value = await commit(request, SubmitJobs(request_id, command.jobs))
-    jobs = render_jobs(request, value["jobs"])
+    jobs = render_jobs(request, value["jobs"], value)
     created = any(view["created"] for view in jobs)
     return json_response({"jobs": jobs}, status=201 if created else 200)
 

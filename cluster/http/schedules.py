@@ -13,6 +13,7 @@ from raftcron.cluster.http.common import (
     commit,
     json_response,
     maybe_consistent,
+    named_control,
     object_body,
     only,
     parse_or_400,
@@ -92,21 +93,6 @@ async def delete_schedule(request: web.Request) -> web.Response:
     return json_response({"name": name, "deleted": True})
 
 
-def _control(command_type: Any) -> Any:
-    @requires("manage")
-    async def handler(request: web.Request) -> web.Response:
-        name = _name(request)
-        body = object_body(await read_json(request)) if request.can_read_body else {}
-        request_id = take_request_id(only(body, {"request_id"}), request)
-        command = parse_or_400(
-            lambda: command_type.from_wire({"name": name, "request_id": request_id})
-        )
-        await commit(request, command)
-        return json_response(_view(request, name))
-
-    return handler
-
-
 @requires("manage")
 async def trigger(request: web.Request) -> web.Response:
     name = _name(request)
@@ -171,8 +157,8 @@ def routes() -> list[web.RouteDef]:
         web.put("/v1/schedules/{name}", put_schedule),
         web.get("/v1/schedules/{name}", get_schedule),
         web.delete("/v1/schedules/{name}", delete_schedule),
-        web.post("/v1/schedules/{name}/pause", _control(PauseSchedule)),
-        web.post("/v1/schedules/{name}/resume", _control(ResumeSchedule)),
+        web.post("/v1/schedules/{name}/pause", named_control(PauseSchedule, _name, _view)),
+        web.post("/v1/schedules/{name}/resume", named_control(ResumeSchedule, _name, _view)),
         web.post("/v1/schedules/{name}/trigger", trigger),
         web.post("/v1/schedules/{name}/backfill", backfill),
         web.get("/v1/schedules/{name}/preview", preview_saved),

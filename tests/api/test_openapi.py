@@ -39,6 +39,8 @@ from raftcron.scheduler.commands import (
     TriggerSchedule,
 )
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.flowcommands import BulkJobs, PauseQueue, ResumeQueue
+from raftcron.scheduler.flowspecs import QueueSpec
 from raftcron.scheduler.notifications import NotificationSpec
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
@@ -163,6 +165,14 @@ def _with_name(command: Any) -> Callable[[dict[str, Any]], Any]:
     return lambda body: command.from_wire({**_without_request_id(body), "name": "s"})
 
 
+def _bulk(body: dict[str, Any]) -> Any:
+    """cluster/http/flow.py's bulk: known fields only, dry_run a boolean, the rest the core's."""
+    body = _without_request_id(body)
+    parse.reject_unknown(body, frozenset({"action", "filter", "max", "cursor", "dry_run"}))
+    parse.boolean(body.pop("dry_run", False), "dry_run")
+    return BulkJobs.from_wire(body)
+
+
 # operationId -> how its handler parses the body (raises Invalid when it rejects it).
 PARSERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "submitJob": lambda body: JobSpec.parse(_without_request_id(body)),
@@ -184,6 +194,10 @@ PARSERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "backfillSchedule": _with_name(BackfillSchedule),
     "putNotification": lambda body: NotificationSpec.parse(_without_request_id(body)),
     "addMember": lambda body: Member.from_wire(body, "body"),
+    "putQueue": lambda body: QueueSpec.parse(_without_request_id(body)),
+    "pauseQueue": _with_name(PauseQueue),
+    "resumeQueue": _with_name(ResumeQueue),
+    "bulkJobs": _bulk,
 }
 
 
@@ -328,6 +342,56 @@ AGREEMENT = [
     ("putNotification", {**HOOK, "secret": "s" * 257}, False),
     ("putNotification", {**HOOK, "headers": {}}, False),
     ("putNotification", {"url": HOOK["url"], "events": ["misfire"]}, False),
+    ("submitJob", {"task": "t", "concurrency": {"key": "acct-42"}}, True),
+    ("submitJob", {"task": "t", "concurrency": {"key": "a", "max": 100_000}, "unique": None}, True),
+    ("submitJob", {"task": "t", "concurrency": {"key": "", "max": 1}}, False),
+    ("submitJob", {"task": "t", "concurrency": {"key": "a", "max": 0}}, False),
+    ("submitJob", {"task": "t", "concurrency": {"max": 2}}, False),
+    ("submitJob", {"task": "t", "concurrency": {"key": "a", "lanes": 2}}, False),
+    ("submitJob", {"task": "t", "key": "k", "unique": {}}, True),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"states": ["queued", "running"],
+                                                      "period_ms": 3_600_000,
+                                                      "on_conflict": "replace"}}, True),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"states": []}}, False),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"states": ["queued", "queued"]}}, False),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"states": ["done"]}}, False),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"period_ms": 0}}, False),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"period_ms": 604_800_001}}, False),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"on_conflict": "keep"}}, False),
+    ("submitJob", {"task": "t", "key": "k", "debounce_ms": 1, "debounce_max_ms": None}, True),
+    ("submitJob", {"task": "t", "key": "k", "debounce_ms": 0}, False),
+    ("submitJob", {"task": "t", "key": "k", "debounce_ms": 31_622_400_001}, False),
+    ("putSchedule", {**EVERY, "job": {**JOB, "concurrency": {"key": "s"}}}, True),
+    ("putSchedule", {**EVERY, "job": {**JOB, "unique": {}}}, False),
+    ("putSchedule", {**EVERY, "job": {**JOB, "debounce_ms": 5}}, False),
+    ("submitWorkflow", {"jobs": [{"name": "a", "task": "t", "concurrency": {"key": "w"}}]}, True),
+    ("submitWorkflow", {"jobs": [{"name": "a", "task": "t", "debounce_ms": 5}]}, False),
+    ("putQueue", {"paused": True, "concurrency_max": None, "rate_limit": None}, True),
+    ("putQueue", {"concurrency_max": 100_000, "rate_limit": {"max": 1, "per_ms": 86_400_000}},
+     True),
+    ("putQueue", {"concurrency_max": 0}, False),
+    ("putQueue", {"concurrency_max": 100_001}, False),
+    ("putQueue", {"paused": None}, False),
+    ("putQueue", {"rate_limit": {"max": 5}}, False),
+    ("putQueue", {"rate_limit": {"max": 0, "per_ms": 1}}, False),
+    ("putQueue", {"rate_limit": {"max": 1_000_001, "per_ms": 1}}, False),
+    ("putQueue", {"rate_limit": {"max": 1, "per_ms": 86_400_001}}, False),
+    ("putQueue", {"rate_limit": {"max": 1, "per_ms": 1, "burst": 2}}, False),
+    ("putQueue", {"limit": 3}, False),
+    ("bulkJobs", {"action": "cancel"}, True),
+    ("bulkJobs", {"action": "retry", "filter": {"status": None, "queue": None, "task": "t"},
+                  "max": 1_000, "cursor": 0, "dry_run": True}, True),
+    ("bulkJobs", {"action": "delete", "filter": {"created_from_ms": 0, "created_to_ms": 1}}, True),
+    ("bulkJobs", {"filter": {}}, False),
+    ("bulkJobs", {"action": "purge"}, False),
+    ("bulkJobs", {"action": "cancel", "max": 0}, False),
+    ("bulkJobs", {"action": "cancel", "max": 1_001}, False),
+    ("bulkJobs", {"action": "cancel", "cursor": -1}, False),
+    ("bulkJobs", {"action": "cancel", "dry_run": "yes"}, False),
+    ("bulkJobs", {"action": "cancel", "filter": {"status": "done"}}, False),
+    ("bulkJobs", {"action": "cancel", "filter": {"queue": "has space"}}, False),
+    ("bulkJobs", {"action": "cancel", "filter": {"owner": "me"}}, False),
+    ("bulkJobs", {"action": "cancel", "everything": True}, False),
 ]
 
 
@@ -560,7 +624,54 @@ def test_the_dashboard_answers_match_the_document(node: LiveNode) -> None:
     assert call(node, "GET", "/ui/nothing.js", role=None)[0] == 404
 
 
+def test_queue_answers_match_the_document(node: LiveNode) -> None:
+    queue = unique("q")
+    limits_body = {"concurrency_max": 1, "rate_limit": {"max": 5, "per_ms": 1_000}}
+    status, view = call(node, "PUT", f"/v1/queues/{queue}", limits_body)
+    assert (status, view["concurrency_max"], view["tokens"]) == (200, 1, 5)
+    call(node, "POST", "/v1/jobs/batch", {"jobs": [{"task": "t", "queue": queue}] * 3})
+    claim_all(node, queue, 1)
+    _, view = call(node, "GET", f"/v1/queues/{queue}?consistent=1")
+    assert (view["running"], view["queued"], view["held"]["queue_concurrency"]) == (1, 2, 2)
+    assert call(node, "POST", f"/v1/queues/{queue}/pause")[1]["paused"] is True
+    assert call(node, "POST", f"/v1/queues/{queue}/resume", {})[1]["paused"] is False
+    _, listing = call(node, "GET", "/v1/queues")
+    assert queue in [found["name"] for found in listing["queues"]]
+    _, reset = call(node, "PUT", f"/v1/queues/{queue}", {})
+    assert (reset["concurrency_max"], reset["updated_ms"]) == (None, None)
+
+
+def test_bulk_answers_match_the_document(node: LiveNode) -> None:
+    queue = unique("q")
+    call(node, "POST", "/v1/jobs/batch", {"jobs": [{"task": "t", "queue": queue}] * 3})
+    body = {"action": "cancel", "filter": {"queue": queue, "status": "queued"}, "max": 2}
+    _, dry = call(node, "POST", "/v1/jobs/bulk", {**body, "dry_run": True})
+    assert (dry["matched"], dry["changed"], dry["dry_run"]) == (2, 0, True)
+    _, first = call(node, "POST", "/v1/jobs/bulk", body)
+    assert (first["matched"], first["changed"], first["more"]) == (2, 2, True)
+    _, rest = call(node, "POST", "/v1/jobs/bulk", {**body, "cursor": first["next_cursor"]})
+    assert (rest["matched"], rest["changed"]) == (1, 1)
+
+
+def test_unique_and_debounced_submits_match_the_document(node: LiveNode) -> None:
+    body = {"task": "t", "key": unique("k"), "unique": {"on_conflict": "replace"},
+            "queue": unique("q")}
+    _, first = call(node, "POST", "/v1/jobs", body)
+    status, second = call(node, "POST", "/v1/jobs", body)
+    assert (status, second["created"], second["replaced_job_id"]) == (201, True, first["id"])
+    debounced = {"task": "t", "key": unique("d"), "debounce_ms": 60_000, "payload": 1}
+    _, waiting = call(node, "POST", "/v1/jobs", debounced)
+    status, moved = call(node, "POST", "/v1/jobs", {**debounced, "payload": 2})
+    assert (status, moved["id"], moved["debounced"], moved["payload"]) == (
+        200, waiting["id"], True, 2
+    )
+
+
 ERRORS = [
+    ("PUT", "/v1/queues/q", {"paused": True}, None, "worker", 403, "forbidden"),
+    ("POST", "/v1/jobs/bulk", {"action": "cancel"}, None, "submit", 403, "forbidden"),
+    ("GET", "/v1/queues/bad%20name", None, None, "read", 400, "invalid"),
+    ("POST", "/v1/jobs", {"task": "t", "unique": {}}, None, "admin", 400, "invalid"),
     ("POST", "/v1/jobs", None, b"{not json", "admin", 400, "invalid"),
     ("POST", "/v1/jobs", None, None, "admin", 400, "invalid"),
     ("POST", "/v1/jobs", {"payload": 1}, None, "admin", 400, "invalid"),

@@ -55,6 +55,7 @@ from raftcron.scheduler.commands import (
     BackfillSchedule,
     Barrier,
     BeginLeadership,
+    CancelJob,
     ClaimJobs,
     Command,
     CompleteJob,
@@ -523,3 +524,23 @@ def test_claims_right_after_a_leader_change_lease_from_the_new_leaders_time() ->
     driver.ok(ClaimJobs(driver.request_id(), "w1", ("default",), 1, 5_000, ()))
     driver.apply(Tick(T0 + 60_100, "n2"))
     assert driver.job(1).status == j.RUNNING and driver.job(1).lease_until_ms == T0 + 65_000
+
+
+def test_a_backfill_of_a_buffered_time_fires_it_once() -> None:
+    """backfill-of-a-buffered-time, found by the model with flow control's rules (and there in
+    the release before them): a buffer_one schedule kept a time waiting behind its active run, a
+    backfill fired that time meanwhile, and the buffered fire went off again when the run ended,
+    days later, after the time's key had been forgotten: two jobs for one nominal time."""
+    driver = Driver(now_ms=T0)
+    driver.put_schedule("s", every="1s", overlap="buffer_one")
+    driver.tick()
+    driver.tick(advance_ms=1_000)  # T0 + 1 s fires: job 1 runs (is active)
+    driver.tick(advance_ms=1_000)  # T0 + 2 s waits behind it
+    assert driver.state.schedules["s"].buffered == (T0 + 2_000, 0)
+    assert backfilled(driver, T0 + 1_500, T0 + 2_500) == [T0 + 2_000]  # job 2
+    assert driver.state.schedules["s"].buffered is None
+    driver.ok(CancelJob(driver.request_id(), 2, None))
+    driver.ok(PauseSchedule(driver.request_id(), "s"))
+    driver.tick(advance_ms=8 * limits.DAY_MS)  # job 2 and the key of T0 + 2 s are forgotten
+    driver.ok(CancelJob(driver.request_id(), 1, None))  # the active run ends
+    assert [job.key for job in driver.state.table].count(f"s@{T0 + 2_000}") == 0

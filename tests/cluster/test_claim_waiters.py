@@ -12,7 +12,8 @@ from raftcron.cluster.waiters import ClaimWaiters
 
 
 def state_with_ready(**ready: int) -> Any:
-    return SimpleNamespace(table=SimpleNamespace(
+    """A state with jobs in line in these queues, and no queue limits (queues.py)."""
+    return SimpleNamespace(queues={}, now_ms=0, table=SimpleNamespace(
         ready={queue: list(range(count)) for queue, count in ready.items()}))
 
 

@@ -22,7 +22,7 @@ def run(
         command, *rest = words
         code = cli.main(
             [command, *rest[:1], "--connect", connect, *rest[1:]]
-            if command in ("jobs", "schedules", "cluster", "notifications")
+            if command in ("jobs", "schedules", "cluster", "notifications", "queues")
             else [command, "--connect", connect, *rest]
         )
         out, err = capsys.readouterr()
@@ -84,6 +84,45 @@ def test_schedules_put_list_preview_pause_resume_delete(run, unique):
     assert run("schedules", "delete", name)[0] == 0
     code, _, err = run("schedules", "show", name)
     assert code == 1 and "not_found" in err
+
+
+def test_queues_put_show_pause_resume_and_list(run, unique):
+    queue = unique("cli-q")
+    code, out, err = run("queues", "put", queue, "--concurrency-max", "3", "--rate", "10/1s")
+    assert code == 0, err
+    assert queue in out and "10/1000ms" in out and "active" in out
+    assert run("queues", "pause", queue)[0] == 0
+    _, out, _ = run("queues", "show", queue, "--json")
+    view = json.loads(out)
+    assert (view["paused"], view["concurrency_max"], view["rate_limit"]) == (
+        True, 3, {"max": 10, "per_ms": 1_000}
+    )
+    assert run("queues", "resume", queue)[0] == 0
+    code, out, _ = run("queues", "list")
+    assert code == 0 and queue in out
+    code, _, err = run("queues", "put", queue, "--rate", "fast")
+    assert code == 2 and "--rate" in err
+
+
+def test_jobs_retry_and_delete_by_filter(run, unique):
+    queue = unique("cli-bulk")
+    ids = []
+    for _ in range(3):
+        _, out, _ = run("submit", "--json", "--queue", queue, "--delay", "1h", "noop")
+        ids.append(json.loads(out)["id"])
+    assert run("jobs", "cancel", "--queue", queue, "--yes")[0] == 0
+    code, out, _ = run("jobs", "retry", "--queue", queue, "--status", "cancelled", "--max", "2",
+                       "--yes")
+    assert code == 0 and out == "retried 2 of 2 matching jobs\n"
+    code, out, _ = run("jobs", "delete", "--queue", queue, "--status", "cancelled", "--yes",
+                       "--json")
+    assert code == 0 and json.loads(out)["changed"] == 1
+    code, _, err = run("jobs", "show", str(ids[2]))
+    assert code == 1 and "not_found" in err
+    code, _, err = run("jobs", "delete", "--yes")
+    assert code == 2 and "at least one filter" in err
+    code, _, err = run("jobs", "cancel", str(ids[0]), "--queue", queue)
+    assert code == 2 and "not both" in err
 
 
 def test_a_refused_request_exits_1_with_one_clear_line(run, unique):

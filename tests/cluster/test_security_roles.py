@@ -42,6 +42,12 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("POST", "/v1/schedules/{name}/trigger"): "manage",
     ("POST", "/v1/schedules/{name}/backfill"): "manage",
     ("GET", "/v1/schedules/{name}/preview"): "read",
+    ("GET", "/v1/queues"): "read",
+    ("GET", "/v1/queues/{name}"): "read",
+    ("PUT", "/v1/queues/{name}"): "manage",
+    ("POST", "/v1/queues/{name}/pause"): "manage",
+    ("POST", "/v1/queues/{name}/resume"): "manage",
+    ("POST", "/v1/jobs/bulk"): "manage",
     ("GET", "/v1/cluster"): "status",
     ("POST", "/v1/cluster/audits"): "manage",
     ("GET", "/v1/cluster/audits/{id}"): "read",
@@ -123,6 +129,11 @@ def test_admin_actions_are_in_the_audit_trail_with_the_tokens_name(
         node_cluster: LocalCluster, tmp_path: Path) -> None:
     node = node_cluster.nodes[0]
     names = load(node.config_path).token_names
+    # Flow control's admin actions (queue limits, bulk actions) first: the oldest here.
+    assert node_cluster.request(node, "PUT", "/v1/queues/trail-q", {"paused": True},
+                                token=NAMED_ADMIN)[0] == 200
+    bulk = {"action": "cancel", "filter": {"queue": "trail-q"}}
+    assert node_cluster.request(node, "POST", "/v1/jobs/bulk", bulk, token=NAMED_ADMIN)[0] == 200
     spec = {"every": "1h", "job": {"task": "t"}}
     assert node_cluster.request(node, "PUT", "/v1/schedules/trail-s", spec,
                                 token=NAMED_ADMIN)[0] == 201
@@ -154,6 +165,8 @@ def test_admin_actions_are_in_the_audit_trail_with_the_tokens_name(
     ]
     entries = trail()
     assert seen(entries)[:4] == expected
+    assert seen(entries)[4:6] == [("alice", "admin", "POST", "/v1/jobs/bulk", 200),
+                                  ("alice", "admin", "PUT", "/v1/queues/trail-q", 200)]
     assert entries[2]["request_id"] == "rq-1" and entries[2]["node"] == node.node_id
     assert all("token-0123" not in str(entry) for entry in entries)  # names, never tokens
     assert ("submit-token-0123" not in str(entries)) and NAMED_ADMIN not in str(entries)

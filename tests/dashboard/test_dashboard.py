@@ -189,6 +189,70 @@ def test_pausing_a_schedule_from_the_page_pauses_it(
     expect(row).to_have_attribute("data-paused", "false")
 
 
+def get_queue(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    status, body, _ = cluster.call("GET", f"/v1/queues/{name}?consistent=1")
+    assert status == 200, body
+    return dict(body)
+
+
+def test_a_queue_s_limits_and_held_back_jobs_show_and_the_page_pauses_it(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    queue = unique("capped")
+    limits = {"concurrency_max": 1, "rate_limit": {"max": 50, "per_ms": 1_000}}
+    assert shared_cluster.call("PUT", f"/v1/queues/{queue}", limits)[0] == 200
+    jobs = [{"task": "t", "queue": queue}] * 3
+    assert shared_cluster.call("POST", "/v1/jobs/batch", {"jobs": jobs})[0] == 201
+    claim = {"worker": "w", "queues": [queue], "max": 3, "request_id": unique("claim")}
+    status, claimed, _ = shared_cluster.call("POST", "/v1/claims", claim)
+    assert status == 200 and len(claimed["jobs"]) == 1, claimed  # the cap
+    page = dashboard.open(follower(shared_cluster))
+    row = page.locator(f'#queues tr[data-queue="{queue}"]')
+    expect(row).to_contain_text("≤ 1 running")
+    expect(row).to_contain_text("50 per 1 s")
+    expect(row.locator('[data-testid="held"]')).to_have_text("cap 2")
+
+    row.get_by_role("button", name="pause").click()
+
+    shared_cluster.wait_for(lambda: get_queue(shared_cluster, queue)["paused"], 10, "paused")
+    expect(row).to_have_attribute("data-paused", "true")
+    expect(row.locator('[data-testid="held"]')).to_have_text("paused 2")
+    expect(page.locator("#notice")).to_contain_text(f"queue {queue} paused")
+    row.get_by_role("button", name="resume").click()
+    shared_cluster.wait_for(lambda: not get_queue(shared_cluster, queue)["paused"], 10, "resumed")
+    expect(row).to_have_attribute("data-paused", "false")
+
+
+def test_a_bulk_cancel_from_the_page_counts_first_then_acts_on_exactly_those_jobs(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    queue, other = unique("bulk"), unique("kept")
+    later = {"task": "t", "delay_ms": 3_600_000}
+    for name, count in ((queue, 5), (other, 2)):
+        body = {"jobs": [{**later, "queue": name}] * count}
+        assert shared_cluster.call("POST", "/v1/jobs/batch", body)[0] == 201
+    page = dashboard.open(follower(shared_cluster))
+    page.locator("#filter-queue").fill(queue)
+    page.locator("#job-filters").get_by_role("button", name="apply").click()
+    page.locator("#bulk-action").select_option("cancel")
+
+    page.locator("#bulk-count").click()
+
+    expect(page.locator("#bulk-summary")).to_have_text(f"5 jobs match (queue {queue})")
+    confirm = page.locator("#bulk-confirm")
+    expect(confirm).to_have_text("cancel 5 jobs")
+    confirm.click()
+    expect(page.locator("#notice")).to_contain_text("cancelled 5 of 5 matching jobs")
+    expect(confirm).to_be_hidden()
+
+    def statuses(name: str) -> set[str]:
+        return {job["status"] for job in shared_cluster.list_jobs(
+            shared_cluster.nodes[0], queue=name, consistent=1)}
+
+    assert statuses(queue) == {"cancelled"} and statuses(other) == {"scheduled"}
+    expect(page.locator("#jobs tbody tr[data-status='cancelled']")).to_have_count(5)
+
+
 def test_retrying_a_dead_letter_job_from_the_page_brings_it_back(
     shared_cluster: LocalCluster, dashboard: Any
 ) -> None:

@@ -77,3 +77,14 @@ def permanent(ctx: JobContext) -> None:
 @task("too-big")
 def too_big(ctx: JobContext) -> str:
     return "x" * 100_000
+
+
+@task("hold")
+def hold(ctx: JobContext) -> dict[str, Any]:
+    """Run for the payload's `ms`, and write `<job>.<token>.held` into its `dir`: the wall-clock
+    start and end (Unix seconds), for tests that measure how many jobs ran at once."""
+    started = time.time()
+    time.sleep(min(ctx.payload.get("ms", 0), 10_000) / 1000)
+    ended = time.time()
+    Path(ctx.payload["dir"], f"{ctx.job_id}.{ctx.token}.held").write_text(f"{started} {ended}")
+    return {"worker": ctx.worker}

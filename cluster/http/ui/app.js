@@ -6,7 +6,8 @@
  *   GET /v1/schedules   next fire, recent fires, skipped and misfired counts
  *   GET /v1/jobs        the jobs table (with filters), running jobs, the dead letter (failed)
  *   GET /v1/events      fires, skips, expired leases, dead letters, leader changes
- *   GET /metrics        queue depth and the job counters that rates are computed from
+ *   GET /v1/queues      queue limits, paused queues, queued/running and held-back jobs
+ *   GET /metrics        the job counters that rates are computed from
  * and, for each other member, that member's own GET /v1/cluster at its http_address (for its
  * applied index). The browser may refuse that (no CORS headers, or the address is not reachable
  * from here): the member's row then falls back to what this node knows, or shows "?".
@@ -50,6 +51,7 @@
     errors: new Map(), // source -> message
     jobs: {filters: {status: "", queue: "", schedule: ""}, cursors: [null], page: 0, next: null},
     selectedJobId: null,
+    bulk: null, // {action, filter} of the last count, which the confirm button acts on
     events: [],
     eventsCursor: null,
   };
@@ -414,11 +416,9 @@
   }
 
   async function loadQueues() {
-    // Depth and counters come from /metrics; running per queue from the running jobs.
-    const [text, running] = await Promise.all([
-      api("GET", "/metrics"),
-      api("GET", jobsQuery({status: "running"}, null, 1000)),
-    ]);
+    // Limits, live counts and held-back jobs from /v1/queues; the job counters (for the rates)
+    // from /metrics.
+    const [text, answer] = await Promise.all([api("GET", "/metrics"), api("GET", "/v1/queues")]);
     const metrics = parseMetrics(typeof text === "string" ? text : "");
     const counters = new Map();
     for (const counter of COUNTERS) {
@@ -432,13 +432,7 @@
     while (state.counterSamples.length > 2 && atMs - state.counterSamples[1].atMs >= RATE_WINDOW_MS) {
       state.counterSamples.shift();
     }
-    const depth = new Map();
-    for (const sample of metrics.get("raftcron_queue_depth") || []) {
-      depth.set(sample.labels.queue, sample.value);
-    }
-    const runningByQueue = new Map();
-    for (const job of running.jobs) runningByQueue.set(job.queue, (runningByQueue.get(job.queue) || 0) + 1);
-    renderQueues(depth, runningByQueue, Boolean(running.next_cursor), counters);
+    renderQueues(new Map(answer.queues.map((queue) => [queue.name, queue])), counters);
   }
 
   /** Prometheus text format -> Map(name -> [{labels, value}]). Comments and blanks skipped. */
@@ -624,33 +618,66 @@
 
   // -- rendering: queues ---------------------------------------------------------------------
 
-  function renderQueues(depth, running, runningTruncated, counters) {
-    const names = new Set([...depth.keys(), ...running.keys()]);
+  const HELD_NAMES = {paused: "paused", queue_concurrency: "cap", queue_rate: "rate", key_concurrency: "key"};
+
+  function describeLimits(queue) {
+    const parts = [];
+    if (queue.concurrency_max !== null) parts.push(`≤ ${queue.concurrency_max} running`);
+    if (queue.rate_limit) {
+      const rate = queue.rate_limit;
+      parts.push(`${rate.max} per ${rate.per_ms % 1000 ? `${rate.per_ms} ms` : `${rate.per_ms / 1000} s`} (${queue.tokens} left)`);
+    }
+    return parts.length ? parts.join(" · ") : h("span", {class: "muted"}, "none");
+  }
+
+  function renderQueues(queues, counters) {
+    const names = new Set(queues.keys());
     for (const key of counters.keys()) names.add(key.split("|").slice(1).join("|"));
-    const rows = [...names].sort().map((queue) => ({
-      queue,
-      queued: depth.get(queue) || 0,
-      running: running.get(queue) || 0,
-      rates: ["submitted", "succeeded", "failed", "retried"].map((counter) => formatRate(rate(`${counter}|${queue}`))),
-      totals: ["submitted", "succeeded", "failed", "retried"].map((counter) => counters.get(`${counter}|${queue}`) || 0),
+    const rows = [...names].sort().map((name) => ({
+      queue: queues.get(name) || {name, paused: false, concurrency_max: null, rate_limit: null, tokens: null, queued: 0, running: 0, held: {}},
+      rates: ["submitted", "succeeded", "failed", "retried"].map((counter) => formatRate(rate(`${counter}|${name}`))),
+      totals: ["submitted", "succeeded", "failed", "retried"].map((counter) => counters.get(`${counter}|${name}`) || 0),
     }));
     renderRows(
       $("#queues tbody"),
       rows,
-      (row) => row.queue,
-      (row) =>
-        h(
+      (row) => row.queue.name,
+      (row) => {
+        const queue = row.queue;
+        const held = Object.entries(queue.held).filter(([, count]) => count > 0);
+        const verb = queue.paused ? "resume" : "pause";
+        return h(
           "tr",
-          {dataset: {queue: row.queue}},
-          h("td", {}, h("a", {href: "#jobs-panel", onclick: () => filterJobs({queue: row.queue})}, row.queue)),
-          h("td", {class: "num"}, row.queued),
-          h("td", {class: "num"}, `${row.running}${runningTruncated ? "+" : ""}`),
+          {dataset: {queue: queue.name, paused: String(queue.paused)}},
+          h("td", {}, h("a", {href: "#jobs-panel", onclick: () => filterJobs({queue: queue.name})}, queue.name)),
+          h("td", {}, queue.paused ? badge("paused") : badge("active")),
+          h("td", {class: "num"}, queue.queued),
+          h("td", {class: "num"}, queue.running),
+          h("td", {class: "limits"}, describeLimits(queue)),
+          h(
+            "td",
+            {dataset: {testid: "held"}},
+            held.length
+              ? h("div", {class: "held"}, held.map(([reason, count]) => h("span", {class: "badge paused", title: reason}, `${HELD_NAMES[reason] || reason} ${count}`)))
+              : h("span", {class: "muted"}, "—"),
+          ),
           // The counter's total since the cluster began shows on hover.
           row.rates.map((value, index) => h("td", {class: "num", title: `${row.totals[index]} in total`}, value)),
-        ),
+          h(
+            "td",
+            {class: "actions"},
+            h("button", {type: "button", class: queue.paused ? null : "quiet", onclick: (event) => act(event.currentTarget, `${verb} queue ${queue.name}`, () => controlQueue(queue.name, verb))}, verb),
+          ),
+        );
+      },
       "no queue has seen a job yet",
-      7,
+      11,
     );
+  }
+
+  async function controlQueue(name, verb) {
+    await write(`/v1/queues/${encodeURIComponent(name)}/${verb}`);
+    return `queue ${name} ${verb === "pause" ? "paused" : "resumed"}`;
   }
 
   // -- rendering: schedules ------------------------------------------------------------------
@@ -788,12 +815,79 @@
 
   function filterJobs(filters) {
     state.jobs.filters = {status: "", queue: "", schedule: "", ...filters};
+    resetBulk();
     $("#filter-status").value = state.jobs.filters.status;
     $("#filter-queue").value = state.jobs.filters.queue;
     $("#filter-schedule").value = state.jobs.filters.schedule;
     state.jobs.cursors = [null];
     state.jobs.page = 0;
     refreshSoon();
+  }
+
+  // -- bulk actions on the jobs matching the filters -----------------------------------------
+
+  const BULK_DONE = {cancel: "cancelled", retry: "retried", delete: "deleted"};
+  const BULK_PARTS_MAX = 1000; // requests one count or action sends at most (20,000 ids each)
+
+  /** The bulk filter: the job list's filters that are set. */
+  function bulkFilter() {
+    const filter = {};
+    for (const [name, value] of Object.entries(state.jobs.filters)) if (value) filter[name] = value;
+    return filter;
+  }
+
+  /** Send the parts of a bulk action (or its dry run) until the cluster says no more. */
+  async function runBulk(action, filter, dryRun) {
+    let matched = 0;
+    let changed = 0;
+    let cursor = 0;
+    for (let part = 0; part < BULK_PARTS_MAX; part++) {
+      const answer = await write("/v1/jobs/bulk", {action, filter, cursor, dry_run: dryRun});
+      matched += answer.matched;
+      changed += answer.changed;
+      cursor = answer.next_cursor;
+      if (!answer.more) break;
+    }
+    return {matched, changed};
+  }
+
+  function describeFilter(filter) {
+    return Object.entries(filter).map(([name, value]) => `${name} ${value}`).join(", ");
+  }
+
+  function resetBulk() {
+    state.bulk = null;
+    $("#bulk-summary").textContent = "";
+    $("#bulk-confirm").hidden = true;
+  }
+
+  async function countBulk() {
+    const filter = bulkFilter();
+    const action = $("#bulk-action").value;
+    resetBulk();
+    if (!Object.keys(filter).length) throw new Error("set at least one filter first (status, queue or schedule)");
+    const {matched} = await runBulk(action, filter, true);
+    $("#bulk-summary").textContent = `${matched} job${matched === 1 ? "" : "s"} match (${describeFilter(filter)})`;
+    if (matched > 0) {
+      state.bulk = {action, filter: JSON.stringify(filter)};
+      const confirm = $("#bulk-confirm");
+      confirm.textContent = `${action} ${matched} job${matched === 1 ? "" : "s"}`;
+      confirm.hidden = false;
+    }
+    return `${action}: ${matched} matching job${matched === 1 ? "" : "s"} counted`;
+  }
+
+  async function confirmBulk() {
+    const counted = state.bulk;
+    const filter = bulkFilter();
+    // What was counted is what is acted on: a filter or action changed since needs a new count.
+    if (!counted || counted.filter !== JSON.stringify(filter) || counted.action !== $("#bulk-action").value) {
+      resetBulk();
+      throw new Error("the filters changed since the count: count again");
+    }
+    resetBulk();
+    const {matched, changed} = await runBulk(counted.action, filter, false);
+    return `${BULK_DONE[counted.action]} ${changed} of ${matched} matching jobs`;
   }
 
   function selectJob(id) {
@@ -1075,6 +1169,9 @@
       });
     });
     $("#filter-status").addEventListener("change", () => $("#job-filters").requestSubmit());
+    $("#bulk-action").addEventListener("change", resetBulk);
+    $("#bulk-count").addEventListener("click", (event) => act(event.currentTarget, "count", countBulk));
+    $("#bulk-confirm").addEventListener("click", (event) => act(event.currentTarget, "bulk action", confirmBulk));
     $("#filter-clear").addEventListener("click", () => filterJobs({}));
     $("#jobs-older").addEventListener("click", () => {
       const jobs = state.jobs;

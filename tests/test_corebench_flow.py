@@ -1,0 +1,16 @@
+"""The core benchmark's flow-control comparison runs and says what it measured (a smoke run:
+the figures themselves are the benchmark's, never a test's)."""
+
+import json
+
+from raftcron.cluster.dev import corebench
+
+
+def test_the_flow_comparison_reports_every_mode_against_off(capsys):
+    assert corebench.main(["--flow", "1", "--quick"]) == 0
+    figures = json.loads(capsys.readouterr().out)["flow"]
+    for batch in ("batch_1", "batch_100"):
+        assert set(figures[batch]) == set(corebench.FLOW_MODES)
+        assert figures[batch]["off"]["of_off"] == 1.0
+        assert all(mode["median_per_s"] > 0 and mode["cpu_median_per_s"] > 0
+                   for mode in figures[batch].values())

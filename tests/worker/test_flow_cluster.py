@@ -1,0 +1,160 @@
+"""Flow control with real workers against a real 3-node cluster (DESIGN.md §8.5): a queue's
+cap, a key's max, a rate, a pause, and a bulk cancel from the CLI, measured from what the
+workers did (each `hold` job writes its wall-clock start and end) and from the jobs' attempts.
+
+The cluster is the worker tests' shared one; each test has a queue of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftcron.cluster import cli
+from raftcron.cluster.client import Client
+from raftcron.cluster.dev.localcluster import LocalCluster
+
+from .conftest import StartWorker
+
+
+def held_intervals(folder: Path) -> list[tuple[float, float]]:
+    """(start, end) of every `hold` run in the folder, by start."""
+    found = []
+    for path in folder.glob("*.held"):
+        start, end = path.read_text().split()
+        found.append((float(start), float(end)))
+    return sorted(found)
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals that overlap at one instant."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, step in edges:  # an end sorts before a start at the same instant
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def hold_jobs(queue: str, folder: Path, count: int, ms: int, **fields: Any) -> list[dict[str, Any]]:
+    return [{"task": "hold", "queue": queue, "payload": {"dir": str(folder), "ms": ms}, **fields}
+            for _ in range(count)]
+
+
+def wait_all(client: Client, jobs: list[dict[str, Any]], timeout_s: float = 60) -> list[Any]:
+    return [client.wait(job["id"], timeout_s=timeout_s) for job in jobs]
+
+
+def test_a_queue_limited_to_2_never_runs_3_at_once(
+    client: Client, queue: str, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    client.request("PUT", f"/v1/queues/{queue}", {"concurrency_max": 2}, write=True)
+    jobs = client.submit_batch(hold_jobs(queue, tmp_path, 8, 300))
+    for name in ("w-cap-1", "w-cap-2"):
+        start_worker(queue, name, concurrency=4)
+    assert all(job["status"] == "succeeded" for job in wait_all(client, jobs))
+    intervals = held_intervals(tmp_path)
+    assert len(intervals) == 8
+    assert most_at_once(intervals) == 2, intervals  # the cap, reached and never passed
+
+
+def test_a_key_limited_to_1_never_overlaps_and_blocks_no_other_job(
+    client: Client, queue: str, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    keyed_dir, free_dir = tmp_path / "keyed", tmp_path / "free"
+    keyed_dir.mkdir()
+    free_dir.mkdir()
+    other = f"{queue}-other"
+    key = {"concurrency": {"key": f"acct-{queue}", "max": 1}}
+    keyed = client.submit_batch(
+        hold_jobs(queue, keyed_dir, 3, 300, **key) + hold_jobs(other, keyed_dir, 3, 300, **key)
+    )
+    free = client.submit_batch(hold_jobs(queue, free_dir, 4, 300))
+    start_worker(f"{queue},{other}", "w-key", concurrency=6)
+    # The unrelated jobs behind the key's are not held up by them: all done while the keyed
+    # ones still take their turns (six of 300 ms, one at a time).
+    assert all(job["status"] == "succeeded" for job in wait_all(client, free))
+    assert len(held_intervals(keyed_dir)) < 6
+    assert all(job["status"] == "succeeded" for job in wait_all(client, keyed))
+    assert most_at_once(held_intervals(keyed_dir)) == 1
+
+
+def test_5_per_second_means_5_per_second(
+    client: Client, queue: str, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    rate = {"max": 5, "per_ms": 1_000}
+    client.request("PUT", f"/v1/queues/{queue}", {"rate_limit": rate}, write=True)
+    jobs = client.submit_batch(hold_jobs(queue, tmp_path, 20, 0))
+    for name in ("w-rate-1", "w-rate-2"):
+        start_worker(queue, name, concurrency=8)
+    done = wait_all(client, jobs)
+    # The claims, in the cluster's time: in every window [s, t], at most the bucket (5) plus
+    # what the window refills (5 a second), exactly.
+    starts = sorted(job["history"][0]["start_ms"] for job in done)
+    for first, start_ms in enumerate(starts):
+        for last in range(first, len(starts)):
+            window_ms = starts[last] - start_ms
+            assert last - first + 1 <= 5 + window_ms * 5 // 1_000, (starts, first, last)
+    # And as the workers saw it: after the first 5 (the bucket), 15 more took about 3 s.
+    seen = [start for start, _ in held_intervals(tmp_path)]
+    assert len(seen) == 20
+    steady_s = seen[-1] - seen[4]
+    assert 2.4 <= steady_s <= 6.0, seen
+
+
+def test_a_paused_queue_hands_out_nothing_and_resumes(
+    client: Client, queue: str, start_worker: StartWorker, tmp_path: Path,
+    cluster: LocalCluster,
+) -> None:
+    client.request("POST", f"/v1/queues/{queue}/pause", {}, write=True)
+    jobs = client.submit_batch(hold_jobs(queue, tmp_path, 3, 0))
+    worker = start_worker(queue, "w-paused-queue", concurrency=2, wait_ms=500)
+    # The worker claims (long polls of 500 ms) for 1.5 s and is handed nothing.
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert worker.process.poll() is None, worker.log_tail()
+        assert held_intervals(tmp_path) == []
+        time.sleep(0.1)
+    view = client.request("GET", f"/v1/queues/{queue}")
+    assert (view["paused"], view["queued"], view["held"]["paused"]) == (True, 3, 3)
+    metrics = cluster.request(cluster.nodes[0], "GET", "/metrics")[1]
+    assert f'raftcron_queue_paused{{queue="{queue}"}} 1' in metrics
+    assert f'raftcron_queue_held_jobs{{queue="{queue}",reason="paused"}} 3' in metrics
+    client.request("POST", f"/v1/queues/{queue}/resume", {}, write=True)
+    assert all(job["status"] == "succeeded" for job in wait_all(client, jobs))
+
+
+def test_a_bulk_cancel_from_the_cli_touches_exactly_the_matching_jobs(
+    client: Client, queue: str, cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    later = {"queue": queue, "delay_ms": 3_600_000}
+    matching = client.submit_batch([{"task": "x", **later}] * 1_000)
+    matching += client.submit_batch([{"task": "x", **later}] * 200)
+    others = client.submit_batch([{"task": "y", **later}] * 50)
+    elsewhere = client.submit_batch([{"task": "x", "queue": f"{queue}-b", "delay_ms": 3_600_000}])
+    connect = ["--connect", ",".join(node.url for node in cluster.nodes)]
+    filters = ["--task", "x", "--queue", queue]
+
+    assert cli.main(["jobs", "cancel", *connect, *filters, "--dry-run"]) == 0
+    assert capsys.readouterr().out == "1200 jobs match; nothing changed\n"
+    assert cli.main(["jobs", "cancel", *connect, *filters]) == 2  # no terminal, no --yes
+    assert "add --yes" in capsys.readouterr().err
+    assert cli.main(["jobs", "cancel", *connect, *filters, "--yes", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert (answer["matched"], answer["changed"]) == (1200, 1200)
+    node = cluster.nodes[0]
+    for name in (queue, f"{queue}-b"):
+        def ids(status: str, name: str = name) -> set[int]:
+            found = cluster.list_jobs(node, queue=name, status=status, consistent=1)
+            return {job["id"] for job in found}
+
+        cancelled, kept = ids("cancelled"), ids("scheduled")
+        if name == queue:
+            assert cancelled == {job["id"] for job in matching}
+            assert kept == {job["id"] for job in others}
+        else:
+            assert (cancelled, kept) == (set(), {elsewhere[0]["id"]})
