@@ -189,6 +189,32 @@ def test_pausing_a_schedule_from_the_page_pauses_it(
     expect(row).to_have_attribute("data-paused", "false")
 
 
+def test_a_row_whose_data_changes_keeps_its_buttons_across_refreshes(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    """A schedule firing every second changes its row at every refresh; its buttons must stay
+    the same elements, or a click that lands while the row is rebuilt is lost (a CI run lost
+    one: mousedown on the old button, mouseup on its replacement)."""
+    name = unique("busy-row")
+    put_schedule(shared_cluster, name)
+    page = dashboard.open(follower(shared_cluster))
+    row = page.locator(f'#schedules tr[data-schedule="{name}"]')
+    fires = row.locator('[data-testid="fires"]')
+    expect(fires).to_have_text(re.compile(r"^\d+$"))
+    button = row.get_by_role("button", name="pause").element_handle()
+    seen = int(fires.inner_text())
+    # Two refreshes that changed the row's data (its fire count), each a new render.
+    expect(fires).to_have_text(re.compile(rf"^(?!{seen}$)\d+$"))
+    seen = int(fires.inner_text())
+    expect(fires).to_have_text(re.compile(rf"^(?!{seen}$)\d+$"))
+    assert button.evaluate("element => element.isConnected"), "the pause button was replaced"
+    button.click()
+    shared_cluster.wait_for(
+        lambda: get_schedule(shared_cluster, name)["paused"], 10, f"{name} paused in the API"
+    )
+    expect(row).to_have_attribute("data-paused", "true")
+
+
 def get_queue(cluster: LocalCluster, name: str) -> dict[str, Any]:
     status, body, _ = cluster.call("GET", f"/v1/queues/{name}?consistent=1")
     assert status == 200, body

@@ -149,8 +149,11 @@
   }
 
   /**
-   * Replace a table body's rows, keeping a row whose data did not change (so a button under
-   * the pointer is not swapped away by every refresh). `build(item)` returns a <tr>.
+   * Replace a table body's rows, keeping every row and cell whose content did not change, so
+   * a button under the pointer is not swapped away by a refresh: a schedule firing every
+   * second changes its row each time, and a click that began on the old button and ended on
+   * its replacement was lost. `build(item)` returns a <tr>; what a cell's handlers act on must
+   * show in its HTML (a name, a label, a title), since an unchanged cell keeps its handlers.
    */
   function renderRows(tbody, items, key, build, emptyText, columns) {
     if (!items.length) {
@@ -167,9 +170,24 @@
       const row = build(item);
       row.dataset.key = rowKey;
       row.dataset.signature = signature;
-      return row;
+      return existing ? updateRow(existing, row) : row;
     });
     tbody.replaceChildren(...rows);
+  }
+
+  /** `old` made like `fresh`: its attributes, and each cell that differs, replaced. */
+  function updateRow(old, fresh) {
+    for (const name of old.getAttributeNames()) if (!fresh.hasAttribute(name)) old.removeAttribute(name);
+    for (const name of fresh.getAttributeNames()) old.setAttribute(name, fresh.getAttribute(name));
+    const cells = [...fresh.cells];
+    if (cells.length !== old.cells.length) {
+      old.replaceChildren(...cells);
+      return old;
+    }
+    [...old.cells].forEach((cell, index) => {
+      if (cell.outerHTML !== cells[index].outerHTML) cell.replaceWith(cells[index]);
+    });
+    return old;
   }
 
   // -- errors and notices --------------------------------------------------------------------
