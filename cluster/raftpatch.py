@@ -91,8 +91,10 @@ REVIEWED_SOURCE_SHA256: dict[str, str] = {
     "_SyncObj__onBecomeLeader":
         "5a3fd97bc17dc1cf3070b007538b6a8d46adb71f0b6523f3922dc953420645e8",
     "_checkCommandsToApply": "a386a8079361d204f2c11f895416548c432a254671a9114258921c25108a966e",
-    # Wrapped by cluster/leaderloss.py (an election soon after the leader's connection drops).
+    # Wrapped by cluster/leaderloss.py (an election soon after the leader's connection drops,
+    # in the same order after a connection comes back to a member connected to no one).
     leaderloss.HANDLER: "a81c0475ba2218cc4732ab756b39e64ec22e8d9f3ff5987bc34649f9a2536c95",
+    leaderloss.CONNECTED: "2655afb481b4c69b9b33d827d3ea1299c54785997d0762ced03e324a7754cf70",
     # Dynamic membership (cluster/membership/raftconfig.py, storage hooks rules 5 and 6): what
     # a configuration change does when appended, applied, loaded, and the leader's gate.
     "_SyncObj__changeCluster": "66b42884f9d2dbd1d27daaf1e1aa93d97c8969705b782b4837b7741d94746da6",
