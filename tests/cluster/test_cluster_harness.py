@@ -157,10 +157,12 @@ def test_a_node_dumps_its_stacks_on_sigusr1_and_logs_how_long_its_stop_took(
     cluster.send_signal(node, signal.SIGUSR1)
     # faulthandler writes the dump thread by thread, the signalled (main) thread last: wait
     # for the whole of it, not for its first line (a read in between saw half a dump).
-    stacks = cluster.wait_for(
-        lambda: (dump := thread_stacks(cluster.log_lines(node))) and
-        "Current thread 0x" in dump and "asyncio/runners.py" in dump and dump or None,
-        10, "every thread's stack in the node's log, the main thread's too")
+    def whole_dump() -> str | None:
+        dump = thread_stacks(cluster.log_lines(node))
+        return dump if "Current thread 0x" in dump and "asyncio/runners.py" in dump else None
+
+    stacks = cluster.wait_for(whole_dump, 10,
+                              "every thread's stack in the node's log, the main thread's too")
     assert node.running and 'File "' in stacks, stacks
     assert cluster.stop(node) == 0
     stopped = [line for line in cluster.log_lines(node) if '"node_stopped"' in line]
