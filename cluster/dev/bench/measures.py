@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
 from raftcron.cluster.client import LEADER_HEADER
 from raftcron.cluster.dev.bench.lean import LeanConnection
@@ -31,6 +32,7 @@ from raftcron.cluster.dev.bench.stats import Progress, percentile
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 REPO = str(Path(__file__).resolve().parents[3])
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -72,10 +74,14 @@ class Target:
         async def once(attempt: int) -> tuple[int, Any]:
             base = url if url is not None and attempt == 0 else self.next_url()
             try:
-                async with self.session.request(method, base + path, json=body) as answer:
+                # orjson both ways: the load generator shares the cluster's cores, and the
+                # stdlib's json of a 1,000-job batch and its answer cost it 8 us per job.
+                data = None if body is None else orjson.dumps(body)
+                async with self.session.request(method, base + path, data=data,
+                                                headers=JSON_HEADERS) as answer:
                     leader = (answer.headers.get(LEADER_HEADER) or "").rstrip("/")
                     self._leader = leader if leader in self.urls else None
-                    return answer.status, await answer.json(content_type=None)
+                    return answer.status, orjson.loads(await answer.read())
             except (aiohttp.ClientError, TimeoutError) as error:
                 if self._leader == base:
                     self._leader = None
