@@ -117,10 +117,15 @@ class Proposer:
 
     async def propose(self, command: Command) -> Result:
         """Propose once; raise NotApplied or Indeterminate when it did not (surely) commit."""
-        return await self.propose_frame(codec.encode(command))
+        frame, fingerprint = codec.encode_request(command)
+        return await self.propose_frame(frame, (command, fingerprint))
 
-    async def propose_frame(self, frame: bytes) -> Result:
-        """`propose`, for a command already encoded (the member book's: cluster/membership)."""
+    async def propose_frame(
+        self, frame: bytes, decoded: tuple[Command, int | None] | None = None
+    ) -> Result:
+        """`propose`, for a command already encoded (the member book's: cluster/membership);
+        `decoded` is the core command it encodes and its fingerprint, which this node's apply
+        then takes as they are (`StateMachine.expect`)."""
         is_voter = getattr(self.node, "is_voter", None)
         if is_voter is not None and not is_voter():
             # A joining node before it is added, a removed one after: nothing it proposes
@@ -132,6 +137,8 @@ class Proposer:
                 f"the command is {len(frame)} bytes encoded; the limit is {FRAME_BYTES_MAX}"
             )
         future: asyncio.Future[Result] = self.loop.create_future()
+        if decoded is not None:
+            self.node.machine.expect(frame, *decoded)
         self.queue.append(_Pending(frame, future))
         if not self.flush_scheduled:
             self.flush_scheduled = True
@@ -178,6 +185,7 @@ class Proposer:
             # Hold the in-flight slot until the entry resolves or its callers gave up.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done, self.commit_timeout_s)
+            self.node.machine.forget([p.frame for p in batch])
 
     def _deliver(
         self, batch: list[_Pending], results: Any, reason: int, done: asyncio.Future[None]

@@ -44,7 +44,7 @@ from raftcron.cluster.membership import book as member_book
 from raftcron.cluster.membership import directory
 from raftcron.cluster.storage.node import RaftStorage
 from raftcron.scheduler import codec
-from raftcron.scheduler.commands import Barrier
+from raftcron.scheduler.commands import Barrier, Command
 from raftcron.scheduler.errors import Invalid, Rejected, Result
 from raftcron.scheduler.snapshot import digest, restore, snapshot
 from raftcron.scheduler.state import SchedulerState
@@ -108,6 +108,8 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         self.on_applied = on_applied
         # Audit checkpoints: every replica digests its state at the same log position.
         self.audits: dict[str, tuple[int, str]] = {}
+        # Commands this node proposed, by their bytes, until applied or given up (`expect`).
+        self._proposed: dict[bytes, tuple[Command, int | None]] = {}
         super().__init__()
         self.state = SchedulerState()
         self.members = member_book.MemberBook()  # immutable: replaced whole by each change
@@ -122,11 +124,15 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
             results: list[Result] = []
             with self.lock:
                 for frame in frames:
-                    try:
-                        command, fingerprint = codec.decode_request(frame)
-                    except Invalid as error:
-                        results.append(self._apply_member_frame(frame, error))
-                        continue
+                    own = self._proposed.pop(frame, None) if self._proposed else None
+                    if own is not None:
+                        command, fingerprint = own
+                    else:
+                        try:
+                            command, fingerprint = codec.decode_request(frame)
+                        except Invalid as error:
+                            results.append(self._apply_member_frame(frame, error))
+                            continue
                     results.append(self.state.apply(command, fingerprint))
                     if isinstance(command, Barrier) and (command.request_id or "").startswith(
                         AUDIT_PREFIX
@@ -140,6 +146,19 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
             log.critical("bug while applying a log entry; stopping the node", exc_info=True)
             logging.shutdown()
             os._exit(EXIT_BUG)
+
+    def expect(self, frame: bytes, command: Command, fingerprint: int | None) -> None:
+        """`frame` is `command` proposed by this node (`codec.encode_request`): its apply here
+        takes the command as it is instead of decoding it again. On a leader taking batches of
+        1,000 jobs the decode was 15% of its time (the API had parsed every job already); the
+        other replicas decode, and reach the same state (the model test holds decode(encode(c))
+        equal to c for every command it makes)."""
+        self._proposed[frame] = (command, fingerprint)
+
+    def forget(self, frames: list[bytes]) -> None:
+        """The proposals of `frames` are answered or given up: not expected any more."""
+        for frame in frames:
+            self._proposed.pop(frame, None)
 
     def _apply_member_frame(self, frame: bytes, core_error: Invalid) -> Result:
         """A frame the core does not know: a member book command, or an invalid one."""

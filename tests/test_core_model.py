@@ -117,16 +117,20 @@ class CoreModel(FlowRules, RuleBasedStateMachine):
         return f"r{self.requests}"
 
     def apply(self, command):
-        data = codec.encode(command)
+        data, own_fingerprint = codec.encode_request(command)
         before = snapshot(self.state)
         fence = self.state.fence
-        # The replica as a node applies it (fingerprint from the decoded fields), the
-        # other with the fingerprint built again from the command: the same either way.
+        # One replica as a node that decodes the entry applies it (fingerprint from the
+        # decoded fields), the other as the node that proposed it (cluster/replica.py
+        # `expect`): the command as built and the fingerprint from its encoding. The same
+        # either way, and both equal to the fingerprint built again from the command.
         decoded, fingerprint = codec.decode_request(data)
+        assert decoded == command, f"{command} decodes as {decoded}"
+        assert fingerprint == own_fingerprint
         if fingerprint is not None:
             assert fingerprint == command_fingerprint(command)
         result = self.state.apply(decoded, fingerprint)
-        replica_result = self.replica.apply(codec.decode(data))
+        replica_result = self.replica.apply(command, own_fingerprint)
         assert result == replica_result
         if not isinstance(result, Ok):
             assert snapshot(self.state) == before, f"rejected {command} changed the state"

@@ -93,7 +93,8 @@ def test_a_failure_after_the_caller_gave_up_is_not_logged_as_never_retrieved(cap
     from pysyncobj import FAIL_REASON
 
     callbacks: list[Any] = []
-    machine = SimpleNamespace(apply=lambda payload, callback: callbacks.append(callback))
+    machine = SimpleNamespace(apply=lambda payload, callback: callbacks.append(callback),
+                              expect=lambda *_: None, forget=lambda _frames: None)
     node: Any = SimpleNamespace(machine=machine, leader_id=lambda: "n1")
 
     async def run() -> None:
