@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from raftcron.cluster.client import LEADER_HEADER
+from raftcron.cluster.asyncclient import LEADER_HEADER
 from raftcron.cluster.dev.bench.lean import LeanConnection
 from raftcron.cluster.dev.bench.stats import Progress, percentile
 from raftcron.cluster.dev.localcluster import LocalCluster
