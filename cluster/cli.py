@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from raftcron.cluster import backup as backup_module
 
     backup_module.add_restore_arguments(restore)
-    from raftcron.cluster import opscli
+    from raftcron.cluster import opsargs, opscli
 
-    opscli.add_commands(commands)
+    opsargs.add_commands(commands)
     from raftcron.cluster import notifycli
 
     notifycli.add_commands(commands)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         from raftcron.chaos.__main__ import main as chaos_main
 
         return chaos_main(words[1:])
-    words, command_words = opscli.split_command(words)
+    words, command_words = opsargs.split_command(words)
     args = parser.parse_args(words)
     if args.command in ("submit", "jobs", "schedules", "queues", "cluster", "audit", "backup"):
         args.argv = command_words

@@ -1,551 +1,59 @@
-"""The Python client of the HTTP API v1 (DESIGN.md section 4), async and blocking.
+"""The blocking Python client of the HTTP API v1, and the client's public import path.
 
-What it owns: one method per route, failover between the nodes it was given, and retries. A
-request that cannot reach a node, or that a node answers with 502/503/504 (no leader, commit
-timeout), goes to the next node after a short backoff, until a deadline; a write is retried
-with the SAME `request_id` (sent as `X-Request-Id`), which the cluster answers with the first
-result, so a retried write is never applied twice. Any other error answer is raised at once as
-an `ApiError` carrying the status and the API's error code.
+What it owns: `Client`, which runs `AsyncClient`'s methods on a private event-loop thread for
+blocking code (scripts, web apps, tests). Failover, retries and request ids are
+`AsyncClient`'s (cluster/asyncclient.py); the errors and the URL and request-id helpers are
+cluster/clientparts.py's. Both are re-exported here, so `raftcron.cluster.client` keeps naming
+everything a user of the client imports.
 
-What it must not do: interpret answers beyond that (the worker runtime decides what a 409 on a
-heartbeat means), or retry a 4xx.
-
-`AsyncClient` is the implementation (aiohttp); `Client` runs it on a private event-loop thread
-for blocking code (scripts, web apps, tests).
+What it must not do: talk HTTP itself, or retry: every call is one `AsyncClient` call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-import os
 import threading
-import time
-import uuid
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import quote
 
-import aiohttp
+from raftcron.cluster.asyncclient import (
+    ATTEMPT_S_MIN,
+    ATTEMPTS_MAX,
+    BACKOFF_S_FIRST,
+    BACKOFF_S_MAX,
+    FINAL_STATUSES,
+    LEADER_HEADER,
+    RETRY_DEADLINE_S_MAX,
+    RETRY_STATUSES,
+    AsyncClient,
+)
+from raftcron.cluster.clientparts import (
+    ApiError,
+    RaftcronError,
+    Unavailable,
+    new_request_id,
+    normalize_urls,
+)
 
-from raftcron.cluster import tls
-from raftcron.scheduler import limits
+__all__ = [
+    "ATTEMPTS_MAX",
+    "ATTEMPT_S_MIN",
+    "BACKOFF_S_FIRST",
+    "BACKOFF_S_MAX",
+    "FINAL_STATUSES",
+    "LEADER_HEADER",
+    "RETRY_DEADLINE_S_MAX",
+    "RETRY_STATUSES",
+    "ApiError",
+    "AsyncClient",
+    "Client",
+    "RaftcronError",
+    "Unavailable",
+    "new_request_id",
+    "normalize_urls",
+]
 
 T = TypeVar("T")
-log = logging.getLogger("raftcron.client")
-
-LEADER_HEADER = "X-Raftcron-Leader"  # the leader's URL as the answering node knows it
-RETRY_STATUSES = frozenset({502, 503, 504})
-RETRY_DEADLINE_S_MAX = limits.REQUEST_RETRY_MS / 1000  # how long the cluster remembers an id
-FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
-BACKOFF_S_FIRST = 0.05
-BACKOFF_S_MAX = 1.0
-ATTEMPT_S_MIN = 0.5  # never give one attempt less than this, even close to the deadline
-ATTEMPTS_MAX = 10_000  # a bound on the retry loop; the deadline ends it long before
-
-
-class RaftcronError(Exception):
-    """Base of the client's errors."""
-
-
-class ApiError(RaftcronError):
-    """The cluster answered with an error (4xx, or a 5xx that is not retried)."""
-
-    def __init__(
-        self, status: int, code: str, message: str, field: str | None = None, body: Any = None
-    ) -> None:
-        super().__init__(f"{status} {code}: {message}" + (f" ({field})" if field else ""))
-        self.status = status
-        self.code = code
-        self.message = message
-        self.field = field
-        self.body = body
-
-    @classmethod
-    def from_answer(cls, status: int, body: Any) -> ApiError:
-        error = body.get("error") if isinstance(body, dict) else None
-        if isinstance(error, dict):
-            return cls(
-                status,
-                str(error.get("code", "error")),
-                str(error.get("message", "")),
-                error.get("field"),
-                body,
-            )
-        return cls(status, "http_error", str(body)[:500], None, body)
-
-
-class Unavailable(RaftcronError):
-    """No node gave an answer before the deadline (down, no leader, or commit timeouts)."""
-
-
-def new_request_id() -> str:
-    """A fresh request id: unique per logical call, reused by every retry of that call."""
-    return uuid.uuid4().hex
-
-
-def normalize_urls(urls: str | Sequence[str]) -> list[str]:
-    """`"http://a:1,http://b:2"` or a list -> a clean list; `host:port` gets `http://`."""
-    items = urls.split(",") if isinstance(urls, str) else list(urls)
-    cleaned = []
-    for item in items:
-        url = item.strip().rstrip("/")
-        if not url:
-            continue
-        cleaned.append(url if "://" in url else f"http://{url}")
-    if not cleaned:
-        raise ValueError("at least one node URL is required")
-    return cleaned
-
-
-def _drop_none(fields: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: value for name, value in fields.items() if value is not None}
-
-
-class AsyncClient:
-    """The API v1 over aiohttp, failing over between `urls`. Use one per event loop."""
-
-    def __init__(
-        self,
-        urls: str | Sequence[str],
-        *,
-        token: str | None = None,
-        request_timeout_s: float = 10.0,
-        retry_deadline_s: float = 30.0,
-        ca_file: str | None = None,
-        cert_file: str | None = None,
-        key_file: str | None = None,
-    ) -> None:
-        self.urls = normalize_urls(urls)
-        self.token = token
-        # https:// nodes are verified against ca_file (or RAFTCRON_CA_FILE, or the system
-        # store); cert_file/key_file answer a node that asks for client certificates.
-        self.tls = tls.client_context(ca_file, cert_file, key_file)
-        self.request_timeout_s = request_timeout_s
-        if not 0 < retry_deadline_s <= RETRY_DEADLINE_S_MAX:
-            # Past it the cluster may have forgotten the request id: a retry would apply twice.
-            raise ValueError(f"retry_deadline_s must be more than 0 and at most "
-                             f"{RETRY_DEADLINE_S_MAX:g}, not {retry_deadline_s!r}")
-        self.retry_deadline_s = retry_deadline_s
-        self.current = 0  # index of the node tried first
-        self.failovers = 0
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def current_url(self) -> str:
-        return self.urls[self.current]
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _session_now(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-            connector = aiohttp.TCPConnector(ssl=self.tls) if self.tls is not None else None
-            self._session = aiohttp.ClientSession(headers=headers, connector=connector)
-        return self._session
-
-    def _fail_over(self, index: int, reason: str) -> None:
-        # Concurrent calls fail together: move on once, not once per caller.
-        if self.current == index and len(self.urls) > 1:
-            self.current = (index + 1) % len(self.urls)
-            self.failovers += 1
-            log.warning(
-                f"{self.urls[index]} failed ({reason}); trying {self.urls[self.current]}",
-                extra={
-                    "action": "node_failover",
-                    "from_url": self.urls[index],
-                    "to_url": self.urls[self.current],
-                },
-            )
-
-    # -- the one place that talks HTTP -----------------------------------------------------
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        params: Mapping[str, Any] | None = None,
-        write: bool = False,
-        request_id: str | None = None,
-        timeout_s: float | None = None,
-        deadline_s: float | None = None,
-    ) -> Any:
-        """Send one logical request, retrying on other nodes until `deadline_s` (seconds from
-        now); the parsed JSON answer. A write carries `request_id` (a fresh one if None)."""
-        headers = {}
-        if write or request_id is not None:
-            headers["X-Request-Id"] = request_id or new_request_id()
-        query = {k: str(v) for k, v in (params or {}).items() if v is not None}
-        per_attempt_s = timeout_s if timeout_s is not None else self.request_timeout_s
-        deadline = time.monotonic() + (
-            deadline_s if deadline_s is not None else self.retry_deadline_s
-        )
-        backoff_s = BACKOFF_S_FIRST
-        last = "no attempt made"
-        for attempt in range(ATTEMPTS_MAX):
-            index = self.current
-            url = self.urls[index] + path
-            budget_s = max(ATTEMPT_S_MIN, min(per_attempt_s, deadline - time.monotonic()))
-            try:
-                status, answer, leader = await self._send(
-                    method, url, body, query, headers, budget_s
-                )
-            except (aiohttp.ClientError, TimeoutError, OSError) as error:
-                last = f"{url}: {type(error).__name__}: {error}"
-            else:
-                self._follow(leader)
-                if status < 400:
-                    return answer
-                if status not in RETRY_STATUSES:
-                    raise ApiError.from_answer(status, answer)
-                last = f"{url}: {ApiError.from_answer(status, answer)}"
-            self._fail_over(index, last)
-            if (attempt + 1) % len(self.urls) == 0:
-                if time.monotonic() + backoff_s >= deadline:
-                    break
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(2 * backoff_s, BACKOFF_S_MAX)
-            elif time.monotonic() >= deadline:
-                break
-        raise Unavailable(f"{method} {path}: no node answered in time; last: {last}")
-
-    async def _object(
-        self, method: str, path: str, body: Any = None, **options: Any
-    ) -> dict[str, Any]:
-        """`request`, for routes that answer a JSON object."""
-        answer = await self.request(method, path, body, **options)
-        if not isinstance(answer, dict):
-            raise RaftcronError(f"{method} {path}: expected a JSON object, not {answer!r:.200}")
-        return answer
-
-    async def _send(
-        self,
-        method: str,
-        url: str,
-        body: Any,
-        query: dict[str, str],
-        headers: dict[str, str],
-        timeout_s: float,
-    ) -> tuple[int, Any, str | None]:
-        session = self._session_now()
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with session.request(
-            method, url, json=body, params=query, headers=headers, timeout=timeout
-        ) as response:
-            text = await response.text()
-        leader = response.headers.get(LEADER_HEADER)
-        if response.content_type == "application/json":
-            try:
-                return response.status, json.loads(text), leader
-            except ValueError:
-                raise aiohttp.ClientPayloadError(f"{url}: the answer is not JSON") from None
-        return response.status, text, leader
-
-    def _follow(self, leader: str | None) -> None:
-        """Send to the leader from now on, if a node named it and it is one of our URLs.
-
-        A request a follower takes is forwarded to the leader inside the cluster, which costs
-        more (CPU on both nodes, a hop of latency) than the leader taking it itself. Only a
-        URL this client was given is ever followed: a node cannot send it elsewhere."""
-        if leader is None:
-            return
-        leader = leader.rstrip("/")
-        if leader != self.urls[self.current] and leader in self.urls:
-            self.current = self.urls.index(leader)
-
-    # -- jobs and workflows -----------------------------------------------------------------
-
-    async def submit(self, task: str, payload: Any = None, **fields: Any) -> dict[str, Any]:
-        """Submit one job; `fields` are the API's (queue, key, priority, delay_ms, run_at_ms,
-        max_attempts, backoff, timeout_ms, depends_on). The job, with `created` False when
-        its `key` matched an earlier job."""
-        body = _drop_none({"task": task, "payload": payload, **fields})
-        return await self._object("POST", "/v1/jobs", body, write=True)
-
-    async def submit_batch(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Submit up to 1,000 jobs (each a submit body) in one command."""
-        answer = await self.request("POST", "/v1/jobs/batch", {"jobs": list(jobs)}, write=True)
-        return list(answer["jobs"])
-
-    async def submit_workflow(
-        self, jobs: Iterable[Mapping[str, Any]], *, key: str | None = None
-    ) -> dict[str, Any]:
-        """Submit a DAG: each job has a `name` and optional `after` (names of its parents)."""
-        body = _drop_none({"jobs": list(jobs), "key": key})
-        return await self._object("POST", "/v1/workflows", body, write=True)
-
-    async def job(self, job_id: int, *, consistent: bool = False) -> dict[str, Any]:
-        params = {"consistent": 1} if consistent else None
-        return await self._object("GET", f"/v1/jobs/{int(job_id)}", params=params)
-
-    async def jobs(
-        self,
-        *,
-        status: str | None = None,
-        queue: str | None = None,
-        schedule: str | None = None,
-        limit: int | None = None,
-        cursor: int | None = None,
-        consistent: bool = False,
-    ) -> dict[str, Any]:
-        """One page: `{"jobs": [...], "next_cursor": id or None, "node", "applied_index"}`."""
-        params = {
-            "status": status,
-            "queue": queue,
-            "schedule": schedule,
-            "limit": limit,
-            "cursor": cursor,
-            "consistent": 1 if consistent else None,
-        }
-        return await self._object("GET", "/v1/jobs", params=params)
-
-    async def cancel(self, job_id: int, reason: str | None = None) -> dict[str, Any]:
-        body = _drop_none({"reason": reason})
-        return await self._object(
-            "POST", f"/v1/jobs/{int(job_id)}/cancel", body or None, write=True
-        )
-
-    async def retry(self, job_id: int) -> dict[str, Any]:
-        """Bring a failed (dead-lettered) or cancelled job back."""
-        return await self._object("POST", f"/v1/jobs/{int(job_id)}/retry", write=True)
-
-    async def wait(
-        self,
-        job_id: int,
-        *,
-        statuses: Iterable[str] = FINAL_STATUSES,
-        timeout_s: float = 60.0,
-        poll_s: float = 0.1,
-    ) -> dict[str, Any]:
-        """Poll a job until its status is one of `statuses`; TimeoutError after timeout_s."""
-        wanted = frozenset(statuses)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            job = await self.job(job_id)
-            if job["status"] in wanted:
-                return job
-            if time.monotonic() + poll_s > deadline:
-                raise TimeoutError(
-                    f"job {job_id} is still {job['status']} after {timeout_s:g} s "
-                    f"(waited for {', '.join(sorted(wanted))})"
-                )
-            await asyncio.sleep(poll_s)
-
-    # -- schedules --------------------------------------------------------------------------
-
-    async def put_schedule(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """Create or replace a schedule (`cron`/`every`/`at`, `job` or `workflow`, policies)."""
-        return await self._object("PUT", _schedule_path(name), dict(spec), write=True)
-
-    async def schedule(self, name: str) -> dict[str, Any]:
-        return await self._object("GET", _schedule_path(name))
-
-    async def schedules(self) -> list[dict[str, Any]]:
-        answer = await self.request("GET", "/v1/schedules")
-        return list(answer["schedules"])
-
-    async def delete_schedule(self, name: str) -> dict[str, Any]:
-        return await self._object("DELETE", _schedule_path(name), write=True)
-
-    async def pause_schedule(self, name: str) -> dict[str, Any]:
-        return await self._object("POST", _schedule_path(name, "pause"), write=True)
-
-    async def resume_schedule(self, name: str) -> dict[str, Any]:
-        return await self._object("POST", _schedule_path(name, "resume"), write=True)
-
-    async def trigger_schedule(self, name: str, *, force: bool = False) -> dict[str, Any]:
-        """Fire now: `{"name", "buffered", "job"}` (`job` None when overlap held it back)."""
-        body = {"force": True} if force else None
-        return await self._object("POST", _schedule_path(name, "trigger"), body, write=True)
-
-    async def backfill_schedule(self, name: str, from_ms: int, to_ms: int) -> list[dict[str, Any]]:
-        """One job per nominal fire time in [from_ms, to_ms) that has none yet."""
-        answer = await self.request(
-            "POST",
-            _schedule_path(name, "backfill"),
-            {"from_ms": from_ms, "to_ms": to_ms},
-            write=True,
-        )
-        return list(answer["jobs"])
-
-    async def preview_schedule(
-        self,
-        name: str | None = None,
-        *,
-        spec: Mapping[str, Any] | None = None,
-        count: int = 10,
-        from_ms: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """The next `count` fire times of a saved schedule (by name) or of an unsaved spec."""
-        params = {"count": count, "from_ms": from_ms}
-        if spec is not None:
-            answer = await self.request("POST", "/v1/schedules/preview", dict(spec), params=params)
-        elif name is not None:
-            answer = await self.request("GET", _schedule_path(name, "preview"), params=params)
-        else:
-            raise ValueError("preview_schedule needs a name or a spec")
-        return list(answer["fires"])
-
-    # -- operations -------------------------------------------------------------------------
-
-    async def cluster(self) -> dict[str, Any]:
-        """The answering node's view: role, leader, term, indexes, members."""
-        return await self._object("GET", "/v1/cluster")
-
-    async def events(self, cursor: int = 0, limit: int = 100) -> dict[str, Any]:
-        return await self._object("GET", "/v1/events", params={"cursor": cursor, "limit": limit})
-
-    async def download_backup(self, out_path: str, *, timeout_s: float = 600.0) -> dict[str, str]:
-        """Stream `GET /v1/cluster/backup` into out_path (made durable), from the first node
-        that answers; the snapshot's index, term and node from the answer's headers. The
-        caller checks the file (`raftcron.cluster.backup.check`) before trusting it."""
-        last = "no attempt made"
-        with open(out_path, "wb") as out:  # a file we cannot write fails here, on no node
-            for url in self.urls:
-                out.seek(0)
-                out.truncate()
-                try:
-                    headers = await self._download(url + "/v1/cluster/backup", out, timeout_s)
-                except ApiError as error:
-                    if error.status not in RETRY_STATUSES:
-                        raise
-                    last = f"{url}: {error}"
-                except (aiohttp.ClientError, TimeoutError, ConnectionError) as error:
-                    last = f"{url}: {type(error).__name__}: {error}"
-                else:
-                    out.flush()
-                    os.fsync(out.fileno())
-                    return headers
-        raise Unavailable(f"GET /v1/cluster/backup: no node gave a backup; last: {last}")
-
-    async def _download(self, url: str, out: Any, timeout_s: float) -> dict[str, str]:
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with self._session_now().get(url, timeout=timeout) as response:
-            if response.status >= 400:
-                body = await response.text()
-                try:
-                    answer: Any = json.loads(body)
-                except ValueError:
-                    answer = body
-                raise ApiError.from_answer(response.status, answer)
-            async for chunk in response.content.iter_chunked(256 * 1024):
-                out.write(chunk)
-            return {
-                "node": response.headers.get("X-Raftcron-Node", ""),
-                "index": response.headers.get("X-Raftcron-Snapshot-Index", ""),
-                "term": response.headers.get("X-Raftcron-Snapshot-Term", ""),
-            }
-
-    async def ask_member(
-        self,
-        http_address: str,
-        path: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        timeout_s: float = 2.0,
-    ) -> Any:
-        """One GET to the member at `http_address` (host:port, as `cluster()` lists members),
-        with no failover: for what each node answers for itself (its own view, its audit
-        trail). Its scheme and TLS settings are this client's; ApiError, or Unavailable when
-        it does not answer."""
-        scheme = self.urls[0].split("://", 1)[0]
-        url = f"{scheme}://{http_address}{path}"
-        query = {k: str(v) for k, v in (params or {}).items() if v is not None}
-        try:
-            status, answer, _ = await self._send("GET", url, None, query, {}, timeout_s)
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
-            raise Unavailable(f"{url}: {type(error).__name__}: {error}") from None
-        if status >= 400:
-            raise ApiError.from_answer(status, answer)
-        return answer
-
-    # -- the worker's calls -------------------------------------------------------------------
-
-    async def claim(
-        self,
-        worker: str,
-        queues: Sequence[str],
-        *,
-        max: int,
-        lease_ms: int,
-        wait_ms: int = 0,
-        acks: Sequence[Mapping[str, Any]] = (),
-        request_id: str | None = None,
-        deadline_s: float | None = None,
-    ) -> dict[str, Any]:
-        """Ack finished jobs and claim up to `max` (long-polling up to `wait_ms`):
-        `{"jobs": [claimed jobs], "acks": [{"id", "outcome": "ok" or a code}]}`."""
-        body = {
-            "worker": worker,
-            "queues": list(queues),
-            "max": max,
-            "lease_ms": lease_ms,
-            "wait_ms": wait_ms,
-            "acks": list(acks),
-        }
-        return await self._object(
-            "POST",
-            "/v1/claims",
-            body,
-            write=True,
-            request_id=request_id,
-            timeout_s=wait_ms / 1000 + self.request_timeout_s,
-            deadline_s=deadline_s,
-        )
-
-    async def heartbeat(
-        self,
-        job_id: int,
-        token: int,
-        *,
-        lease_ms: int | None = None,
-        deadline_s: float | None = None,
-    ) -> dict[str, Any]:
-        """Extend a lease: `{"id", "lease_until_ms"}`; ApiError 409 when it is lost."""
-        body = _drop_none({"token": token, "lease_ms": lease_ms})
-        return await self._object(
-            "POST",
-            f"/v1/jobs/{int(job_id)}/heartbeat",
-            body,
-            write=True,
-            timeout_s=deadline_s,
-            deadline_s=deadline_s,
-        )
-
-    async def complete(self, job_id: int, token: int, result: Any = None) -> dict[str, Any]:
-        return await self._object(
-            "POST",
-            f"/v1/jobs/{int(job_id)}/complete",
-            {"token": token, "result": result},
-            write=True,
-        )
-
-    async def fail(
-        self, job_id: int, token: int, error: str, *, retryable: bool = True
-    ) -> dict[str, Any]:
-        return await self._object(
-            "POST",
-            f"/v1/jobs/{int(job_id)}/fail",
-            {"token": token, "error": error, "retryable": retryable},
-            write=True,
-        )
-
-
-def _schedule_path(name: str, action: str | None = None) -> str:
-    path = f"/v1/schedules/{quote(name, safe='')}"
-    return f"{path}/{action}" if action else path
 
 
 class Client:

@@ -1,6 +1,6 @@
 """What the operator's commands share (cluster/opscli.py, cluster/flowcli.py): the flags every
-command takes, the usage error, the table or JSON printing, and reading durations and instants
-from a command line. No command lives here.
+command takes, the usage error, the exit codes, the table or JSON printing, and reading
+durations and instants from a command line. No command lives here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from raftcron.cluster import tls
 from raftcron.scheduler.calendar import RecurrenceError, parse_duration_ms
 
 DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
+EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_ATTENTION = 1, 2, 3, 4  # cluster/opscli.py: why
 
 
 class UsageError(Exception):

@@ -5,7 +5,7 @@ Owns ``Request`` (one logical request: its encoded bytes, every answer it got an
 product's Proposer), reads the answers, and retries with the SAME bytes (same request id)
 through whichever node it picks next: an attempt that failed or was not answered within
 COMMIT_TIMEOUT_S, and an answer ``not_ready`` (HTTP 503 with Retry-After: the cluster's clock
-has not started), as cluster/client.py does. A request not answered by its deadline is given up
+has not started), as cluster/asyncclient.py does. A request not answered by its deadline is given up
 (its outcome stays unknown: it may still commit). It never decides what to send.
 """
 

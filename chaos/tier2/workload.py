@@ -39,7 +39,8 @@ import aiohttp
 
 from raftcron.chaos.tier2.history import History, now_ms
 from raftcron.chaos.tier2.netns import Namespaces
-from raftcron.cluster.client import ApiError, AsyncClient, RaftcronError, Unavailable
+from raftcron.cluster.asyncclient import AsyncClient
+from raftcron.cluster.clientparts import ApiError, RaftcronError, Unavailable
 from raftcron.cluster.dev.localcluster import REPO_ROOT
 
 QUEUE = "chaos"

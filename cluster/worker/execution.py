@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
 
-from raftcron.cluster.client import ApiError, Unavailable
+from raftcron.cluster.clientparts import ApiError, Unavailable
 from raftcron.cluster.worker.acks import AckBuffer, failure_ack, success_ack
 from raftcron.cluster.worker.acks import exception_text as describe
 from raftcron.cluster.worker.context import JobContext

@@ -31,13 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from raftcron.cluster import tls
-from raftcron.cluster.client import (
-    ApiError,
-    AsyncClient,
-    Unavailable,
-    new_request_id,
-    normalize_urls,
-)
+from raftcron.cluster.asyncclient import AsyncClient
+from raftcron.cluster.clientparts import ApiError, Unavailable, new_request_id, normalize_urls
 from raftcron.cluster.worker.acks import AckBuffer, AckWire, failure_ack
 from raftcron.cluster.worker.execution import WORKER_STOPPING, Execution, eager
 from raftcron.cluster.worker.httptask import HTTP_TASK, HostAllowList, http_task

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from raftcron.cluster.client import LEADER_HEADER
+from raftcron.cluster.asyncclient import LEADER_HEADER
 from raftcron.cluster.dev.bench.lean import LeanConnection
 from raftcron.cluster.dev.bench.stats import Progress, percentile
 from raftcron.cluster.dev.localcluster import LocalCluster
