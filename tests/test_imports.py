@@ -219,3 +219,19 @@ def test_the_seam_check_catches_a_reach_past_it(source, tmp_path):
     path = tmp_path / "m.py"
     path.write_text(source)
     assert reaches_past_the_seam(path) == [1]
+
+
+PRODUCT_LINES_MAX = 600
+
+
+def test_no_product_module_is_over_600_lines() -> None:
+    """A module a newcomer must read whole stays readable (the tools in cluster/dev and the
+    proof in chaos/ are not the product)."""
+    product = {
+        name: path for name, path in modules().items()
+        if not name.startswith(("raftcron.chaos", "raftcron.cluster.dev"))
+    }
+    assert len(product) > 100, sorted(product)  # the walk found the product
+    long = {name: lines for name, path in product.items()
+            if (lines := len(path.read_text().splitlines())) > PRODUCT_LINES_MAX}
+    assert not long, long
