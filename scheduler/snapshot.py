@@ -46,6 +46,7 @@ SNAPSHOT_VERSIONS_READ = (1, 2, 3)
 
 def snapshot(state: SchedulerState) -> bytes:
     sections = _sections(state)
+    spec_wires: dict[int, Any] = {}  # alive only while the specs it names are
     data = [
         SNAPSHOT_VERSION if sections else 2,
         state.now_ms,
@@ -54,7 +55,7 @@ def snapshot(state: SchedulerState) -> bytes:
         state.next_workflow_id,
         [row(job) for job in state.table.jobs.values()],
         [[key, *entry] for key, entry in state.table.keys.items()],
-        [[*schedule_snapshot(s), list(s.active)] for s in state.schedules.values()],
+        [[*schedule_snapshot(s, spec_wires), list(s.active)] for s in state.schedules.values()],
         list(state.pending_schedules),
         [_workflow_to_list(w) for w in state.workflows.values()],
         state.requests.to_list(),
