@@ -46,7 +46,7 @@ from raftcron.cluster.storage.node import RaftStorage
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Barrier, Command
 from raftcron.scheduler.errors import Invalid, Rejected, Result
-from raftcron.scheduler.snapshot import digest, restore, snapshot
+from raftcron.scheduler.snapshot import digest, restore, snapshot, snapshot_pieces
 from raftcron.scheduler.state import SchedulerState
 
 log = logging.getLogger("raftcron.replica")
@@ -213,6 +213,12 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         """The core's snapshot (called in the snapshot writer: a fork, or inline)."""
         with gc_paused():
             return snapshot(self.state)
+
+    def snapshot_pieces(self) -> Iterator[bytes | memoryview]:
+        """The core's snapshot in pieces, which the writer compresses as they come
+        (cluster/storage/compress.py); the cyclic GC paused while they are made."""
+        with gc_paused():
+            yield from snapshot_pieces(self.state)
 
     def load_snapshot(self, blob: bytes) -> None:
         self._deserialize({"snapshot": blob})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from collections.abc import Iterator
 from typing import Any
 
 import msgpack
@@ -44,16 +45,39 @@ SNAPSHOT_VERSION = 3
 SNAPSHOT_VERSIONS_READ = (1, 2, 3)
 
 
+ROWS_PER_PIECE = 10_000  # about 2.5 MB of rows: what a writer compresses at a time
+
+
 def snapshot(state: SchedulerState) -> bytes:
+    return b"".join(snapshot_pieces(state))
+
+
+def snapshot_pieces(state: SchedulerState) -> Iterator[bytes | memoryview]:
+    """The snapshot's bytes in pieces, the jobs `ROWS_PER_PIECE` rows at a time: a writer
+    compresses each as it comes and never holds the whole (247 MB at a million retained jobs,
+    which a forked writer had to fault in page by page). Joined, they are `snapshot`'s bytes:
+    the msgpack of the list of fields below."""
     sections = _sections(state)
     spec_wires: dict[int, Any] = {}  # alive only while the specs it names are
-    data = [
+    head = [
         SNAPSHOT_VERSION if sections else 2,
         state.now_ms,
         state.fence,
         state.next_job_id,
         state.next_workflow_id,
-        [row(job) for job in state.table.jobs.values()],
+    ]
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    packer.pack_array_header(len(head) + 9 + (1 if sections else 0))
+    for value in head:
+        packer.pack(value)
+    jobs = list(state.table.jobs.values())
+    packer.pack_array_header(len(jobs))
+    yield packer.bytes()
+    for start in range(0, len(jobs), ROWS_PER_PIECE):
+        rows = [row(job) for job in jobs[start:start + ROWS_PER_PIECE]]
+        packed = msgpack.packb(rows, use_bin_type=True)
+        yield memoryview(packed)[_array_header_bytes(len(rows)):]  # the rows, not their list
+    tail = [
         [[key, *entry] for key, entry in state.table.keys.items()],
         [[*schedule_snapshot(s, spec_wires), list(s.active)] for s in state.schedules.values()],
         list(state.pending_schedules),
@@ -64,9 +88,13 @@ def snapshot(state: SchedulerState) -> bytes:
         None if state.leader is None else list(state.leader),
     ]
     if sections:
-        data.append(sections)
-    packed: bytes = msgpack.packb(data, use_bin_type=True)
-    return packed
+        tail.append(sections)
+    yield b"".join(msgpack.packb(value, use_bin_type=True) for value in tail)
+
+
+def _array_header_bytes(count: int) -> int:
+    """How long msgpack's header of an array of `count` items is (fixarray, array 16, 32)."""
+    return 1 if count < 16 else 3 if count < 1 << 16 else 5
 
 
 def _sections(state: SchedulerState) -> dict[str, Any]:

@@ -6,6 +6,7 @@ snapshot mid-run and fed the rest of the commands ends byte-identical to one tha
 
 import random
 
+import msgpack
 import pytest
 
 from raftcron.scheduler import codec
@@ -167,3 +168,19 @@ def test_schedules_put_from_one_spec_share_it_after_a_restore_and_snapshot_the_s
     a, b, c = (restored.schedules[name].spec for name in "abc")
     assert a is b and a is not c and a == state.schedules["a"].spec
     assert snapshot(restored) == blob
+
+
+@pytest.mark.parametrize("jobs", [0, 1, 15, 16, 10_001])
+def test_a_snapshot_in_pieces_is_the_canonical_msgpack_of_its_fields(jobs: int) -> None:
+    """The pieces a writer compresses one by one join to the msgpack of the snapshot's list
+    of fields, byte for byte as msgpack writes it whole (array headers of every size)."""
+    from raftcron.scheduler.snapshot import snapshot_pieces
+
+    state = SchedulerState()
+    state.apply(Tick(1_000))
+    if jobs:
+        state.apply(SubmitJobs(None, (JobSpec(task="t", payload={"n": 1}),) * jobs))
+    joined = b"".join(snapshot_pieces(state))
+    assert joined == msgpack.packb(msgpack.unpackb(joined, raw=False, strict_map_key=False),
+                                   use_bin_type=True)
+    assert joined == snapshot(state) and restore(joined).next_job_id == jobs + 1

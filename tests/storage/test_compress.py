@@ -22,12 +22,33 @@ def state_bytes(size: int, seed: int = 7) -> bytes:
     return bytes(out[:size])
 
 
-@pytest.mark.parametrize("size", [0, 10, compress._INLINE_BYTES - 1, compress._INLINE_BYTES,
-                                  3 * compress.PART_BYTES + 5])
-def test_the_pieces_are_packb_of_the_body(size: int) -> None:
+def pieces_of(data: bytes, sizes: list[int]) -> list[bytes | memoryview]:
+    view, out, start = memoryview(data), [], 0
+    for size in sizes:
+        out.append(view[start:start + size])
+        start += size
+    return [*out, data[start:]]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("size", [0, 10, 255, 256, 65_535, 65_536, 3 * compress.PART_BYTES + 5])
+def test_a_body_with_its_state_in_pieces_is_the_zlib_of_packb_of_it(size: int,
+                                                                     threads: int) -> None:
+    state = state_bytes(size)
     body = {"prev": [b"", 9, 1], "last": [b"", 10, 1], "cluster": ["a:1", "b:2"],
-            "state": state_bytes(size), "members": {"recorded": True}}
-    assert b"".join(compress.body_pieces(body)) == msgpack.packb(body, use_bin_type=True)
+            "state": state, "members": {"recorded": True}}
+    expected = msgpack.packb(body, use_bin_type=True)
+    streamed = {**body, "state": compress.Pieces(pieces_of(state, [3, 1000, 2 << 20]))}
+    assert zlib.decompress(compress.compress_body(streamed, threads=threads)) == expected
+    assert zlib.decompress(compress.compress_body(body, threads=threads)) == expected
+
+
+def test_the_adler32_of_two_strings_joined_is_combined_from_each() -> None:
+    rng = random.Random(3)
+    for _ in range(50):
+        a, b = rng.randbytes(rng.randrange(0, 300_000)), rng.randbytes(rng.randrange(0, 300_000))
+        assert compress.adler32_combine(zlib.adler32(a), zlib.adler32(b), len(b)) == \
+            zlib.adler32(a + b)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
