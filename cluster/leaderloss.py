@@ -92,6 +92,35 @@ def _make_on_node_connected(library: Callable[..., Any]) -> Callable[..., Any]:
 _WRAPPERS = {HANDLER: _make_on_node_disconnected, CONNECTED: _make_on_node_connected}
 
 
+KEEPALIVE = {"type": "keepalive"}  # a message type PySyncObj ignores: only the read counts
+
+
+class LinkKeeper:
+    """Sends every other member a keepalive every `every_s`, on the Raft thread.
+
+    PySyncObj drops a connection that has read nothing for `raft.connection_timeout_s`, but
+    it looks only when the connection has an event or something is sent on it. Two
+    followers send each other nothing while a leader lives, so after a stable leader's crash
+    the first vote request a follower sent the other found their link timed out: the send
+    dropped the link and the message with it, and the election waited for a reconnection
+    (failover 0.52-1.09 s, 8 of 8 times, after 5 s of a stable leader; 0.1 s right after
+    a restart). Keepalives keep every link read from, both ways.
+    """
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.next_s = 0.0
+
+    def tick(self, sync: Any) -> None:
+        now = syncobj_module.monotonicTime()
+        if now < self.next_s:
+            return
+        self.next_s = now + self.every_s
+        transport = sync._SyncObj__transport
+        for node in list(sync._SyncObj__otherNodes):
+            transport.send(node, KEEPALIVE)  # a node not connected: a no-op
+
+
 def is_installed() -> bool:
     return all(hasattr(getattr(SyncObj, name), MARKER) for name in _WRAPPERS)
 

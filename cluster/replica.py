@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import msgpack
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
-from raftcron.cluster import raftguard, raftpatch
+from raftcron.cluster import leaderloss, raftguard, raftpatch
 from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.membership import book as member_book
 from raftcron.cluster.membership import directory
@@ -375,10 +375,13 @@ class RaftNode:
         transport are not safe to touch from another thread."""
         tick = self.sync._onTick
         calls = self._raft_thread_calls
+        links = leaderloss.LinkKeeper(self.config.raft.connection_timeout_s / 4)
+        sync = self.sync
 
         def on_tick(*args: Any, **kwargs: Any) -> Any:
             while calls:
                 calls.popleft()()
+            links.tick(sync)
             return tick(*args, **kwargs)
 
         self.sync._onTick = on_tick  # an instance attribute: the tick thread calls self._onTick

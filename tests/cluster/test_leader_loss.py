@@ -31,3 +31,27 @@ def test_a_crashed_leader_is_replaced_well_before_the_election_timeout(
     cluster.start_node(leader)
     cluster.wait_ready(timeout_s=30)
 
+
+
+def test_a_leader_that_led_for_a_while_is_replaced_as_fast(cluster_factory: Any) -> None:
+    """Two followers send each other nothing while a leader lives, and PySyncObj finds a
+    connection timed out only when something is sent on it: after a stable leader's crash
+    the first vote request dropped the link it was sent on, and the election waited for a
+    reconnection (0.5-1.1 s, every time). The nodes' keepalives (cluster/leaderloss.py
+    LinkKeeper) keep those links read from."""
+    cluster = cluster_factory.open(raft=FAST_RAFT)
+    timeout_s = float(FAST_RAFT["connection_timeout_s"])  # type: ignore[arg-type]
+    took = []
+    for _ in range(3):
+        leader = cluster.wait_ready(timeout_s=30)
+        # The fault: a leader that has led, and followers that have not spoken to each
+        # other, for longer than the connection timeout (idleness is what is injected here).
+        time.sleep(2.5 * timeout_s)
+        cluster.kill(leader)
+        killed = time.monotonic()
+        successor = cluster.leader(timeout_s=10)
+        took.append(time.monotonic() - killed)
+        assert successor is not leader
+        cluster.start_node(leader)
+    took.sort()
+    assert took[1] < 0.4, f"failovers of leaders that led for {2.5 * timeout_s:g} s: {took}"
