@@ -47,6 +47,8 @@ BACKOFF_S_FIRST = 0.05
 BACKOFF_S_MAX = 1.0
 ATTEMPT_S_MIN = 0.5  # never give one attempt less than this, even close to the deadline
 ATTEMPTS_MAX = 10_000  # a bound on the retry loop; the deadline ends it long before
+# The reads that take `?consistent=1` (the replicated state's collections).
+CONSISTENT_READS = ("/v1/jobs", "/v1/schedules", "/v1/queues", "/v1/notifications")
 
 
 def _drop_none(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,8 +68,15 @@ class AsyncClient:
         ca_file: str | None = None,
         cert_file: str | None = None,
         key_file: str | None = None,
+        consistent_reads: bool = False,
     ) -> None:
         self.urls = normalize_urls(urls)
+        # A node answers a read from its own state, which can lag the leader's by a round
+        # trip: a read right after this client's own write, sent to a follower, may not see
+        # it. consistent_reads sends every read of jobs, schedules, queues and notifications
+        # with `?consistent=1` (one no-op through the log first), as the CLI does: each of its
+        # commands is a new client, so the write before it was another process's.
+        self.consistent_reads = consistent_reads
         self.token = token
         # https:// nodes are verified against ca_file (or RAFTCRON_CA_FILE, or the system
         # store); cert_file/key_file answer a node that asks for client certificates.
@@ -138,6 +147,8 @@ class AsyncClient:
         if write or request_id is not None:
             headers["X-Request-Id"] = request_id or new_request_id()
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
+        if self.consistent_reads and method == "GET" and path.startswith(CONSISTENT_READS):
+            query.setdefault("consistent", "1")
         per_attempt_s = timeout_s if timeout_s is not None else self.request_timeout_s
         deadline = time.monotonic() + (
             deadline_s if deadline_s is not None else self.retry_deadline_s

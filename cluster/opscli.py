@@ -83,7 +83,9 @@ def run(
                              "(how long the cluster remembers a request id), "
                              f"not {args.deadline:g}")
         options = {"retry_deadline_s": args.deadline, "request_timeout_s": min(10.0, args.deadline),
-                   "ca_file": args.ca_file, "cert_file": args.cert_file, "key_file": args.key_file}
+                   "ca_file": args.ca_file, "cert_file": args.cert_file, "key_file": args.key_file,
+                   # each command is a new client: a read must see the command before it
+                   "consistent_reads": True}
         try:
             client = Client(args.connect, token=args.api_token, **options)
         except ValueError as error:  # a TLS file that does not load

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from raftcron.cluster import backup  # noqa: F401  (croniter's import runs `file`: before the tier guard)
+from raftcron.cluster import cli as raftcron_cli
 from raftcron.cluster.client import ApiError, AsyncClient, Unavailable, normalize_urls
 from raftcron.cluster.worker import cli
 
@@ -193,3 +195,44 @@ def test_tls_files_that_do_not_load_are_refused_naming_the_flag(tmp_path: Path) 
         cli.build_worker(parse(["--connect", "https://a:1", "--ca-file", missing]))
     with pytest.raises(ValueError, match="go together"):
         cli.build_worker(parse(["--connect", "https://a:1", "--cert-file", missing]))
+
+
+def test_the_cli_reads_see_the_command_before_them_the_client_reads_locally_by_default() -> None:
+    """A node answers reads from its own state, a round trip behind the leader's: `raftcron
+    jobs delete` then `jobs show` on a follower showed the deleted job (a CI run of
+    test_jobs_retry_and_delete_by_filter). Each CLI command is a new client, so its reads of
+    the replicated state are consistent ones; the client's reads stay local unless asked."""
+    from aiohttp import web
+
+    seen: list[tuple[str, str]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append((request.path, request.query.get("consistent", "")))
+        if request.path == "/v1/jobs":
+            return web.json_response({"jobs": [], "next_cursor": None})
+        if request.path == "/v1/schedules":
+            return web.json_response({"schedules": []})
+        return web.json_response({"id": 7, "task": "noop", "status": "queued", "queue": "q"})
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for words in (["jobs", "show", "--connect", url, "7"],
+                          ["jobs", "list", "--connect", url],
+                          ["schedules", "list", "--connect", url]):
+                assert await asyncio.to_thread(raftcron_cli.main, words) == 0
+            async with AsyncClient([url]) as client:
+                await client.job(7)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+    assert seen == [("/v1/jobs/7", "1"), ("/v1/jobs", "1"), ("/v1/schedules", "1"),
+                    ("/v1/jobs/7", "")]
