@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 
 from raftcron.cluster import tls
 from raftcron.cluster.clientparts import (
@@ -53,6 +54,27 @@ CONSISTENT_READS = ("/v1/jobs", "/v1/schedules", "/v1/queues", "/v1/notification
 
 def _drop_none(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
+
+
+def _encode(body: Any, plain: bool) -> bytes:
+    """A request body. orjson (a tenth of json's cost: a worker's claim carries up to 1,000
+    acks) only for plain values: it writes NaN as null where json writes NaN, which the API
+    refuses naming the field, and a user's payload must not change on the way."""
+    if plain:
+        try:
+            return orjson.dumps(body)
+        except TypeError:  # a non-string key, an integer past 64 bits: json's rules then
+            pass
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _decode(raw: bytes) -> Any:
+    """An answer: the nodes write it with orjson, which orjson reads fastest; json reads what
+    orjson refuses (an answer from something else than a node)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
 
 
 class AsyncClient:
@@ -140,10 +162,14 @@ class AsyncClient:
         request_id: str | None = None,
         timeout_s: float | None = None,
         deadline_s: float | None = None,
+        plain_json: bool = False,
     ) -> Any:
         """Send one logical request, retrying on other nodes until `deadline_s` (seconds from
-        now); the parsed JSON answer. A write carries `request_id` (a fresh one if None)."""
-        headers = {}
+        now); the parsed JSON answer. A write carries `request_id` (a fresh one if None).
+        `plain_json`: the body holds only what orjson encodes as json does (no NaN, no
+        integer past 64 bits, string keys), as the worker's own claims do; encoded by orjson."""
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        data = None if body is None else _encode(body, plain_json)  # once, not per attempt
         if write or request_id is not None:
             headers["X-Request-Id"] = request_id or new_request_id()
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
@@ -161,7 +187,7 @@ class AsyncClient:
             budget_s = max(ATTEMPT_S_MIN, min(per_attempt_s, deadline - time.monotonic()))
             try:
                 status, answer, leader = await self._send(
-                    method, url, body, query, headers, budget_s
+                    method, url, data, query, headers, budget_s
                 )
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
                 last = f"{url}: {type(error).__name__}: {error}"
@@ -195,7 +221,7 @@ class AsyncClient:
         self,
         method: str,
         url: str,
-        body: Any,
+        data: bytes | None,
         query: dict[str, str],
         headers: dict[str, str],
         timeout_s: float,
@@ -203,16 +229,16 @@ class AsyncClient:
         session = self._session_now()
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with session.request(
-            method, url, json=body, params=query, headers=headers, timeout=timeout
+            method, url, data=data, params=query, headers=headers, timeout=timeout
         ) as response:
-            text = await response.text()
+            raw = await response.read()
         leader = response.headers.get(LEADER_HEADER)
         if response.content_type == "application/json":
             try:
-                return response.status, json.loads(text), leader
+                return response.status, _decode(raw), leader
             except ValueError:
                 raise aiohttp.ClientPayloadError(f"{url}: the answer is not JSON") from None
-        return response.status, text, leader
+        return response.status, raw.decode(response.charset or "utf-8", "replace"), leader
 
     def _follow(self, leader: str | None) -> None:
         """Send to the leader from now on, if a node named it and it is one of our URLs.
@@ -464,6 +490,7 @@ class AsyncClient:
             request_id=request_id,
             timeout_s=wait_ms / 1000 + self.request_timeout_s,
             deadline_s=deadline_s,
+            plain_json=True,  # acks' results were checked as JSON values (worker/acks.py)
         )
 
     async def heartbeat(

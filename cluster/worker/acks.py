@@ -19,12 +19,22 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
+
 from raftcron.cluster.worker.tasks import JobError
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
 
 AckWire = dict[str, Any]  # an ack as a claim request carries it (scheduler.commands.Ack parses)
 ACK_BATCH_BYTES_MAX = 256 * 1024  # JSON bytes of the acks in one request
+
+
+def _size(ack: AckWire) -> int:
+    """Its bytes in a claim's body, which the client writes with orjson (asyncclient.py)."""
+    try:
+        return len(orjson.dumps(ack))
+    except TypeError:
+        return len(json.dumps(ack, default=str))
 
 
 def success_ack(job_id: int, token: int, result: Any) -> AckWire:
@@ -91,7 +101,7 @@ class AckBuffer:
         return len(self._pending)
 
     def add(self, ack: AckWire) -> None:
-        self._pending.append((ack, len(json.dumps(ack, default=str))))
+        self._pending.append((ack, _size(ack)))
         self._nonempty.set()
 
     def take(self, count_max: int = limits.ACKS_MAX) -> list[AckWire]:
@@ -107,7 +117,7 @@ class AckBuffer:
         return [ack for ack, _ in taken]
 
     def put_back(self, acks: Iterable[AckWire]) -> None:
-        returned = [(ack, len(json.dumps(ack, default=str))) for ack in acks]
+        returned = [(ack, _size(ack)) for ack in acks]
         if returned:
             self._pending[:0] = returned
             self._nonempty.set()

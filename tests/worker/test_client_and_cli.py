@@ -236,3 +236,17 @@ def test_the_cli_reads_see_the_command_before_them_the_client_reads_locally_by_d
     asyncio.run(main())
     assert seen == [("/v1/jobs/7", "1"), ("/v1/jobs", "1"), ("/v1/schedules", "1"),
                     ("/v1/jobs/7", "")]
+
+
+def test_a_users_payload_is_sent_as_json_writes_it_and_a_claim_by_orjson() -> None:
+    """orjson writes NaN as null; a user's payload goes as json writes it (NaN, which the API
+    refuses naming the field), so it never changes on the way. A claim's body (acks whose
+    results were checked) goes by orjson, falling back to json for what orjson refuses."""
+    from raftcron.cluster.asyncclient import _decode, _encode
+
+    assert _encode({"x": float("nan")}, plain=False) == b'{"x":NaN}'
+    assert _encode({"acks": [{"id": 1, "result": [1.5, "é"]}]}, plain=True) == \
+        b'{"acks":[{"id":1,"result":[1.5,"\xc3\xa9"]}]}'
+    assert _encode({1: 2**70}, plain=True) == b'{"1":1180591620717411303424}'
+    assert _decode(b'{"a":[1,2.5,null]}') == {"a": [1, 2.5, None]}
+    assert _decode(b'{"a":NaN}')["a"] != 0  # json reads what orjson refuses
