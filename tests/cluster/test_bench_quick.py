@@ -57,6 +57,8 @@ def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
     assert figures["measured"] == MEASURES.split(",")
     for name in ("submit_single_jobs_per_s", "submit_batched_jobs_per_s", "drain_jobs_per_s"):
         assert figures[name] > 0, name
+    # timed from ready workers, the drain cannot be slower than with their start-up
+    assert figures["drain_ready_jobs_per_s"] >= figures["drain_jobs_per_s"]
     assert 0 < figures["claim_p50_ms"] <= figures["claim_p99_ms"] <= figures["claim_max_ms"]
     assert figures["fires_seen"] > 0 and figures["fire_lateness_p99_ms"] >= 0
     assert figures["failover_kills"] == 1 and figures["failover_s"] > 0
