@@ -126,7 +126,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--api-token",
         metavar="TOKEN",
         default=_env("RAFTCRON_API_TOKEN"),
-        help="bearer token with the worker role (env RAFTCRON_API_TOKEN)",
+        help="bearer token with the worker role (env RAFTCRON_API_TOKEN; prefer it: a command "
+        "line is readable by every user of the host)",
     )
     for flag, env, what in tls.FLAGS:
         add(flag, metavar="FILE", default=_env(env), help=f"{what} (env {env})")

@@ -10,7 +10,9 @@ is NOT the worker's: it holds only `SHELL_ENV_ALLOWED` (`PATH`, `HOME`, `LANG`) 
 the worker was given (`--shell-env`; never a `RAFTCRON_*` name, which are the worker's own
 settings, its API token among them), then the payload's `env`, then `RAFTCRON_JOB_ID`,
 `RAFTCRON_JOB_KEY`, `RAFTCRON_ATTEMPT`, `RAFTCRON_TOKEN` (the job's fencing token),
-`RAFTCRON_SCHEDULE` and `RAFTCRON_FIRE_TIME_MS` (empty when the job has none).
+`RAFTCRON_SCHEDULE` and `RAFTCRON_FIRE_TIME_MS` (empty when the job has none). Nor can it read
+the worker's environment from /proc/$PPID/environ: a worker serving it makes its /proc files
+root's (`hide_from_commands`).
 
 The result is `{"exit_code", "stdout", "stderr", "stdout_bytes", "stderr_bytes", "truncated",
 "duration_ms"}`: each stream keeps its LAST bytes (at most `STREAM_BYTES_MAX` as UTF-8), so
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +51,7 @@ PIPES_GRACE_S = 1.0  # after the command exits, how long its pipes may stay open
 EXIT_POLL_S = 0.1  # while the pipes are open, how often to look for the command's exit
 ARGV_ITEMS_MAX = 10_000
 SHELL_ENV_ALLOWED = ("PATH", "HOME", "LANG")
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -144,9 +149,27 @@ class Tail:
         return text
 
 
+def hide_from_commands() -> bool:
+    """Make this process's /proc files readable by root only (PR_SET_DUMPABLE 0), so a command
+    it starts cannot read the worker's token from `/proc/$PPID/environ` (a clean environment
+    for the child is not enough: the parent's own environment stays readable by its user).
+    Its command line stays readable by everyone, as any process's is: pass the token in the
+    environment or a file, never as `--api-token`. Root is not held back by it: a worker
+    running as root cannot hide anything from its commands. True when it took effect."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
 def shell_task(passed_env: Sequence[str] = ()) -> Callable[[JobContext], Awaitable[Any]]:
-    """The `shell` handler of a worker that passes on `passed_env` besides the allowed names."""
+    """The `shell` handler of a worker that passes on `passed_env` besides the allowed names.
+    The process serving it is hidden from its commands (`hide_from_commands`)."""
     passed = shell_env_names(passed_env)
+    hide_from_commands()
 
     async def shell(ctx: JobContext) -> dict[str, Any]:
         return await run_shell(ctx, passed)

@@ -188,3 +188,50 @@ def test_shell_env_passes_the_names_it_lists_and_refuses_raftcron_settings(
     for bad in ("RAFTCRON_API_TOKEN", "raftcron_connect", "A-B", "", "1X"):
         with pytest.raises(ValueError, match="--shell-env"):
             shell_env_names([bad])
+
+
+_WORKER_AS = """
+import asyncio, ctypes, os, sys
+from raftcron.cluster.worker import JobContext
+from raftcron.cluster.worker.shell import run_shell, shell_task
+hidden, uid = sys.argv[1] == "hidden", int(sys.argv[2])
+if uid:  # a worker running as its own user (a change of user leaves a process non-dumpable;
+    os.setgid(uid)  # one started as that user is dumpable)
+    os.setuid(uid)
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)
+handler = shell_task() if hidden else run_shell  # shell_task is what a worker serves
+async def no_heartbeat(lease_ms):
+    return True
+async def main():
+    script = 'tr "\\\\0" "\\\\n" < /proc/$PPID/environ; echo "environ: $?"'
+    claimed = {"id": 7, "task": "shell", "token": 42, "attempt": 1,
+               "payload": {"argv": ["sh", "-c", script]}}
+    ctx = JobContext(claimed, worker="w1", lease_ms=30_000, loop=asyncio.get_running_loop(),
+                     heartbeat=no_heartbeat)
+    print((await handler(ctx))["stdout"])
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("hidden", [True, False], ids=["worker", "unhidden-self-test"])
+def test_a_command_cannot_read_the_workers_token_from_the_workers_proc_files(
+    hidden: bool,
+) -> None:
+    """The command's environment is clean, but its worker's own is a file away: a command of
+    the worker's user read RAFTCRON_API_TOKEN from /proc/$PPID/environ until the worker made
+    its /proc files root's (PR_SET_DUMPABLE 0). As root (which reads them anyway) the worker
+    here runs as nobody, as a worker should; the self-test shows the read works without it."""
+    import subprocess
+
+    uid = 65534 if os.geteuid() == 0 else 0
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER_AS, "hidden" if hidden else "plain", str(uid)],
+        env={**os.environ, "RAFTCRON_API_TOKEN": "wrk-secret-token-123",
+             "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    if hidden:
+        assert "wrk-secret-token-123" not in done.stdout and "environ: 0" not in done.stdout
+    else:
+        assert "RAFTCRON_API_TOKEN=wrk-secret-token-123" in done.stdout
