@@ -15,8 +15,8 @@ two only for the moments a deposed leader does not know it yet (at least once, n
   leader that dies before its ack committed leaves the entry to the next one, which posts it
   again (same id);
 - anything else (no connection, `TIMEOUT_S` passed, a non-2xx) is retried after a backoff of
-  `BACKOFF_FIRST_S` doubling to `BACKOFF_MAX_S`, with jitter, for as long as the entry is in
-  the outbox (past its retention the core counts it lost).
+  `BACKOFF_FIRST_S` doubling to `BACKOFF_MAX_S` (`retry_delay_s`), with +-20 % jitter, for
+  as long as the entry is in the outbox (past its retention the core counts it lost).
 
 A dead or slow receiver never slows the cluster: nothing here runs on the Raft thread, every
 POST is bounded (`TIMEOUT_S` for the whole exchange, the answer's body never read), at most
@@ -35,7 +35,7 @@ import hashlib
 import hmac
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -74,6 +74,16 @@ BATCH = 32  # entries read from the state at a time
 USER_AGENT = "raftcron-notifier/1"
 
 
+def retry_delay_s(failures: int, *, first_s: float = BACKOFF_FIRST_S,
+                  max_s: float = BACKOFF_MAX_S) -> float:
+    """The wait after one entry's `failures`-th failed POST, before jitter: `first_s`, doubled
+    after each failure, never over `max_s`."""
+    assert failures >= 1, failures
+    # A receiver down for days fails thousands of times: 2.0 ** 1024 would overflow a float,
+    # and 64 doublings pass any cap worth setting.
+    return min(first_s * 2.0 ** min(failures - 1, 64), max_s)
+
+
 def signature(secret: str, body: bytes) -> str:
     """The `X-Raftcron-Signature` header's value: `sha256=` and the hex HMAC of the body."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
@@ -108,6 +118,7 @@ class Notifier:
         backoff_first_s: float = BACKOFF_FIRST_S,
         backoff_max_s: float = BACKOFF_MAX_S,
         poll_s: float = POLL_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.node = node
         self.proposer = proposer
@@ -117,6 +128,7 @@ class Notifier:
         self.backoff_first_s = backoff_first_s
         self.backoff_max_s = backoff_max_s
         self.poll_s = poll_s
+        self.sleep = sleep  # the wait between retries (a test's own records the delays)
         self.slots = asyncio.Semaphore(CONCURRENCY)
         self.changed = asyncio.Event()  # set when the outbox grew; replaced after each set
         self.workers: dict[str, tuple[int, asyncio.Task[None]]] = {}  # name -> (revision, task)
@@ -208,7 +220,7 @@ class Notifier:
             "X-Raftcron-Signature": signature(target.secret, body),
         }
         counts = self.stats.of(target.name)
-        delay_s = self.backoff_first_s
+        failures = 0
         while True:
             async with self.slots:
                 error = await self._post(target.url, body, headers)
@@ -217,14 +229,16 @@ class Notifier:
                 return
             counts.failed += 1
             counts.last_error = error
+            failures += 1
+            delay_s = retry_delay_s(failures, first_s=self.backoff_first_s,
+                                    max_s=self.backoff_max_s)
             log.warning(
                 "notification %s: delivery %s failed (%s); again in %.1f s",
                 target.name, headers["X-Raftcron-Delivery"], error, delay_s,
                 extra={"action": "notification_failed", "notification": target.name,
                        "delivery": headers["X-Raftcron-Delivery"], "error": error},
             )
-            await asyncio.sleep(delay_s * random.uniform(0.8, 1.2))
-            delay_s = min(delay_s * 2, self.backoff_max_s)
+            await self.sleep(delay_s * random.uniform(0.8, 1.2))
 
     async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> str | None:
         """One POST: None on a 2xx, else what went wrong. The answer's body is never read."""

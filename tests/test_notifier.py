@@ -1,7 +1,8 @@
 """The deliverer (cluster/notifier.py) in one process: the real core behind a fake replica
 (reads and proposals go straight to it) and receivers on loopback. A receiver that never
 answers holds up only its own notification and never the event loop; a failing one is
-retried until it answers 2xx; only the leader posts; acks move the replicated cursor."""
+retried until it answers 2xx, after waits that double up to a cap; only the leader posts; acks
+move the replicated cursor."""
 
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp import web
 
-from raftcron.cluster.notifier import Notifier, signature
+from raftcron.cluster.notifier import (
+    BACKOFF_FIRST_S,
+    BACKOFF_MAX_S,
+    Notifier,
+    retry_delay_s,
+    signature,
+)
 from raftcron.scheduler.commands import ClaimJobs, FailJob, SubmitJobs
 from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.errors import Result
@@ -196,5 +204,64 @@ def test_only_the_leader_posts_and_a_new_one_resumes_at_the_replicated_cursor() 
         finally:
             await deliverer.stop()
             await runner.cleanup()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("failures", "first_s", "max_s", "delay_s"),
+    [
+        (1, 1.0, 60.0, 1.0),
+        (2, 1.0, 60.0, 2.0),
+        (3, 1.0, 60.0, 4.0),
+        (6, 1.0, 60.0, 32.0),
+        (7, 1.0, 60.0, 60.0),  # 64 s would pass the cap
+        (8, 1.0, 60.0, 60.0),
+        (100_000, 1.0, 60.0, 60.0),  # days of failures: still the cap, no overflow
+        (1, 0.02, 0.1, 0.02),
+        (3, 0.02, 0.1, 0.08),
+        (4, 0.02, 0.1, 0.1),
+    ],
+)
+def test_the_wait_after_each_failure_doubles_up_to_the_cap(
+    failures: int, first_s: float, max_s: float, delay_s: float
+) -> None:
+    assert retry_delay_s(failures, first_s=first_s, max_s=max_s) == delay_s
+
+
+def test_a_failing_receiver_is_retried_after_waits_that_double_up_to_the_cap() -> None:
+    """The deliverer's own schedule, with its default backoff: its waits are recorded, not
+    slept (each within the +-20 % jitter of 1, 2, 4 ... 60 s)."""
+
+    async def main() -> None:
+        answers = [503] * 9  # then 200
+        waits: list[float] = []
+
+        async def flaky(request: web.Request) -> web.Response:
+            return web.Response(status=answers.pop(0) if answers else 200)
+
+        async def record(delay_s: float) -> None:
+            waits.append(delay_s)
+            await asyncio.sleep(0)
+
+        runner, base = await serve({"/hook": flaky})
+        replica = FakeReplica()
+        put(replica, "ops", f"{base}/hook")
+        dead_letters(replica, 1)
+        deliverer = Notifier(replica, replica, lambda: True,  # type: ignore[arg-type]
+                             timeout_s=5, poll_s=0.02, sleep=record)
+        deliverer.start()
+        try:
+            await until(lambda: replica.read(
+                lambda s: s.notifications.by_name["ops"].pending) == 0, "acknowledged")
+        finally:
+            await deliverer.stop()
+            await runner.cleanup()
+        nominal = [min(BACKOFF_FIRST_S * 2**n, BACKOFF_MAX_S) for n in range(9)]
+        assert nominal == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+        assert len(waits) == 9, waits
+        for wait_s, nominal_s in zip(waits, nominal, strict=True):
+            assert 0.8 * nominal_s <= wait_s <= 1.2 * nominal_s, (waits, nominal)
+        assert deliverer.stats.of("ops").failed == 9
 
     asyncio.run(main())

@@ -641,6 +641,25 @@ def test_queue_answers_match_the_document(node: LiveNode) -> None:
     assert (reset["concurrency_max"], reset["updated_ms"]) == (None, None)
 
 
+def test_jobs_held_for_a_full_key_show_in_each_queue_s_view_and_metrics(node: LiveNode) -> None:
+    queue, other = unique("q"), unique("q")
+    keyed = {"task": "t", "concurrency": {"key": unique("acct"), "max": 1}}
+    jobs = [{**keyed, "queue": queue}] * 3 + [{**keyed, "queue": other}]
+    assert call(node, "POST", "/v1/jobs/batch", {"jobs": jobs})[0] == 201
+    claim_all(node, queue, 1)
+    _, view = call(node, "GET", f"/v1/queues/{queue}?consistent=1")
+    assert (view["queued"], view["running"]) == (2, 1)
+    assert view["held"] == {"paused": 0, "queue_concurrency": 0, "queue_rate": 0,
+                            "key_concurrency": 2}
+    _, elsewhere = call(node, "GET", f"/v1/queues/{other}")  # no limits of its own
+    assert (elsewhere["queued"], elsewhere["held"]["key_concurrency"]) == (1, 1)
+    metrics = call(node, "GET", "/metrics", role="read")[1].splitlines()
+    for name, count in ((queue, 2), (other, 1)):
+        assert f'raftcron_queue_held_jobs{{queue="{name}",reason="key_concurrency"}} {count}' \
+            in metrics
+        assert f'raftcron_queue_held_jobs{{queue="{name}",reason="paused"}} 0' in metrics
+
+
 def test_bulk_answers_match_the_document(node: LiveNode) -> None:
     queue = unique("q")
     call(node, "POST", "/v1/jobs/batch", {"jobs": [{"task": "t", "queue": queue}] * 3})

@@ -249,6 +249,56 @@ def test_a_queue_s_limits_and_held_back_jobs_show_and_the_page_pauses_it(
     expect(row).to_have_attribute("data-paused", "false")
 
 
+NOTIFICATION = {
+    # Nobody listens on port 9 (discard): an event stays pending, retried by the leader.
+    "url": "http://127.0.0.1:9/hooks/raftcron?token=receivers-own-token",
+    "events": ["schedule_failed", "dead_letter"],
+    "secret": "the-signing-secret-0123456789",
+}
+
+
+def notification_reads(cluster: LocalCluster, node: LocalNode, token: str | None = None) -> int:
+    """GET /v1/notifications requests in the node's audit trail."""
+    status, body, _ = cluster.request(node, "GET", "/v1/audit?limit=1000", token=token)
+    assert status == 200, body
+    return sum(
+        (entry["method"], entry["path"]) == ("GET", "/v1/notifications")
+        for entry in body["entries"]
+    )
+
+
+def test_a_notification_shows_with_its_events_and_delivery_state_and_goes_when_deleted(
+    shared_cluster: LocalCluster, dashboard: Any, screenshot: Any
+) -> None:
+    name = unique("ops")
+    status, answer, _ = shared_cluster.call("PUT", f"/v1/notifications/{name}", NOTIFICATION)
+    assert status == 201, answer
+    try:
+        node = follower(shared_cluster)
+        page = dashboard.open(node)
+        row = page.locator(f'#notifications tr[data-notification="{name}"]')
+        expect(row.locator('[data-testid="events"] .badge')).to_have_text(
+            ["dead_letter", "schedule_failed"]
+        )
+        # The URL without its query (it may carry the receiver's token); never the secret.
+        expect(row.locator('[data-testid="receiver"]')).to_have_text(
+            "http://127.0.0.1:9/hooks/raftcron?…"
+        )
+        expect(row.locator('[data-testid="pending"]')).to_have_text("0")
+        dead_letter_job(shared_cluster, unique("doomed"), "for the receiver")
+        expect(row.locator('[data-testid="pending"]')).to_have_text("1")
+        screenshot(page, "a notification with an event pending")
+        html = page.content()
+        assert NOTIFICATION["secret"] not in html and "receivers-own-token" not in html
+        # Every admin read is audited: the page read the receivers once, not at each refresh.
+        assert notification_reads(shared_cluster, node) == 1
+
+        assert shared_cluster.call("DELETE", f"/v1/notifications/{name}")[0] == 200
+        expect(row).to_have_count(0)
+    finally:  # the shared cluster is left without it, whatever happened
+        shared_cluster.call("DELETE", f"/v1/notifications/{name}")
+
+
 def test_a_bulk_cancel_from_the_page_counts_first_then_acts_on_exactly_those_jobs(
     shared_cluster: LocalCluster, dashboard: Any
 ) -> None:
@@ -377,6 +427,40 @@ def test_the_token_is_asked_once_and_kept_for_the_session(
     expect(page.locator("#errors")).to_contain_text("403 forbidden")
     status, schedule, _ = cluster.call("GET", f"/v1/schedules/{name}", token=ADMIN)
     assert status == 200 and schedule["paused"] is False
+
+
+def test_without_the_manage_grant_a_notification_shows_its_figures_and_says_why_not_more(
+    fresh_clusters: Any, dashboard: Any
+) -> None:
+    cluster = fresh_clusters.open(tokens=TOKENS)
+    name = unique("ops")
+    status, answer, _ = cluster.call(
+        "PUT", f"/v1/notifications/{name}", NOTIFICATION, token=ADMIN
+    )
+    assert status == 201, answer
+    page = dashboard.open(cluster.nodes[0], wait=False)
+    reads: list[str] = []
+    page.on("request", lambda request: reads.append(request.url)
+            if request.url.endswith("/v1/notifications") else None)
+    page.locator("#token-input").fill(READ)
+    page.locator("#token-input").press("Enter")
+    row = page.locator(f'#notifications tr[data-notification="{name}"]')
+    expect(row.locator('[data-testid="pending"]')).to_have_text("0")  # /metrics: read grant
+    expect(row.locator('[data-testid="receiver"]')).to_have_text("?")
+    expect(page.locator("#notifications-hint")).to_contain_text("403 forbidden")
+    expect(page.locator("#notifications-hint")).to_contain_text("manage grant")
+    for _ in range(3):  # three more refreshes: the refused read is not asked again
+        page.wait_for_event("request", lambda request: request.url.endswith("/metrics"))
+    assert len(reads) == 1, reads
+
+    page.get_by_role("button", name="change token").click()
+    page.locator("#token-input").fill(ADMIN)
+    page.locator("#token-input").press("Enter")
+    expect(row.locator('[data-testid="receiver"]')).to_have_text(
+        "http://127.0.0.1:9/hooks/raftcron?…"
+    )
+    expect(page.locator("#notifications-hint")).not_to_contain_text("403")
+    assert len(reads) == 2, reads
 
 
 # -- a member down ---------------------------------------------------------------------------

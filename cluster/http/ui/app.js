@@ -7,10 +7,14 @@
  *   GET /v1/jobs        the jobs table (with filters), running jobs, the dead letter (failed)
  *   GET /v1/events      fires, skips, expired leases, dead letters, leader changes
  *   GET /v1/queues      queue limits, paused queues, queued/running and held-back jobs
- *   GET /metrics        the job counters that rates are computed from
+ *   GET /metrics        the job counters that rates are computed from, and the notifications'
+ *                       delivery figures (pending, delivered, lost, this node's POSTs)
  * and, for each other member, that member's own GET /v1/cluster at its http_address (for its
  * applied index). The browser may refuse that (no CORS headers, or the address is not reachable
  * from here): the member's row then falls back to what this node knows, or shows "?".
+ * GET /v1/notifications (the receivers' URLs and events) is asked only when the notifications
+ * /metrics names change, or on "reload": it is an admin read, every admin read is a record in
+ * the audit trail, and a page asking every second would flood it.
  *
  * Rules it keeps: data from the API is put in the page as text, never as HTML; an API error is
  * shown in the page (the last good data stays, marked stale), never a blank page; a 401 asks for
@@ -52,6 +56,9 @@
     jobs: {filters: {status: "", queue: "", schedule: ""}, cursors: [null], page: 0, next: null},
     selectedJobId: null,
     bulk: null, // {action, filter} of the last count, which the confirm button acts on
+    metricsRequest: null, // this refresh's GET /metrics (parsed), shared by its readers
+    // GET /v1/notifications' answer: name -> view, for the names it was read for ("\n"-joined)
+    notifications: {details: new Map(), names: null, readAtMs: null, error: null, reload: false},
     events: [],
     eventsCursor: null,
   };
@@ -98,17 +105,21 @@
     return `${date.toLocaleDateString(undefined, {month: "short", day: "numeric"})} ${time}`;
   }
 
+  /** "4 s", "3 min", "2 h", "5 d": whole seconds, rounded to the unit shown. */
+  function duration(seconds) {
+    if (seconds < 90) return `${seconds} s`;
+    if (seconds < 90 * 60) return `${Math.round(seconds / 60)} min`;
+    if (seconds < 36 * 3600) return `${Math.round(seconds / 3600)} h`;
+    return `${Math.round(seconds / 86400)} d`;
+  }
+
   /** "in 4 s", "12 s ago", "3 min ago", "2 h ago", "5 d ago". */
   function relative(ms) {
     if (ms === null || ms === undefined) return "";
     const delta = ms - nowMs();
     const seconds = Math.round(Math.abs(delta) / 1000);
-    let text;
     if (seconds < 1) return "now";
-    if (seconds < 90) text = `${seconds} s`;
-    else if (seconds < 90 * 60) text = `${Math.round(seconds / 60)} min`;
-    else if (seconds < 36 * 3600) text = `${Math.round(seconds / 3600)} h`;
-    else text = `${Math.round(seconds / 86400)} d`;
+    const text = duration(seconds);
     return delta > 0 ? `in ${text}` : `${text} ago`;
   }
 
@@ -361,6 +372,7 @@
     sessionStorage.setItem(TOKEN_KEY, token);
     state.tokenNeeded = false;
     state.tokenSeen = true;
+    state.notifications.reload = true; // its grants may differ: read the receivers again
     setError("token", null);
     $("#token-button").textContent = "change token";
     $("#token-dialog").close();
@@ -433,11 +445,18 @@
     renderDeadLetter(answer.jobs, answer.next_cursor);
   }
 
+  /** This refresh's GET /metrics, parsed: asked once, whoever reads it first. */
+  function metricsOnce() {
+    if (!state.metricsRequest) {
+      state.metricsRequest = api("GET", "/metrics").then((text) => parseMetrics(typeof text === "string" ? text : ""));
+    }
+    return state.metricsRequest;
+  }
+
   async function loadQueues() {
     // Limits, live counts and held-back jobs from /v1/queues; the job counters (for the rates)
     // from /metrics.
-    const [text, answer] = await Promise.all([api("GET", "/metrics"), api("GET", "/v1/queues")]);
-    const metrics = parseMetrics(typeof text === "string" ? text : "");
+    const [metrics, answer] = await Promise.all([metricsOnce(), api("GET", "/v1/queues")]);
     const counters = new Map();
     for (const counter of COUNTERS) {
       for (const sample of metrics.get(`raftcron_jobs_${counter}_total`) || []) {
@@ -481,6 +500,57 @@
     const seconds = (last.atMs - first.atMs) / 1000;
     const delta = (last.counters.get(key) || 0) - (first.counters.get(key) || 0);
     return seconds > 0 && delta >= 0 ? delta / seconds : null;
+  }
+
+  /**
+   * The notifications /metrics names, with its delivery figures; the receivers' URLs and
+   * events from GET /v1/notifications, read again only when those names changed (or on
+   * "reload"): see the header for why. A 403 (a token without the manage grant) is said in
+   * the panel, once, not retried until the names change.
+   */
+  async function loadNotifications() {
+    const live = notificationFigures(await metricsOnce());
+    const notes = state.notifications;
+    const names = [...live.keys()].sort().join("\n");
+    if (!names) {
+      Object.assign(notes, {details: new Map(), names, error: null, reload: false});
+    } else if (names !== notes.names || notes.reload) {
+      notes.reload = false;
+      try {
+        const answer = await api("GET", "/v1/notifications");
+        notes.details = new Map(answer.notifications.map((item) => [item.name, item]));
+        Object.assign(notes, {names, readAtMs: Date.now(), error: null});
+      } catch (error) {
+        if (error.status === 403) Object.assign(notes, {names, error: `${error.describe()} (a token with the manage grant reads them)`});
+        else if (error.status !== 401) notes.error = error.describe ? error.describe() : String(error);
+      }
+    }
+    renderNotifications([...live.values()]);
+  }
+
+  /** /metrics' notification lines -> Map(name -> figures); this node's POSTs by outcome. */
+  function notificationFigures(metrics) {
+    const live = new Map();
+    for (const sample of metrics.get("raftcron_notification_pending") || []) {
+      const name = sample.labels.notification;
+      live.set(name, {name, pending: sample.value, lagS: 0, delivered: 0, lost: 0, postsOk: 0, postsFailed: 0});
+    }
+    const fields = {
+      raftcron_notification_lag_seconds: "lagS",
+      raftcron_notification_delivered_total: "delivered",
+      raftcron_notification_lost_total: "lost",
+    };
+    for (const [metric, field] of Object.entries(fields)) {
+      for (const sample of metrics.get(metric) || []) {
+        const figures = live.get(sample.labels.notification);
+        if (figures) figures[field] = sample.value;
+      }
+    }
+    for (const sample of metrics.get("raftcron_notification_posts_total") || []) {
+      const figures = live.get(sample.labels.notification);
+      if (figures) figures[sample.labels.outcome === "ok" ? "postsOk" : "postsFailed"] += sample.value;
+    }
+    return live;
   }
 
   async function loadEvents() {
@@ -696,6 +766,61 @@
   async function controlQueue(name, verb) {
     await write(`/v1/queues/${encodeURIComponent(name)}/${verb}`);
     return `queue ${name} ${verb === "pause" ? "paused" : "resumed"}`;
+  }
+
+  // -- rendering: notifications --------------------------------------------------------------
+
+  /** A receiver's URL without its query, which may carry the receiver's own token. */
+  function receiverUrl(url) {
+    const at = url.indexOf("?");
+    return at < 0 ? url : `${url.slice(0, at)}?…`;
+  }
+
+  function renderNotifications(figures) {
+    const notes = state.notifications;
+    const rows = figures.map((live) => {
+      const detail = notes.details.get(live.name);
+      return {
+        ...live,
+        lagS: Math.round(live.lagS), // the oldest pending event's age, in whole seconds
+        url: detail ? receiverUrl(detail.url) : null,
+        events: detail ? detail.events : null,
+      };
+    });
+    const unread = notes.error || "not read yet";
+    renderRows(
+      $("#notifications tbody"),
+      rows,
+      (row) => row.name,
+      (row) =>
+        h(
+          "tr",
+          {dataset: {notification: row.name}},
+          h("td", {}, h("strong", {}, row.name)),
+          h("td", {class: "mono wrap", dataset: {testid: "receiver"}}, row.url === null ? h("span", {class: "muted", title: unread}, "?") : row.url),
+          h(
+            "td",
+            {dataset: {testid: "events"}},
+            row.events === null
+              ? h("span", {class: "muted", title: unread}, "?")
+              : h("div", {class: "held"}, row.events.map((kind) => badge(kind, "unknown"))),
+          ),
+          h("td", {class: "num", dataset: {testid: "pending"}}, row.pending),
+          h("td", {}, row.pending ? duration(row.lagS) : h("span", {class: "muted"}, "—")),
+          h("td", {class: "num"}, row.delivered),
+          h("td", {class: "num"}, row.lost ? badge(String(row.lost), "failed") : "0"),
+          h("td", {class: "num"}, `${row.postsOk} / ${row.postsFailed}`),
+        ),
+      "no notification: PUT /v1/notifications/{name} or raftcron notifications put",
+      8,
+    );
+    const read = notes.readAtMs ? `, read ${clock(notes.readAtMs)}` : "";
+    $("#notifications-hint").textContent = notes.error
+      ? `Receivers and events not read: ${notes.error}.`
+      : rows.length
+        ? `Receivers and events as GET /v1/notifications answered${read}: read again when a notification ` +
+          "comes or goes, or on reload (each read is an admin action in the audit trail). The figures follow every refresh."
+        : "";
   }
 
   // -- rendering: schedules ------------------------------------------------------------------
@@ -1104,6 +1229,7 @@
     ["jobs", loadJobs],
     ["dead letter", loadDeadLetter],
     ["queues", loadQueues],
+    ["notifications", loadNotifications],
     ["events", loadEvents],
     ["job", loadJobDetail],
   ];
@@ -1116,6 +1242,7 @@
       return; // the token dialog's answer starts the next refresh
     }
     state.busy = true;
+    state.metricsRequest = null;
     try {
       const results = await Promise.allSettled(SOURCES.map(([, load]) => load()));
       results.forEach((result, index) => {
@@ -1191,6 +1318,10 @@
     $("#bulk-count").addEventListener("click", (event) => act(event.currentTarget, "count", countBulk));
     $("#bulk-confirm").addEventListener("click", (event) => act(event.currentTarget, "bulk action", confirmBulk));
     $("#filter-clear").addEventListener("click", () => filterJobs({}));
+    $("#notifications-reload").addEventListener("click", () => {
+      state.notifications.reload = true;
+      refreshSoon();
+    });
     $("#jobs-older").addEventListener("click", () => {
       const jobs = state.jobs;
       if (!jobs.next) return;
