@@ -286,9 +286,11 @@ def reaches_past_the_seam(path: Path) -> list[int]:
 
 
 def test_the_shell_reads_the_state_through_one_seam():
-    """Every read of the replicated state goes through `StateMachine.read(query)` (a pure
-    query from scheduler/views.py, run under the apply lock); nothing else takes the lock or
-    holds a live record."""
+    """Every read of the core's state goes through `StateMachine.read(query)` (a pure query
+    from scheduler/views.py, run under the apply lock); nothing else takes the lock or holds a
+    live record. The replica's other reads hand out immutable values: `machine.members` (the
+    member book, replaced whole by each change), `machine.clock_started` (one flag) and
+    `machine.audit(id)` (a tuple)."""
     problems = [
         f"{path.relative_to(REPO)}:{line}"
         for name, path in modules().items()
