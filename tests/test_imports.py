@@ -9,7 +9,10 @@ other's isinstance checks, two registries of tasks). Type-only imports count: th
 
 import ast
 import functools
+import io
 import os
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -79,6 +82,94 @@ def test_the_check_catches_a_top_level_import(source, tmp_path):
     path.write_text(source + "\n")
     [(_, module)] = imports_of("raftcron.cluster.probe", path)
     assert module.split(".")[0] in ROOMS
+
+
+ROOM_NAMES = "|".join(ROOMS)
+# `from <room>[.module] import` anywhere; `import <room>[.module]` where a line or a piece of
+# code in backticks starts (prose that says "import" beside a room's name is not code).
+TOP_LEVEL_IMPORT = re.compile(
+    rf"(?<![\w.])from\s+(?:{ROOM_NAMES})(?:\.\w+)*\s+import\b"
+    rf"|(?:^|[`;])[ \t>]*import\s+(?:{ROOM_NAMES})(?:\.\w+)*(?=[ \t]*(?:$|[`;,]|as\b))",
+    re.MULTILINE,
+)
+
+
+def is_parametrize_call(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "parametrize")
+
+
+def imports_in_text(path: Path) -> list[tuple[int, str]]:
+    """(line, code) for every import of a room by its top-level name inside the file's strings
+    (a program run with `python -c`, a snippet in a docstring) and comments. The import
+    statements are `imports_of`'s; the strings that a `pytest.mark.parametrize` hands a test
+    are left out (the checks' own probes, below and in test_purity.py)."""
+    source = path.read_text()
+    tree = ast.parse(source, filename=str(path))
+    probes = {
+        id(constant)
+        for call in ast.walk(tree) if is_parametrize_call(call)
+        for constant in ast.walk(call)
+    }
+    texts = [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in probes
+    ]
+    texts += [
+        (token.start[0], token.string.lstrip("#"))
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
+    return [
+        (line + text.count("\n", 0, match.start()), match.group().strip(" \t>`;"))
+        for line, text in texts
+        for match in TOP_LEVEL_IMPORT.finditer(text)
+    ]
+
+
+def test_no_program_or_snippet_in_a_string_imports_a_room_by_its_top_level_name():
+    """A program run with `python -c` that imports `cluster.cli` by the room's name works only
+    from the repository's root (its cwd on sys.path) and loads the modules under a second
+    name; a docstring or comment showing such an import teaches a name that a user's install
+    does not have."""
+    files = {**modules(), **{f"tests.{p.stem}": p for p in (REPO / "tests").rglob("*.py")}}
+    problems = [
+        f"{path.relative_to(REPO)}:{line} {code!r}"
+        for path in files.values()
+        for line, code in imports_in_text(path)
+    ]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ('PROGRAM = (\n    "import sys\\n"\n    "from cluster.cli import main\\n"\n)\n', 3),
+        ('run(["python", "-c", "import chaos.tier1; chaos.tier1.main()"])\n', 1),
+        ('def f():\n    """Use it as\n\n        from scheduler import state\n    """\n', 4),
+        ("x = 1  # the decorator (`from cluster.worker import task`)\n", 1),
+        ('code = """\n>>> import cluster\n"""\n', 2),
+    ],
+)
+def test_the_text_check_catches_a_top_level_import(source, line, tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    assert [found for found, _ in imports_in_text(path)] == [line]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        '"""The shell must never import cluster state from the core."""\n',
+        '"from raftcron.cluster.cli import main"\n',
+        "# the scheduler imports nothing from cluster/\n",
+    ],
+)
+def test_the_text_check_leaves_prose_and_package_imports_alone(source, tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    assert imports_in_text(path) == []
 
 
 @functools.cache
@@ -195,9 +286,11 @@ def reaches_past_the_seam(path: Path) -> list[int]:
 
 
 def test_the_shell_reads_the_state_through_one_seam():
-    """Every read of the replicated state goes through `StateMachine.read(query)` (a pure
-    query from scheduler/views.py, run under the apply lock); nothing else takes the lock or
-    holds a live record."""
+    """Every read of the core's state goes through `StateMachine.read(query)` (a pure query
+    from scheduler/views.py, run under the apply lock); nothing else takes the lock or holds a
+    live record. The replica's other reads hand out immutable values: `machine.members` (the
+    member book, replaced whole by each change), `machine.clock_started` (one flag) and
+    `machine.audit(id)` (a tuple)."""
     problems = [
         f"{path.relative_to(REPO)}:{line}"
         for name, path in modules().items()

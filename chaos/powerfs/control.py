@@ -29,7 +29,7 @@ REQUEST_BYTES_MAX = 64 * 1024
 REPLY_BYTES_MAX = 64 * 1024 * 1024
 CLIENT_TIMEOUT_S = 60.0
 
-Handler = Callable[[dict[str, Any]], dict[str, Any]]
+ControlHandler = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class ControlError(Exception):
@@ -46,7 +46,7 @@ def socket_path_for(mountpoint: str) -> str:
 class ControlServer:
     """Serves requests on a unix socket in a daemon thread until `close`."""
 
-    def __init__(self, path: str, handler: Handler) -> None:
+    def __init__(self, path: str, handler: ControlHandler) -> None:
         self.path = path
         self.handler = handler
         with contextlib.suppress(FileNotFoundError):

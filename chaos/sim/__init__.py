@@ -31,11 +31,11 @@ from raftcron.chaos.sim.cluster import (
 from raftcron.chaos.sim.disk import PowerCut, SimDisk
 from raftcron.chaos.sim.machines import KeyLog, KeyLogNode, SimMachine, StoredKeyLog, payload_of
 from raftcron.chaos.sim.network import LinkFaults, SimNetwork, SimTransport
-from raftcron.chaos.sim.randomized import SeedResult, run_seed
+from raftcron.chaos.sim.randomized import RaftSeedResult, run_seed
 
 __all__ = [
     "FakeClock", "KeyLog", "KeyLogNode", "LinkFaults", "NodeSpec", "PowerCut", "Proposal",
-    "ReplicaReport", "SeedResult", "SimCluster", "SimDisk", "SimMachine", "SimNetwork",
+    "RaftSeedResult", "ReplicaReport", "SimCluster", "SimDisk", "SimMachine", "SimNetwork",
     "SimNode", "SimTransport", "StoredKeyLog", "check_replicas", "default_conf", "payload_of",
     "raft_log", "run_seed", "settle", "simulated_pysyncobj",
 ]

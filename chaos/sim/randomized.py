@@ -30,8 +30,9 @@ COMMAND_BYTES = 30_000
 
 
 @dataclass(frozen=True)
-class Profile:
-    """The per-seed shape of a run, itself drawn from the seed."""
+class RaftProfile:
+    """The per-seed shape of a run of bare PySyncObj nodes (a key log, no scheduler), itself
+    drawn from the seed; tier 1's run of the replica has its own, `chaos.tier1.Profile`."""
 
     nodes: int
     chaos_s: float
@@ -41,7 +42,7 @@ class Profile:
     conf: dict[str, object] = field(hash=False)
 
     @staticmethod
-    def draw(rng: random.Random) -> Profile:
+    def draw(rng: random.Random) -> RaftProfile:
         faults = LinkFaults(
             delay_max_s=rng.choice([0.004, 0.02]),
             drop_p=rng.choice([0.0, 0.0, 0.01]),
@@ -61,13 +62,15 @@ class Profile:
             # followers get snapshots instead of entries.
             "logCompactionMinEntries": rng.choice([5000, 5000, 5000, 30]),
         }
-        return Profile(nodes=rng.choice([3, 3, 3, 5]), chaos_s=rng.choice([3.0, 4.0, 5.0]),
+        return RaftProfile(nodes=rng.choice([3, 3, 3, 5]), chaos_s=rng.choice([3.0, 4.0, 5.0]),
                        propose_p=rng.choice([0.1, 0.25]), nemesis_gap_s=(0.2, 0.8),
                        faults=faults, conf=conf)
 
 
 @dataclass(frozen=True)
-class SeedResult:
+class RaftSeedResult:
+    """What one seed's run of bare PySyncObj nodes found (tier 1's: `chaos.tier1.SeedResult`)."""
+
     seed: int
     acknowledged: int
     lost: tuple[str, ...]  # acknowledged, missing from some replica's final state
@@ -98,7 +101,7 @@ class SeedResult:
                 f"digest={self.digest[:16]} error={self.error}")
 
 
-def summarize(results: list[SeedResult]) -> dict[str, int]:
+def summarize(results: list[RaftSeedResult]) -> dict[str, int]:
     return {
         "seeds": len(results),
         "ok": sum(result.ok for result in results),
@@ -116,7 +119,7 @@ def summarize(results: list[SeedResult]) -> dict[str, int]:
 
 
 class _Run:
-    def __init__(self, cluster: SimCluster, machine: SimMachine, profile: Profile,
+    def __init__(self, cluster: SimCluster, machine: SimMachine, profile: RaftProfile,
                  rng: random.Random) -> None:
         self.cluster, self.machine, self.profile, self.rng = cluster, machine, profile, rng
         self.pending: list[tuple[float, int, Callable[[], None]]] = []  # (due, order, action)
@@ -187,11 +190,13 @@ class _Run:
             cluster.step()
 
 
-def run_seed(seed: int, machine: SimMachine | None = None, *, patched: bool = True) -> SeedResult:
+def run_seed(
+    seed: int, machine: SimMachine | None = None, *, patched: bool = True
+) -> RaftSeedResult:
     """One randomized run; deterministic for a given seed, machine and patch state."""
     machine = machine or KeyLog()
     rng = random.Random(f"{seed}/workload")
-    profile = Profile.draw(rng)
+    profile = RaftProfile.draw(rng)
     node_ids = [f"n{i}" for i in range(1, profile.nodes + 1)]
 
     def conf(node_id: str, journal: str, dump: str) -> SyncObjConf:
@@ -206,12 +211,12 @@ def run_seed(seed: int, machine: SimMachine | None = None, *, patched: bool = Tr
             converged = settle(cluster, machine, timeout_s=20.0)
         except Exception as error:  # the seed failed; keep the others running
             where = traceback.extract_tb(error.__traceback__)[-1]
-            return SeedResult(seed, len(cluster.acknowledged()), (), (), False, False,
+            return RaftSeedResult(seed, len(cluster.acknowledged()), (), (), False, False,
                               cluster.log.truncated_applied, run.faults, cluster.trace.digest,
                               f"{error!r} at {where.filename}:{where.lineno}")
         report = check_replicas(cluster.acknowledged(), cluster.nodes, machine,
                                 converged=converged)
-        return SeedResult(seed, len(report.acknowledged), tuple(report.lost),
+        return RaftSeedResult(seed, len(report.acknowledged), tuple(report.lost),
                           tuple(report.lost_everywhere), report.divergent, converged,
                           cluster.log.truncated_applied, run.faults, cluster.trace.digest)
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-Event = dict[str, Any]
+RecordedEvent = dict[str, Any]  # one line of the history (chaos.model.Event is the model's)
 
 
 def now_ms() -> int:
@@ -43,12 +43,12 @@ class History:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
-        self.events: list[Event] = []
+        self.events: list[RecordedEvent] = []
         self._lock = threading.Lock()
         self._file = None if path is None else path.open("a", encoding="utf-8")
 
-    def record(self, kind: str, **fields: Any) -> Event:
-        event: Event = {"t": fields.pop("t", None) or now_ms(), "kind": kind, **fields}
+    def record(self, kind: str, **fields: Any) -> RecordedEvent:
+        event: RecordedEvent = {"t": fields.pop("t", None) or now_ms(), "kind": kind, **fields}
         line = json.dumps(event, sort_keys=True, default=str)
         with self._lock:
             self.events.append(event)
@@ -57,7 +57,7 @@ class History:
                 self._file.flush()
         return event
 
-    def of(self, kind: str) -> list[Event]:
+    def of(self, kind: str) -> list[RecordedEvent]:
         with self._lock:
             return [event for event in self.events if event["kind"] == kind]
 
@@ -68,12 +68,12 @@ class History:
                 self._file = None
 
 
-def load(path: Path) -> list[Event]:
+def load(path: Path) -> list[RecordedEvent]:
     """Read a history file back (a torn last line of a crashed run is skipped)."""
     return list(parse(path.read_text(encoding="utf-8").splitlines()))
 
 
-def parse(lines: Iterable[str]) -> Iterator[Event]:
+def parse(lines: Iterable[str]) -> Iterator[RecordedEvent]:
     for line in lines:
         line = line.strip()
         if not line:
@@ -86,7 +86,7 @@ def parse(lines: Iterable[str]) -> Iterator[Event]:
             yield event
 
 
-def of(events: Iterable[Event], kind: str, **match: Any) -> list[Event]:
+def of(events: Iterable[RecordedEvent], kind: str, **match: Any) -> list[RecordedEvent]:
     """The events of one kind whose fields equal `match`."""
     return [
         event

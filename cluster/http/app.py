@@ -29,8 +29,8 @@ from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import (
     CALLER,
     SERVICES,
-    Handler,
     HttpError,
+    RouteHandler,
     Services,
     check_token,
     leader_url,
@@ -42,7 +42,7 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/"})
 
 
 @web.middleware
-async def api_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def api_middleware(request: web.Request, handler: RouteHandler) -> web.StreamResponse:
     svc = request.app[SERVICES]
     try:
         if request.path not in OPEN_PATHS and not request.path.startswith("/ui/"):

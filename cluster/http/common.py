@@ -29,7 +29,8 @@ from raftcron.scheduler import parse
 from raftcron.scheduler.commands import Barrier, Command
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# An aiohttp route's handler (a task's handler is cluster.worker.tasks.Handler).
+RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # role -> what it may do. "read" = every GET; the rest are named per route. "status" is the
 # cluster view (GET /v1/cluster), the one thing nodes ask each other over HTTP: the "peer"
@@ -255,7 +256,7 @@ def named_control(
     command_type: Any,
     name_of: Callable[[web.Request], str],
     view_of: Callable[[web.Request, str], dict[str, Any]],
-) -> Handler:
+) -> RouteHandler:
     """`POST .../{name}/<verb>` of an admin control (pause, resume a schedule or a queue): an
     optional body of request_id only, the command parsed by its own `from_wire`, the named
     thing's view as the answer."""
@@ -274,11 +275,11 @@ def named_control(
     return handler
 
 
-def requires(grant: str, *, audited: bool = False) -> Callable[[Handler], Handler]:
+def requires(grant: str, *, audited: bool = False) -> Callable[[RouteHandler], RouteHandler]:
     """Mark a route with the grant its token needs (routes without a mark need "read");
     ``audited``: recorded in the audit trail although its grant is not an admin one."""
 
-    def mark(handler: Handler) -> Handler:
+    def mark(handler: RouteHandler) -> RouteHandler:
         handler.grant = grant  # type: ignore[attr-defined]
         handler.audited = audited  # type: ignore[attr-defined]
         return handler

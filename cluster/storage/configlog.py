@@ -20,10 +20,10 @@ import pysyncobj.pickle as pysyncobj_pickle
 
 from raftcron.cluster.storage.raftlog import CONFIG_COMMAND
 
-Change = tuple[str, str]  # ("add" | "rem", raft address)
+ConfigChange = tuple[str, str]  # ("add" | "rem", raft address)
 
 
-def decode(command: bytes) -> Change | None:
+def decode(command: bytes) -> ConfigChange | None:
     """The change a log entry's command makes, None for any other entry."""
     if command[:1] != CONFIG_COMMAND:
         return None
@@ -37,7 +37,7 @@ def decode(command: bytes) -> Change | None:
     return kind, address
 
 
-def apply(voters: Iterable[str], changes: Iterable[Change]) -> list[str]:
+def apply(voters: Iterable[str], changes: Iterable[ConfigChange]) -> list[str]:
     """The voters after `changes` (oldest first), sorted."""
     result = set(voters)
     for kind, address in changes:
@@ -48,7 +48,7 @@ def apply(voters: Iterable[str], changes: Iterable[Change]) -> list[str]:
     return sorted(result)
 
 
-def undo(voters: Iterable[str], changes: Iterable[Change]) -> list[str]:
+def undo(voters: Iterable[str], changes: Iterable[ConfigChange]) -> list[str]:
     """The voters before `changes` (oldest first) were made, sorted."""
     result = set(voters)
     for kind, address in reversed(list(changes)):
@@ -60,7 +60,7 @@ def undo(voters: Iterable[str], changes: Iterable[Change]) -> list[str]:
 
 
 def changes_after(index: int, config_indexes: Iterable[int],
-                  command_at: Callable[[int], bytes]) -> list[Change]:
+                  command_at: Callable[[int], bytes]) -> list[ConfigChange]:
     """The configuration changes of the log's entries after `index`, oldest first."""
     found = []
     for entry_index in config_indexes:

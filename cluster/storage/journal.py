@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from raftcron.cluster.storage.raftlog import LogDamaged, RaftLog
-from raftcron.cluster.storage.snapshots import Entry, Snapshot
+from raftcron.cluster.storage.snapshots import LogEntry, Snapshot
 
 
 class JournalOwner(Protocol):
@@ -60,15 +60,15 @@ class LogView:
             raise IndexError(item)
         return _entry_at(self.log, self.start + position)
 
-    def __iter__(self) -> Iterator[Entry]:
+    def __iter__(self) -> Iterator[LogEntry]:
         for position in range(self.start, self.stop):
             yield _entry_at(self.log, position)
 
-    def __reversed__(self) -> Iterator[Entry]:
+    def __reversed__(self) -> Iterator[LogEntry]:
         for position in range(self.stop - 1, self.start - 1, -1):
             yield _entry_at(self.log, position)
 
-    def __reduce__(self) -> tuple[type[list[Any]], tuple[list[Entry]]]:
+    def __reduce__(self) -> tuple[type[list[Any]], tuple[list[LogEntry]]]:
         return list, (list(self),)  # an append_entries message carries a plain list
 
     def __eq__(self, other: object) -> bool:
@@ -77,7 +77,7 @@ class LogView:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _entry_at(log: RaftLog, position: int) -> Entry:
+def _entry_at(log: RaftLog, position: int) -> LogEntry:
     index = log.first_index + position
     return log.command_at(index), index, log.term_at(index)
 
@@ -139,13 +139,13 @@ class StorageJournal:
     def onOneSecondTimer(self) -> None:
         self.storage.sync()  # the commit index, when nothing else wrote it
 
-    def reset_to(self, prev: Entry, last: Entry) -> None:
+    def reset_to(self, prev: LogEntry, last: LogEntry) -> None:
         """The log becomes exactly a snapshot's two entries (one batch: atomic)."""
         self.log.reset()
         self.log.append(prev[1], prev[2], prev[0])
         self.log.append(last[1], last[2], last[0])
 
-    def starts_with(self, prev: Entry, last: Entry) -> bool:
+    def starts_with(self, prev: LogEntry, last: LogEntry) -> bool:
         return (len(self.log) >= 2 and self.log.first_index == prev[1]
                 and self.log.term_at(prev[1]) == prev[2] and self.log.term_at(last[1]) == last[2])
 

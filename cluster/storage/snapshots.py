@@ -70,7 +70,7 @@ _CHUNK_HEAD = struct.Struct("<QQQQ")  # snapshot index, term, offset of this chu
 PR_SET_PDEATHSIG = 1
 WRITER_REAP_S = 2.0  # how long a stop waits for the killed snapshot writer to be gone
 
-Entry = tuple[bytes, int, int]  # PySyncObj's (command, index, term)
+LogEntry = tuple[bytes, int, int]  # PySyncObj's (command, index, term)
 
 
 class SnapshotSource(Protocol):
@@ -84,8 +84,8 @@ class SnapshotSource(Protocol):
 class Snapshot:
     index: int
     term: int
-    prev: Entry
-    last: Entry
+    prev: LogEntry
+    last: LogEntry
     cluster: list[str]
     state: bytes
     members: Any = None  # the member book, as the source's snapshot_members() gave it
@@ -144,7 +144,7 @@ def decode(data: bytes, path: str) -> Snapshot:
     return Snapshot(index, term, prev, last, cluster, state, members)
 
 
-def _entry(value: Any) -> Entry:
+def _entry(value: Any) -> LogEntry:
     command, index, term = value
     return bytes(command), int(index), int(term)
 
@@ -179,7 +179,7 @@ class SnapshotStore:
         self._pending_load: Snapshot | None = None
         self._child_pid = 0
         self._child_path = ""
-        self._child_meta: tuple[Entry, Entry, list[str]] = ((b"", 0, 0), (b"", 0, 0), [])
+        self._child_meta: tuple[LogEntry, LogEntry, list[str]] = ((b"", 0, 0), (b"", 0, 0), [])
         self._child_id: int | None = None
         self._inline_done: tuple[int, int | None] | None = None  # (state, id) when fork=False
         self._started = 0.0  # when the snapshot being written began (time.monotonic)
@@ -256,7 +256,7 @@ class SnapshotStore:
         self._child_meta, self._child_id = (last, prev, cluster), serialize_id
         self._started = time.monotonic()
 
-    def deserialize(self) -> tuple[Any, Entry, Entry, list[str]]:
+    def deserialize(self) -> tuple[Any, LogEntry, LogEntry, list[str]]:
         """What PySyncObj loads: the state is given to the source here, once per snapshot."""
         snapshot = self.current
         if snapshot is None:
@@ -325,7 +325,7 @@ class SnapshotStore:
 
     # --- internals -------------------------------------------------------------------------
 
-    def _write(self, path: str, last: Entry, prev: Entry, cluster: list[str]) -> None:
+    def _write(self, path: str, last: LogEntry, prev: LogEntry, cluster: list[str]) -> None:
         began = time.monotonic()
         # A source that gives its state in pieces (the node's state machine) has them
         # compressed as they come, never joined.
@@ -350,7 +350,7 @@ class SnapshotStore:
                         "user_s": round(usage.ru_utime, 3), "system_s": round(usage.ru_stime, 3),
                         "page_faults": usage.ru_minflt})
 
-    def _adopt(self, path: str, meta: tuple[Entry, Entry, list[str]],
+    def _adopt(self, path: str, meta: tuple[LogEntry, LogEntry, list[str]],
                serialize_id: int | None) -> tuple[int, int | None]:
         """Make a written snapshot current if it covers more than the current one."""
         last, prev, cluster = meta

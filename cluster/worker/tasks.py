@@ -94,7 +94,7 @@ class TaskRegistry:
 
 
 # The registry that `raftcron worker --import module` serves: modules register with the
-# module-level `task` decorator (`from cluster.worker import task`).
+# module-level `task` decorator (`from raftcron import task`).
 default_registry = TaskRegistry()
 
 

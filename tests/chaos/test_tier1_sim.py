@@ -176,7 +176,7 @@ def test_the_same_seed_replays_the_same_run() -> None:
 
 @pytest.mark.processes
 def test_the_run_does_not_depend_on_the_hash_seed() -> None:
-    program = "from chaos.tier1 import run_seed; print(run_seed(3).digest)"
+    program = "from raftcron.chaos.tier1 import run_seed; print(run_seed(3).digest)"
     digests = set()
     for hash_seed in ("1", "2"):
         environment = {**os.environ, "PYTHONHASHSEED": hash_seed}

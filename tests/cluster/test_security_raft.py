@@ -179,7 +179,7 @@ ATTACK_ROUNDS = 3
 _LIMITED_NODE = (
     "import resource, sys\n"
     "resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))\n"
-    "from cluster.cli import main\n"
+    "from raftcron.cluster.cli import main\n"
     "sys.exit(main())\n"
 )
 

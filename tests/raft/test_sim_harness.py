@@ -144,7 +144,7 @@ def test_the_same_seed_gives_the_same_trace() -> None:
 @pytest.mark.processes
 def test_the_trace_does_not_depend_on_the_hash_seed() -> None:
     # pysyncobj iterates sets of nodes; str hashes change per process with PYTHONHASHSEED.
-    program = "from chaos.sim.randomized import run_seed; print(run_seed(7).digest)"
+    program = "from raftcron.chaos.sim.randomized import run_seed; print(run_seed(7).digest)"
     digests = set()
     for hash_seed in ("1", "2"):
         environment = {**os.environ, "PYTHONHASHSEED": hash_seed}

@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from raftcron.chaos.sim.randomized import SeedResult, run_seed
+from raftcron.chaos.sim.randomized import RaftSeedResult, run_seed
 
 SEED_COUNT = int(os.environ.get("RAFT_SIM_SEEDS", "500"))
 FIRST_SEED = int(os.environ.get("RAFT_SIM_FIRST_SEED", "0"))
@@ -43,7 +43,7 @@ REGRESSION_SEEDS: dict[int, str] = {
 UNPATCHED_LOSS_SEEDS = (148, 209, 268)
 
 
-def replay_hint(result: SeedResult) -> str:
+def replay_hint(result: RaftSeedResult) -> str:
     return f"{result.describe()}\nreplay: python -m raftcron.chaos.sim {result.seed} 1"
 
 

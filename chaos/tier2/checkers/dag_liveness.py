@@ -17,7 +17,7 @@ from typing import Any
 
 from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
 from raftcron.chaos.tier2.checkers.jobs import _acked_workflows
-from raftcron.chaos.tier2.history import Event
+from raftcron.chaos.tier2.history import RecordedEvent
 
 # Faults during which no node runs: a failover is measured from their end (the restart).
 WHOLE_CLUSTER = frozenset({"downtime", "power_all"})
@@ -127,10 +127,10 @@ def check_liveness(run: RunData) -> CheckResult:
     return result
 
 
-def _leader_through(history: list[Event], at_ms: int) -> int | None:
+def _leader_through(history: list[RecordedEvent], at_ms: int) -> int | None:
     """0 if the last sample of some node before at_ms says it leads with quorum and nothing
     after says otherwise."""
-    state: dict[str, Event] = {}
+    state: dict[str, RecordedEvent] = {}
     for event in history:
         if event["kind"] == "sample":
             state[event["node"]] = event

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftcron.chaos.tier2.history import Event
+from raftcron.chaos.tier2.history import RecordedEvent
 
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 VIOLATIONS_LISTED_MAX = 50
@@ -16,7 +16,7 @@ VIOLATIONS_LISTED_MAX = 50
 
 @dataclass
 class RunData:
-    history: list[Event]
+    history: list[RecordedEvent]
     jobs: dict[str, list[dict[str, Any]]]  # node id -> every job it holds
     schedules: list[dict[str, Any]]
     cluster_events: list[dict[str, Any]]
@@ -42,7 +42,7 @@ class RunData:
         self._by_id = found
         return found
 
-    def faults(self) -> list[tuple[int, int, Event]]:
+    def faults(self) -> list[tuple[int, int, RecordedEvent]]:
         """(start_ms, end_ms, start event) of every fault; an unended one ends at the last
         event of the history."""
         last_ms = max((e["t"] for e in self.history), default=0)

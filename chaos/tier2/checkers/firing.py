@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
-from raftcron.chaos.tier2.history import Event
+from raftcron.chaos.tier2.history import RecordedEvent
 
 NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader",
                          "kill_main", "term_group", "damage",
@@ -248,7 +248,7 @@ def _processing_groups(events: list[dict[str, Any]], name: str) -> list[dict[str
     return groups
 
 
-def _downtimes(history: list[Event]) -> list[tuple[int, int]]:
+def _downtimes(history: list[RecordedEvent]) -> list[tuple[int, int]]:
     down: dict[str, int] = {}
     windows = []
     for event in history:

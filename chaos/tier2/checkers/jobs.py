@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from raftcron.chaos.tier2.checkers.data import FINAL, CheckResult, RunData
-from raftcron.chaos.tier2.history import Event
+from raftcron.chaos.tier2.history import RecordedEvent
 
 HISTORY_KEPT = 20  # attempts a job's history keeps (scheduler.limits.HISTORY_ATTEMPTS_MAX)
 
@@ -24,7 +24,7 @@ HISTORY_KEPT = 20  # attempts a job's history keeps (scheduler.limits.HISTORY_AT
 # -- 2. no lost job, 3. idempotent submit --------------------------------------------------
 
 
-def _acked_submits(history: list[Event]) -> dict[str, set[int]]:
+def _acked_submits(history: list[RecordedEvent]) -> dict[str, set[int]]:
     acked: dict[str, set[int]] = defaultdict(set)
     for event in history:
         if event["kind"] == "submit" and event.get("op") == "ok":
@@ -32,7 +32,7 @@ def _acked_submits(history: list[Event]) -> dict[str, set[int]]:
     return acked
 
 
-def _acked_workflows(history: list[Event]) -> list[Event]:
+def _acked_workflows(history: list[RecordedEvent]) -> list[RecordedEvent]:
     return [e for e in history if e["kind"] == "workflow" and e.get("op") == "ok"]
 
 

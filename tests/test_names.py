@@ -1,0 +1,95 @@
+"""One name per thing: no class or type alias is defined by two modules of one room.
+
+Two `Handler`s (an HTTP route's and a task's) or two `SeedResult`s (the Raft simulation's and
+tier 1's) make a reader, a grep and an import guess which is meant. A thing used in two places
+is defined once and imported; two things get two names.
+
+The rooms checked each on its own: the product (scheduler/, cluster/ without its tools in
+cluster/dev, raftcron's own modules) and the chaos suite (chaos/). A name in the product and
+again in chaos/ or cluster/dev is not checked here: those tools stand beside the product.
+A definition is a top-level `class`, or a top-level assignment to a CamelCase name (a type
+alias such as `Handler = Callable[[Any], Any]`); constants (UPPER_CASE) and functions are not.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "raftcron"
+TYPE_NAME = re.compile(r"[A-Z][a-z0-9]\w*")  # CamelCase: `Handler`, not `FD_LIMIT` nor `T`
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name (the rooms through raftcron/'s links)."""
+    found = {}
+    for top, _, files in os.walk(PACKAGE, followlinks=True):
+        for file in files:
+            if file.endswith(".py"):
+                path = Path(top) / file
+                parts = path.relative_to(REPO).with_suffix("").parts
+                found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def defined_types(source: str) -> list[tuple[str, int]]:
+    """(name, line) of the module's top-level classes and CamelCase assignments."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef):
+            found.append((node.name, node.lineno))
+        elif isinstance(node, ast.Assign):
+            found += [(target.id, node.lineno) for target in node.targets
+                      if isinstance(target, ast.Name) and TYPE_NAME.fullmatch(target.id)]
+        elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+              and TYPE_NAME.fullmatch(node.target.id)):
+            found.append((node.target.id, node.lineno))
+    return found
+
+
+def in_product(name: str) -> bool:
+    return not name.startswith(("raftcron.chaos", "raftcron.cluster.dev"))
+
+
+def in_chaos(name: str) -> bool:
+    return name.startswith("raftcron.chaos")
+
+
+def names_defined_twice(files: dict[str, str]) -> dict[str, list[str]]:
+    """Type name -> `module:line` of each definition, for names that more than one module of
+    `files` (module name -> source) defines."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for module, source in sorted(files.items()):
+        for name, line in defined_types(source):
+            where[name].append(f"{module}:{line}")
+    return {
+        name: places for name, places in where.items()
+        if len({place.rpartition(":")[0] for place in places}) > 1
+    }
+
+
+@pytest.mark.parametrize("room", [in_product, in_chaos], ids=["product", "chaos"])
+def test_no_type_name_is_defined_by_two_modules_of_a_room(room):
+    files = {name: path.read_text() for name, path in modules().items() if room(name)}
+    assert len(files) > 30, sorted(files)  # the walk found the room
+    assert names_defined_twice(files) == {}
+
+
+def test_the_check_finds_a_name_defined_twice():
+    files = {
+        "raftcron.cluster.http.common": "Handler = Callable[[Request], Response]\nclass A: ...\n",
+        "raftcron.cluster.worker.tasks": "Handler = Callable[[Any], Any]\n",
+        "raftcron.cluster.a": "from raftcron.cluster.http.common import Handler\nLIMIT = 1\n",
+        "raftcron.cluster.b": "class Profile:\n    pass\nLIMIT = 2\nT = TypeVar('T')\n",
+        "raftcron.cluster.c": "Profile: TypeAlias = dict[str, int]\n",
+    }
+    assert names_defined_twice(files) == {
+        "Handler": ["raftcron.cluster.http.common:1", "raftcron.cluster.worker.tasks:1"],
+        "Profile": ["raftcron.cluster.b:1", "raftcron.cluster.c:1"],
+    }
