@@ -304,7 +304,8 @@ def _backup(client: Client, args: argparse.Namespace) -> None:
             os.unlink(partial)
     details = {"file": out, "node": served["node"], **dataclasses.asdict(info)}
     _print(args, details, lambda: (
-        f"backup of {served['node']} at log index {info.index} (term {info.term}): "
+        f"backup of cluster {info.cluster_name or 'unknown (a release before cluster names)'}"
+        f" from {served['node']} at log index {info.index} (term {info.term}): "
         f"{info.jobs} jobs, {info.schedules} schedules, {info.size_bytes} bytes, "
         f"digest {info.digest[:16]} -> {out}\n"))
 
