@@ -4,7 +4,8 @@ member's own `GET /v1/cluster` (no I/O here: `opscli` asks, this decides).
 A finding is a `problem` (the cluster cannot do part of its work, or will not soon: a member
 down, no leader, a clock off, storage that cannot write or is nearly full, a member that names
 another cluster: a node of another cluster in the members list) or a `warning`
-(something to look at: a member far behind, a log not compacted, mixed versions). The command
+(something to look at: a member far behind, a log not compacted, a snapshot older than a day
+while entries came after it, mixed versions). The command
 exits non-zero when there is any finding, so it can run from cron or a monitor.
 """
 
@@ -22,6 +23,9 @@ class Thresholds:
     max_lag_entries: int = 1_000  # applied entries behind the leader's commit index
     min_free_bytes: int = 1024**3  # free space on a data dir's filesystem
     max_log_entries: int = 1_000_000  # entries since the last compaction
+    # A snapshot older than this while entries were applied after it: compaction has stopped
+    # (PySyncObj makes one every raft.compaction_min_time_s, 10 min, when entries came).
+    max_snapshot_age_s: float = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,14 @@ def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
         found.append(Finding(WARNING, node, "log",
                              f"{entries} entries since the last compaction (is compaction "
                              "running? see raft.compaction_min_entries)"))
+    age_s = storage.get("snapshot_age_s")
+    since = int(view["applied_index"]) - int(storage.get("snapshot_index") or 0)
+    if age_s is not None and age_s > thresholds.max_snapshot_age_s and since > 0:
+        # A quiet cluster keeps its last snapshot as long as nothing new comes: not a finding.
+        found.append(Finding(WARNING, node, "snapshot",
+                             f"the last snapshot is {_age(age_s)} old and {since} entries were "
+                             f"applied since (over {_age(thresholds.max_snapshot_age_s)}): is "
+                             "compaction failing? (action=snapshot_failed in its log)"))
     return found
 
 

@@ -106,6 +106,24 @@ def test_a_member_of_a_release_before_cluster_names_is_not_judged_by_it():
     assert found(views) == set()
 
 
+def test_an_old_snapshot_is_a_warning_only_when_entries_came_after_it():
+    two_days_s = 2 * 86_400.0
+    views = healthy()  # each member applied 100, its snapshot covers 90
+    views["n2"] = view("n2", storage={"snapshot_age_s": two_days_s})
+    assert found(views) == {(WARNING, "n2", "snapshot")}
+    [finding] = diagnose(views)
+    assert "2.0d old and 10 entries were applied since" in finding.detail
+    assert found(views, thresholds=Thresholds(max_snapshot_age_s=3 * 86_400)) == set()
+
+    views = healthy()  # a quiet cluster: nothing since its old snapshot
+    views["n2"] = view("n2", storage={"snapshot_age_s": two_days_s, "snapshot_index": 100})
+    assert found(views) == set()
+
+    views = healthy()  # no snapshot yet: its age is not known, the log size judges it
+    views["n2"] = view("n2", storage={"snapshot_age_s": None, "snapshot_index": 0})
+    assert found(views) == set()
+
+
 def test_nothing_answered_is_only_unreachable_members():
     views = {node: None for node in ("n1", "n2", "n3")}
     assert found(copy.deepcopy(views)) == {(PROBLEM, n, "reachable") for n in views}
