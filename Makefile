@@ -20,17 +20,19 @@ typecheck: $(STAMP)
 	$(BIN)/mypy -p raftcron
 
 # The tiers (tests/conftest.py): `unit` starts no process (a test that does fails, naming the
-# tier), `integration` runs the ones that start nodes, workers, a browser or the chaos smoke.
-# Both use the machine's cores; integration keeps each module on one worker (--dist loadfile)
-# so a module's shared cluster is started once.
+# tier), `integration` runs the ones that start nodes, workers, a browser or the chaos smoke,
+# the rolling upgrade included. Both use the machine's cores; integration keeps each module on
+# one worker (--dist loadfile) so a module's shared cluster is started once.
 unit: $(STAMP)
 	$(BIN)/pytest -n auto -m "not processes" --durations=20
 
 integration: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile -m "processes and not upgrade" --durations=20
+	$(BIN)/pytest -n 2 --dist loadfile -m processes --durations=20
 
-# The rolling upgrade from the previous release (tests/cluster/test_rolling_upgrade.py): builds
-# that release's wheel from its git commit into a venv of its own; about 30 s, not in make test.
+# The rolling upgrade from the previous release (tests/cluster/test_rolling_upgrade.py) alone,
+# with its figures: builds that release's wheel from its git commit (in the clone's history;
+# pip fetches the build backend from PyPI) into a venv of its own; about 10-30 s. make
+# integration (so make test, so CI) runs it too.
 upgrade: $(STAMP)
 	$(BIN)/pytest -m upgrade -rP
 

@@ -396,8 +396,9 @@ class AsyncClient:
 
     async def download_backup(self, out_path: str, *, timeout_s: float = 600.0) -> dict[str, str]:
         """Stream `GET /v1/cluster/backup` into out_path (made durable), from the first node
-        that answers; the snapshot's index, term and node from the answer's headers. The
-        caller checks the file (`raftcron.cluster.backup.check`) before trusting it."""
+        that answers; the snapshot's index, term, cluster name and node from the answer's
+        headers. The caller checks the file (`raftcron.cluster.backup.check`) before trusting
+        it."""
         last = "no attempt made"
         with open(out_path, "wb") as out:  # a file we cannot write fails here, on no node
             for url in self.urls:
@@ -433,6 +434,7 @@ class AsyncClient:
                 "node": response.headers.get("X-Raftcron-Node", ""),
                 "index": response.headers.get("X-Raftcron-Snapshot-Index", ""),
                 "term": response.headers.get("X-Raftcron-Snapshot-Term", ""),
+                "cluster_name": response.headers.get("X-Raftcron-Cluster-Name", "unknown"),
             }
 
     async def ask_member(

@@ -4,7 +4,9 @@ Every error names the key (`peers[1].raft_address: ...`) and nothing starts on a
 A node with peers refuses to start without a cluster password: PySyncObj unpickles whatever
 arrives on its Raft port, so without the password anyone who reaches that port runs code on
 the node. A node without peers binds no Raft port at all (cluster/raftguard.py). Paths are
-relative to the config file's folder.
+relative to the config file's folder. The cluster's name (`[cluster] name`, default
+"raftcron") is what every member of one cluster says alike, as Cassandra's `cluster_name`: a
+backup carries it, and `raftcron cluster doctor` names a member that says another.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any
 
 API_ROLES = ("admin", "submit", "worker", "read")
 _NODE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+# A DNS label: safe in a file name, a header, a metric label and a shell word alike.
+_CLUSTER_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+DEFAULT_CLUSTER_NAME = "raftcron"
 
 
 class ConfigError(Exception):
@@ -129,6 +134,7 @@ class NodeConfig:
     # so it neither votes nor stands for election, until a membership change adds it.
     join: bool = False
     membership: MembershipSettings = MembershipSettings()
+    cluster_name: str = DEFAULT_CLUSTER_NAME
 
     @property
     def members(self) -> tuple[Peer, ...]:
@@ -162,6 +168,7 @@ _TOP_KEYS = {
     "log_level",
     "join",
     "membership",
+    "cluster",
 }
 
 
@@ -227,6 +234,7 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
         source=source,
         join=join,
         membership=_membership(raw.get("membership", {})),
+        cluster_name=_cluster(raw.get("cluster", {})),
     )
 
 
@@ -400,6 +408,18 @@ def _storage(value: object) -> StorageSettings:
         raise ConfigError("storage.durability",
                           f"must be one of {', '.join(DURABILITY_MODES)}, not {durability!r}")
     return StorageSettings(durability=durability)
+
+
+def _cluster(value: object) -> str:
+    """The `[cluster]` table: its name."""
+    if not isinstance(value, dict):
+        raise ConfigError("cluster", "must be a table")
+    _no_unknown(value, {"name"}, "cluster.")
+    name = value.get("name", DEFAULT_CLUSTER_NAME)
+    if not isinstance(name, str) or not _CLUSTER_NAME_RE.match(name):
+        raise ConfigError("cluster.name", "must be 1-63 lower-case letters, digits or '-', "
+                          f"not starting or ending with '-' (e.g. \"prod-eu\"), not {name!r}")
+    return name
 
 
 def _membership(value: object) -> MembershipSettings:

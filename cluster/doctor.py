@@ -2,13 +2,16 @@
 member's own `GET /v1/cluster` (no I/O here: `opscli` asks, this decides).
 
 A finding is a `problem` (the cluster cannot do part of its work, or will not soon: a member
-down, no leader, a clock off, storage that cannot write or is nearly full) or a `warning`
-(something to look at: a member far behind, a log not compacted, mixed versions). The command
+down, no leader, a clock off, storage that cannot write or is nearly full, a member that names
+another cluster: a node of another cluster in the members list) or a `warning`
+(something to look at: a member far behind, a log not compacted, a snapshot older than a day
+while entries came after it, mixed versions). The command
 exits non-zero when there is any finding, so it can run from cron or a monitor.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,6 +23,9 @@ class Thresholds:
     max_lag_entries: int = 1_000  # applied entries behind the leader's commit index
     min_free_bytes: int = 1024**3  # free space on a data dir's filesystem
     max_log_entries: int = 1_000_000  # entries since the last compaction
+    # A snapshot older than this while entries were applied after it: compaction has stopped
+    # (PySyncObj makes one every raft.compaction_min_time_s, 10 min, when entries came).
+    max_snapshot_age_s: float = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,34 @@ def diagnose(
                                     "the leader does not hear a majority"))
     for node, view in sorted(answered.items()):
         findings += _member(node, view, leader_view, thresholds)
+    findings += _cluster_names(answered)
     versions = {view.get("version") for view in answered.values()}
     if len(versions) > 1:
         findings.append(Finding(WARNING, "*", "version",
                                 f"members run different releases: {sorted(map(str, versions))} "
                                 "(fine during a rolling upgrade, not after)"))
     return findings
+
+
+def _cluster_names(answered: dict[str, dict[str, Any]]) -> list[Finding]:
+    """Members that name different clusters ([cluster] name): with a majority name, each
+    member naming another; else one finding listing them all. A member of a release before
+    cluster names says none and is not judged."""
+    names = {node: view["cluster_name"] for node, view in answered.items()
+             if view.get("cluster_name") is not None}
+    if len(set(names.values())) < 2:
+        return []
+    (most, count), *_ = Counter(names.values()).most_common()
+    if 2 * count > len(names):
+        return [Finding(PROBLEM, node, "cluster",
+                        f"says it is of cluster {name!r}, the other members of {most!r}: a node "
+                        "of another cluster in the members list (or a config with another "
+                        "[cluster] name)")
+                for node, name in sorted(names.items()) if name != most]
+    groups = "; ".join(f"{name!r}: {', '.join(sorted(n for n in names if names[n] == name))}"
+                       for name in sorted(set(names.values())))
+    return [Finding(PROBLEM, "*", "cluster", f"members name different clusters ({groups}): "
+                    "nodes of other clusters in the members list, or configs that disagree")]
 
 
 def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
@@ -99,6 +127,14 @@ def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
         found.append(Finding(WARNING, node, "log",
                              f"{entries} entries since the last compaction (is compaction "
                              "running? see raft.compaction_min_entries)"))
+    age_s = storage.get("snapshot_age_s")
+    since = int(view["applied_index"]) - int(storage.get("snapshot_index") or 0)
+    if age_s is not None and age_s > thresholds.max_snapshot_age_s and since > 0:
+        # A quiet cluster keeps its last snapshot as long as nothing new comes: not a finding.
+        found.append(Finding(WARNING, node, "snapshot",
+                             f"the last snapshot is {_age(age_s)} old and {since} entries were "
+                             f"applied since (over {_age(thresholds.max_snapshot_age_s)}): is "
+                             "compaction failing? (action=snapshot_failed in its log)"))
     return found
 
 

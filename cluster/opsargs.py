@@ -135,6 +135,10 @@ def add_commands(commands: Any) -> None:
                         help="free MiB a data dir's filesystem must keep")
     doctor.add_argument("--max-log-entries", type=int, default=defaults.max_log_entries,
                         help="log entries since the last compaction before it is a warning")
+    doctor.add_argument("--max-snapshot-age-h", type=float,
+                        default=defaults.max_snapshot_age_s / 3_600,
+                        help="hours a member's last snapshot may age while entries come after "
+                        "it before it is a warning")
     add_common(doctor)
 
     backup = commands.add_parser(

@@ -269,10 +269,12 @@ def _ask_each_member(
 
 def _doctor(client: Client, args: argparse.Namespace) -> None:
     for flag, value in (("--max-lag", args.max_lag), ("--min-free-mb", args.min_free_mb),
-                        ("--max-log-entries", args.max_log_entries)):
+                        ("--max-log-entries", args.max_log_entries),
+                        ("--max-snapshot-age-h", args.max_snapshot_age_h)):
         if value < 0:
             raise UsageError(f"{flag} must be 0 or more, not {value}")
-    thresholds = Thresholds(args.max_lag, args.min_free_mb * 1024**2, args.max_log_entries)
+    thresholds = Thresholds(args.max_lag, args.min_free_mb * 1024**2, args.max_log_entries,
+                            args.max_snapshot_age_h * 3_600)
     views, errors = _ask_each_member(client, client.cluster()["members"], "/v1/cluster")
     findings = diagnose(views, thresholds, errors)
     headers = ["NODE", "ROLE", "TERM", "LAG", "CLOCK", "FREE", "LOG", "SNAPSHOT", "VERSION"]
@@ -304,7 +306,8 @@ def _backup(client: Client, args: argparse.Namespace) -> None:
             os.unlink(partial)
     details = {"file": out, "node": served["node"], **dataclasses.asdict(info)}
     _print(args, details, lambda: (
-        f"backup of {served['node']} at log index {info.index} (term {info.term}): "
+        f"backup of cluster {info.cluster_name or 'unknown (a release before cluster names)'}"
+        f" from {served['node']} at log index {info.index} (term {info.term}): "
         f"{info.jobs} jobs, {info.schedules} schedules, {info.size_bytes} bytes, "
         f"digest {info.digest[:16]} -> {out}\n"))
 

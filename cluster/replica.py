@@ -311,6 +311,7 @@ class RaftNode:
             durability=config.storage.durability,
             on_fatal=_exit_on_storage_failure,
             rejoin_empty=rejoin_empty,
+            cluster_name=config.cluster_name,
         )
         # Before the Raft thread starts: a joining node must never vote as if it were a member.
         self.storage.configured_voters = [

@@ -196,6 +196,27 @@ def test_bad_api_settings_name_the_key(api, env, key, tmp_path, monkeypatch):
     assert error.value.key == key, str(error.value)
 
 
+def test_the_cluster_name_defaults_to_raftcron_and_takes_a_dns_label():
+    assert config.parse(with_changes(), base_dir=ROOT).cluster_name == "raftcron"
+    loaded = config.parse(with_changes(cluster={"name": "prod-eu-1"}), base_dir=ROOT)
+    assert loaded.cluster_name == "prod-eu-1"
+    assert config.parse(with_changes(cluster={"name": "a" * 63}), base_dir=ROOT).cluster_name
+
+
+@pytest.mark.parametrize(
+    "cluster, key",
+    [({"name": ""}, "cluster.name"), ({"name": "Prod"}, "cluster.name"),
+     ({"name": "prod_eu"}, "cluster.name"), ({"name": "-prod"}, "cluster.name"),
+     ({"name": "prod-"}, "cluster.name"), ({"name": "a" * 64}, "cluster.name"),
+     ({"name": "prod eu"}, "cluster.name"), ({"name": 7}, "cluster.name"),
+     ({"token": "x"}, "cluster.token"), ("prod", "cluster")],
+)
+def test_a_bad_cluster_name_is_refused_naming_its_key(cluster, key):
+    with pytest.raises(ConfigError) as error:
+        config.parse(with_changes(cluster=cluster), base_dir=ROOT)
+    assert error.value.key == key, str(error.value)
+
+
 def test_clock_settings_default_to_a_second_of_skew_and_take_integers():
     loaded = config.parse(with_changes(), base_dir=ROOT)
     assert (loaded.clock.max_skew_ms, loaded.clock.tick_slack_ms, loaded.clock.poll_ms) == (

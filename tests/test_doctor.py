@@ -12,7 +12,7 @@ def view(node: str, *, role: str = "follower", leader: str | None = "n1", applie
     base = {
         "node": node, "role": role, "leader": leader, "term": 3, "commit_index": commit,
         "applied_index": applied, "ready": True, "has_quorum": role == "leader",
-        "version": "0.1.0",
+        "version": "0.1.0", "cluster_name": "prod",
         "clock": {"skew_ms": 4, "skewed": False, "max_skew_ms": 1_000, "majority_ms": 1},
         "storage": {"healthy": True, "problem": None, "free_bytes": 50 * GiB,
                     "log_entries": 1_200, "snapshot_index": 90, "snapshot_age_s": 3_700.0},
@@ -85,6 +85,43 @@ def test_mixed_versions_are_a_warning():
     views = healthy()
     views["n2"] = view("n2", version="0.2.0")
     assert found(views) == {(WARNING, "*", "version")}
+
+
+def test_a_member_that_names_another_cluster_is_a_problem():
+    views = healthy()
+    views["n3"]["cluster_name"] = "staging"  # a peer of another cluster in the members list
+    assert found(views) == {(PROBLEM, "n3", "cluster")}
+    [finding] = diagnose(views)
+    assert "'staging'" in finding.detail and "'prod'" in finding.detail
+
+    views = {"n1": view("n1", role="leader"), "n2": view("n2", cluster_name="staging")}
+    assert found(views) == {(PROBLEM, "*", "cluster")}  # no majority: both named
+    assert "'prod': n1; 'staging': n2" in diagnose(views)[0].detail
+
+
+def test_a_member_of_a_release_before_cluster_names_is_not_judged_by_it():
+    views = healthy()
+    views["n2"]["cluster_name"] = None
+    del views["n3"]["cluster_name"]
+    assert found(views) == set()
+
+
+def test_an_old_snapshot_is_a_warning_only_when_entries_came_after_it():
+    two_days_s = 2 * 86_400.0
+    views = healthy()  # each member applied 100, its snapshot covers 90
+    views["n2"] = view("n2", storage={"snapshot_age_s": two_days_s})
+    assert found(views) == {(WARNING, "n2", "snapshot")}
+    [finding] = diagnose(views)
+    assert "2.0d old and 10 entries were applied since" in finding.detail
+    assert found(views, thresholds=Thresholds(max_snapshot_age_s=3 * 86_400)) == set()
+
+    views = healthy()  # a quiet cluster: nothing since its old snapshot
+    views["n2"] = view("n2", storage={"snapshot_age_s": two_days_s, "snapshot_index": 100})
+    assert found(views) == set()
+
+    views = healthy()  # no snapshot yet: its age is not known, the log size judges it
+    views["n2"] = view("n2", storage={"snapshot_age_s": None, "snapshot_index": 0})
+    assert found(views) == set()
 
 
 def test_nothing_answered_is_only_unreachable_members():

@@ -130,6 +130,7 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         python: str = sys.executable,
         log_level: str = "info",
+        cluster_name: str | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
@@ -144,6 +145,9 @@ class LocalCluster:
         self.env = dict(env or {})
         self.python = python
         self.log_level = log_level
+        # [cluster] name; None writes no [cluster] table (a node of a release before it
+        # refuses the table: the rolling-upgrade test runs the previous release's nodes)
+        self.cluster_name = cluster_name
         self.password: str | None = secrets.token_hex(16)
         self.nodes: list[LocalNode] = []
         self.retired: list[LocalNode] = []  # removed from the cluster (cluster/dev/joining.py)
@@ -231,6 +235,8 @@ class LocalCluster:
         if self.storage:
             lines += ["", "[storage]"]
             lines += [f"{key} = {toml_value(value)}" for key, value in self.storage.items()]
+        if self.cluster_name is not None:
+            lines += ["", "[cluster]", f"name = {toml_value(self.cluster_name)}"]
         return "\n".join(lines) + "\n"
 
     # -- processes -------------------------------------------------------------------------

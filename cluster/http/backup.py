@@ -3,8 +3,11 @@
 The node makes a snapshot now (PySyncObj's compaction: a forked child serializes the state as
 of one applied entry, so the Raft thread is not held while it is written), waits until a
 snapshot covering at least every entry applied when the request came is current, and streams
-that file. The open file is what is sent: a newer snapshot made current meanwhile replaces the
-name, not the bytes being read. Reads happen off the event loop.
+that file, its headers naming its index, term and the cluster whose node wrote it (the body's
+first key, `cluster_name_in`; "unknown" for a snapshot of a release before cluster names,
+which a follower may hold until its next compaction). The open file is what is sent: a newer
+snapshot made current meanwhile replaces the name, not the bytes being read. Reads happen off
+the event loop.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from aiohttp import web
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import HttpError, requires, services
 from raftcron.cluster.storage.raftlog import LogDamaged
-from raftcron.cluster.storage.snapshots import read_header
+from raftcron.cluster.storage.snapshots import cluster_name_in, read_header
 
 CHUNK_BYTES = 256 * 1024
 
@@ -49,6 +52,7 @@ async def get_backup(request: web.Request) -> web.Response | web.StreamResponse:
             "Content-Disposition": f'attachment; filename="raftcron-{index}.snapshot"',
             "X-Raftcron-Snapshot-Index": str(index),
             "X-Raftcron-Snapshot-Term": str(term),
+            "X-Raftcron-Cluster-Name": cluster_name_in(chunk) or "unknown",
             "X-Raftcron-Node": node.config.node_id,
         })
         await response.prepare(request)

@@ -82,6 +82,7 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
     role = metrics.RAFT_ROLES.get(status.get("state", 0), "follower")
     return {
         "node": config.node_id,
+        "cluster_name": config.cluster_name,
         "role": role,
         "leader": node.leader_id(),
         "term": node.term,

@@ -54,7 +54,7 @@ class RaftStorage(os.PathLike[str]):
                  disk: Disk | None = None, segment_bytes_max: int = SEGMENT_BYTES_MAX,
                  on_fatal: Callable[[str], None] = _raise,
                  monotonic: Callable[[], float] = time.monotonic,
-                 rejoin_empty: bool = False) -> None:
+                 rejoin_empty: bool = False, cluster_name: str | None = None) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
         self.directory = os.fspath(directory)
@@ -69,7 +69,8 @@ class RaftStorage(os.PathLike[str]):
             self.log = RaftLog(self.directory, durable=durable, disk=self.disk,
                                segment_bytes_max=segment_bytes_max)
             self.snapshots = SnapshotStore(self.directory, source, durable=durable, fork=fork,
-                                           disk=self.disk, inherited_fds=self._fds_to_close)
+                                           disk=self.disk, inherited_fds=self._fds_to_close,
+                                           cluster_name=cluster_name)
             self.snapshots.cluster_at = self.voters_at
             self._log_load_report()
             reconcile(self.log, self.snapshots.current, self.snapshots.path)

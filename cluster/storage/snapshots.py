@@ -2,11 +2,14 @@
 
 The file (``snapshot``): a fixed header (magic, format version, the index and term of the last
 entry it covers, the body's length and crc32, the header's own crc32) and a zlib body holding
-msgpack ``{"prev", "last", "cluster", "state", "members"}``: the two log entries PySyncObj
-keeps at the start of a compacted log, the voters (Raft addresses) as of its last entry, the
-state machine's own snapshot bytes and its member book (cluster/membership/book.py; absent
-from snapshots written before it, which load as an empty book: a new key that older releases
-ignore needs no new format version).
+msgpack ``{"cluster_name", "prev", "last", "cluster", "state", "members"}``: the name of the
+cluster whose node wrote it (`[cluster] name`; the body's first key, so that a file's first
+bytes tell it without the state being decompressed: `cluster_name_in`), the two log entries
+PySyncObj keeps at the start of a compacted log, the voters (Raft addresses) as of its last
+entry, the state machine's own snapshot bytes and its member book
+(cluster/membership/book.py). The name and the book are absent from snapshots written before
+them, which load as an unknown name (None) and an empty book: a new key that older releases
+ignore needs no new format version.
 
 Rules this module keeps (DESIGN.md §8.1; research/audit-wave2.md finding 1, S1, S2):
 - A snapshot is written to ``snapshot.<index>.tmp`` by a forked child (a copy-on-write image
@@ -66,6 +69,7 @@ _HEAD = struct.Struct("<20sIQQQI")  # magic, version, index, term, body bytes, b
 _HEAD_CRC = struct.Struct("<I")
 HEADER_BYTES = _HEAD.size + _HEAD_CRC.size
 CHUNK_BYTES = 1 << 20
+NAME_PREFIX_BYTES = 256  # decompressed bytes that hold the body's map header and first key
 _CHUNK_HEAD = struct.Struct("<QQQQ")  # snapshot index, term, offset of this chunk, total bytes
 PR_SET_PDEATHSIG = 1
 WRITER_REAP_S = 2.0  # how long a stop waits for the killed snapshot writer to be gone
@@ -89,6 +93,7 @@ class Snapshot:
     cluster: list[str]
     state: bytes
     members: Any = None  # the member book, as the source's snapshot_members() gave it
+    cluster_name: str | None = None  # None: written before cluster names
 
 
 def encode(snapshot_index: int, term: int, body: dict[str, Any]) -> Iterator[bytes]:
@@ -137,11 +142,32 @@ def decode(data: bytes, path: str) -> Snapshot:
         prev, last = _entry(fields["prev"]), _entry(fields["last"])
         cluster, state = [str(member) for member in fields["cluster"]], bytes(fields["state"])
         members = fields.get("members")
+        cluster_name = fields.get("cluster_name")
+        if cluster_name is not None and not isinstance(cluster_name, str):
+            raise TypeError(f"cluster_name is {type(cluster_name).__name__}, not a string")
     except (ValueError, KeyError, TypeError, zlib.error) as error:
         raise LogDamaged(path, f"has a snapshot body that does not decode ({error})") from None
     if last[1] != index or last[2] != term or prev[1] != index - 1:
         raise LogDamaged(path, f"says index {index} term {term}, its entries say otherwise")
-    return Snapshot(index, term, prev, last, cluster, state, members)
+    return Snapshot(index, term, prev, last, cluster, state, members, cluster_name)
+
+
+def cluster_name_in(data: bytes) -> str | None:
+    """The cluster name of a snapshot file from its first bytes (at least its header and a
+    few hundred more), without reading the rest; None when the body does not begin with one
+    (written before cluster names) or those bytes do not decode (`check` says why)."""
+    try:
+        prefix = zlib.decompressobj().decompress(memoryview(data)[HEADER_BYTES:],
+                                                 NAME_PREFIX_BYTES)
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(prefix)
+        unpacker.read_map_header()
+        if unpacker.unpack() != "cluster_name":
+            return None
+        name = unpacker.unpack()
+    except (zlib.error, ValueError, msgpack.UnpackException):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _entry(value: Any) -> LogEntry:
@@ -167,8 +193,10 @@ def _prepare_child(parent_pid: int, close_fds: list[int]) -> None:
 class SnapshotStore:
     def __init__(self, directory: str, source: SnapshotSource, *, durable: bool = True,
                  fork: bool = True, disk: Disk | None = None,
-                 inherited_fds: Callable[[], list[int]] | None = None) -> None:
+                 inherited_fds: Callable[[], list[int]] | None = None,
+                 cluster_name: str | None = None) -> None:
         self.directory = directory
+        self.cluster_name = cluster_name  # written into every snapshot this node makes
         self.source = source
         self.durable = durable  # the log's mode; a snapshot is synced in either (see above)
         self.fork = fork
@@ -331,7 +359,9 @@ class SnapshotStore:
         # compressed as they come, never joined.
         pieces = getattr(self.source, "snapshot_pieces", None)
         state = compress.Pieces(pieces()) if pieces is not None else self.source.snapshot_bytes()
-        body = {"prev": list(prev), "last": list(last), "cluster": cluster, "state": state}
+        body: dict[str, Any] = {} if self.cluster_name is None else {
+            "cluster_name": self.cluster_name}  # first: see cluster_name_in
+        body |= {"prev": list(prev), "last": list(last), "cluster": cluster, "state": state}
         members = getattr(self.source, "snapshot_members", None)
         if members is not None:
             body["members"] = members()
@@ -367,7 +397,8 @@ class SnapshotStore:
             log.error("snapshot not made current: %s", error, extra={"action": "snapshot_failed"})
             self._discard(path)
             return SERIALIZER_STATE.FAILED, serialize_id
-        self.current = Snapshot(last[1], last[2], prev, last, cluster, b"")
+        self.current = Snapshot(last[1], last[2], prev, last, cluster, b"",
+                                cluster_name=self.cluster_name)
         took_s = round(time.monotonic() - self._started, 3)
         log.info("snapshot at index %d term %d is current (%d bytes, %.2f s since it began)",
                  last[1], last[2], len(data), took_s,

@@ -582,6 +582,7 @@ def test_a_spec_preview_answer_matches_the_document(node: LiveNode) -> None:
 def test_cluster_events_audits_and_health_answers_match_the_document(node: LiveNode) -> None:
     _, cluster = call(node, "GET", "/v1/cluster")
     assert (cluster["role"], cluster["leader"], cluster["ready"]) == ("leader", "n1", True)
+    assert cluster["cluster_name"] == "raftcron"  # the default: its config names none
     assert call(node, "GET", "/v1/events?cursor=0&limit=5")[0] == 200
     status, audit = call(node, "POST", "/v1/cluster/audits")
     assert status == 201

@@ -1,5 +1,6 @@
 """Backup from a live cluster, restore into a new one (DESIGN.md §8.4): the same jobs and
-schedules, every restored member agreeing; a damaged file or a used data dir is refused."""
+schedules, every restored member agreeing, the backup naming the cluster it came from; a
+damaged file or a used data dir is refused."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ from typing import Any
 import pytest
 
 from raftcron.cluster import backup, cli
+from raftcron.cluster.client import Client
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 from raftcron.cluster.storage.snapshots import SNAPSHOT_NAME
 
 
 def test_backup_then_restore_into_a_new_cluster_keeps_every_job_and_schedule(
-    cluster: LocalCluster, cluster_factory: Any, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    cluster_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    cluster = cluster_factory.open(cluster_name="prod")
     leader = cluster.leader()
     submitted = []
     for n in range(20):
@@ -61,14 +63,25 @@ def test_backup_then_restore_into_a_new_cluster_keeps_every_job_and_schedule(
     assert info["schedules"] == 1 and info["jobs"] >= 20 + len(before_backup) >= 25
     assert out.stat().st_size == info["size_bytes"]
     assert not Path(str(out) + ".partial").exists()
+    # The backup names the cluster it came from: in its body (what the command prints), in
+    # the answer's header, and in words for a person.
+    assert info["cluster_name"] == "prod"
+    with Client(connect) as client:
+        served = client.download_backup(str(tmp_path / "again.backup"))
+    assert served["cluster_name"] == "prod"
+    assert cli.main(["backup", "--out", str(tmp_path / "again.backup"), "--connect", connect]) == 0
+    assert "backup of cluster prod from n" in capsys.readouterr().out
 
-    fresh = LocalCluster(tmp_path / "restored", nodes=3, raft=FAST_RAFT)
+    # Restored into a cluster of another name: allowed (a clone), and said plainly.
+    fresh = LocalCluster(tmp_path / "restored", nodes=3, raft=FAST_RAFT, cluster_name="staging")
     cluster_factory.clusters.append(fresh)
     for node in fresh.configure():
         code = cli.main(["restore", "--from", str(out), "--config", str(node.config_path)])
         printed, err = capsys.readouterr()
         assert code == 0, err
         assert f"at log index {info['index']}" in printed
+        assert "of cluster staging from a backup of cluster prod" in printed
+        assert "note: the backup is of cluster prod" in printed
     for node in fresh.configure():  # each member holds the backup's state, byte for byte
         written = (node.data_dir / SNAPSHOT_NAME).read_bytes()
         _, restored_info = backup.check(written, str(node.data_dir))
@@ -88,6 +101,7 @@ def test_backup_then_restore_into_a_new_cluster_keeps_every_job_and_schedule(
     assert len(restored) == info["jobs"]  # exactly the state the file held
     status, schedule, _ = fresh.request(fresh.leader(), "GET", "/v1/schedules/nightly")
     assert status == 200 and schedule["spec"]["cron"] == "0 3 * * *"
+    assert fresh.request(fresh.leader(), "GET", "/v1/cluster")[1]["cluster_name"] == "staging"
     # The new cluster takes writes, and its members agree on every entry.
     status, _, _ = fresh.request(fresh.leader(), "POST", "/v1/jobs", {"task": "after"})
     assert status == 201

@@ -5,7 +5,9 @@ node of this release rejoins empty from a leader of the previous one, and the ot
 round) and loads its own data dir written by the other. At the end: nothing acknowledged is
 lost and every member's digest is equal.
 
-Slow (a wheel build, about a minute of cluster): it runs with `make upgrade`, not `make test`
+A wheel build (pip fetches the build backend from PyPI) and a cluster, 10-30 s: `make
+integration` runs it with the other process tests, so `make test` and CI do (CI's clone has the
+commit: it clones the whole history); `make upgrade` runs it alone, printing its figures
 (marker `upgrade`). `PREVIOUS_RELEASE` names the commit; move it on at each release.
 """
 

@@ -1,6 +1,7 @@
 """The versioning rule for snapshots (README, "Upgrading"): a snapshot of a newer format than
 this release reads is refused with both versions named; a key that older releases ignore needs
-no new version, and a snapshot without it (written by the previous release) still loads."""
+no new version, and a snapshot without it (written by the previous release) still loads (the
+member book as an empty one, the cluster name as unknown)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,20 @@ def test_the_member_book_is_a_new_key_read_when_present_and_empty_when_absent() 
     fields = msgpack.unpackb(zlib.decompress(snapshot_file(body(members=book.to_wire()))[
         snapshots.HEADER_BYTES:]), raw=False)
     assert {"prev", "last", "cluster", "state"} <= set(fields)
+
+
+def test_the_cluster_name_is_a_new_key_read_when_present_and_unknown_when_absent() -> None:
+    previous_release = snapshot_file(body())
+    assert snapshots.decode(previous_release, "snap").cluster_name is None
+    assert snapshots.cluster_name_in(previous_release) is None
+    this_release = snapshot_file({"cluster_name": "staging", **body()})
+    assert snapshots.decode(this_release, "snap").cluster_name == "staging"
+    assert snapshots.cluster_name_in(this_release[:snapshots.HEADER_BYTES + 512]) == "staging"
+    # What an older reader takes from the body is unchanged by the new key.
+    fields = msgpack.unpackb(zlib.decompress(this_release[snapshots.HEADER_BYTES:]), raw=False)
+    assert {"prev", "last", "cluster", "state"} <= set(fields)
+    # A name that is not a string is damage, named as such; bytes that are not a snapshot
+    # body tell no name.
+    with pytest.raises(LogDamaged, match="cluster_name"):
+        snapshots.decode(snapshot_file({"cluster_name": 7, **body()}), "snap")
+    assert snapshots.cluster_name_in(b"x" * (snapshots.HEADER_BYTES + 40)) is None

@@ -191,6 +191,25 @@ def test_a_snapshot_sent_in_chunks_arrives_whole_and_is_loaded(
     assert disk.listdir("/a") == ["snapshot"]
 
 
+def test_a_snapshot_names_the_cluster_of_the_node_that_wrote_it_wherever_it_goes(
+        disk: SimDisk) -> None:
+    """Written with the node's [cluster] name, read back at start, sent to a follower, and
+    told by the file's first bytes (what a backup's header says) as by the whole file."""
+    store = SnapshotStore("/b", Source(random.Random(0).randbytes(2_000)), fork=False,
+                          disk=disk, cluster_name="prod-eu")
+    store.serialize(serialized(10, 2), 9)
+    assert store.checkSerializing() == (SERIALIZER_STATE.SUCCESS, 9)
+    assert store.current is not None and store.current.cluster_name == "prod-eu"
+    data = disk.read("/b/snapshot")
+    assert snapshots.decode(data, "/b/snapshot").cluster_name == "prod-eu"
+    assert snapshots.cluster_name_in(data[:snapshots.HEADER_BYTES + 1024]) == "prod-eu"
+    again = store_on(disk, "/b")
+    assert again.current is not None and again.current.cluster_name == "prod-eu"
+    follower = store_on(disk, "/a")  # a follower keeps the leader's file as it is
+    assert transfer(store, follower) is True
+    assert follower.current is not None and follower.current.cluster_name == "prod-eu"
+
+
 def test_a_snapshot_damaged_in_transfer_is_refused_and_not_installed(
         disk: SimDisk, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshots, "CHUNK_BYTES", 64)
