@@ -69,6 +69,11 @@ def _refuse_processes(monkeypatch, nodeid: str) -> None:
 
 import pytest  # noqa: E402  (below the hypothesis profiles, which must load first)
 
+# croniter's import asks platform.architecture(), which runs the `file` command: a unit test
+# whose code path imports the cron parser first (the node command, the CLI) then "started a
+# process" under the tier guard, or not, depending on which test of the worker ran before it.
+import raftcron.scheduler.cronexpr  # noqa: E402, F401
+
 
 @pytest.fixture(autouse=True)
 def _tier_guard(request: pytest.FixtureRequest):

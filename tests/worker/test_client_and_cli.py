@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import backup  # noqa: F401  (croniter's import runs `file`: before the tier guard)
 from raftcron.cluster import cli as raftcron_cli
 from raftcron.cluster.client import ApiError, AsyncClient, Unavailable, normalize_urls
 from raftcron.cluster.worker import cli
