@@ -316,9 +316,7 @@ async def _until_waiting(
         for url in target.urls:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with target.session.get(url + "/metrics") as answer:
-                    for line in (await answer.text()).splitlines():
-                        if line.startswith("raftcron_claims_waiting"):
-                            waiting += int(float(line.rsplit(" ", 1)[1]))
+                    waiting += int(_sample(await answer.text(), "raftcron_claims_waiting"))
         if waiting >= workers:
             return
         await asyncio.sleep(0.05)
@@ -330,10 +328,15 @@ async def _succeeded(target: Target, queue: str) -> int:
     code, text = await _metrics(target)
     if code != 200:
         return 0
+    return int(_sample(text, "raftcron_jobs_succeeded_total", f'queue="{queue}"'))
+
+
+def _sample(text: str, name: str, label: str = "") -> float:
+    """The value of the first sample of metric `name` whose labels hold `label` (0 if none)."""
     for line in text.splitlines():
-        if line.startswith("raftcron_jobs_succeeded_total{") and f'queue="{queue}"' in line:
-            return int(float(line.rsplit(" ", 1)[1]))
-    return 0
+        if line.startswith((name + "{", name + " ")) and label in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 async def _metrics(target: Target) -> tuple[int, str]:
