@@ -22,6 +22,7 @@ import msgpack
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.flowcommands import FLOW_COMMANDS, FlowCommand
+from raftcron.scheduler.gate import GATE_COMMANDS, GateCommand
 from raftcron.scheduler.notifications import AckNotification, DeleteNotification, PutNotification
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
@@ -508,6 +509,7 @@ Command = (
     | DeleteNotification
     | AckNotification
     | FlowCommand
+    | GateCommand
 )
 
 COMMAND_TYPES: tuple[type[Any], ...] = (
@@ -532,6 +534,7 @@ COMMAND_TYPES: tuple[type[Any], ...] = (
     DeleteNotification,
     AckNotification,
     *FLOW_COMMANDS,
+    *GATE_COMMANDS,  # tags 50-51: scheduler/gate.py
 )
 BY_TAG: dict[int, type[Any]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(BY_TAG) == len(COMMAND_TYPES), "a command tag is used twice"

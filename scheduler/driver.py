@@ -25,8 +25,10 @@ from raftcron.scheduler.commands import (
 )
 from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.frozen import readable
+from raftcron.scheduler.gate import Finalize, PutSettings
 from raftcron.scheduler.jobs import Job
 from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.settings import Settings, parse_section
 from raftcron.scheduler.specs import JobSpec
 from raftcron.scheduler.state import SchedulerState
 
@@ -117,3 +119,10 @@ class Driver:
     def put_schedule(self, name: str, **fields: Any) -> dict[str, Any]:
         fields.setdefault("job", {"task": "noop"})
         return self.ok(PutSchedule(self.request_id(), name, ScheduleSpec.parse(fields)))
+
+    def finalize(self, **settings: Any) -> dict[str, Any]:
+        """Open the upgrade gate (scheduler/gate.py) with these settings (API shapes)."""
+        return self.ok(Finalize(self.request_id(), settings=Settings.parse(settings)))
+
+    def put_settings(self, section: str, value: dict[str, Any]) -> dict[str, Any]:
+        return self.ok(PutSettings(self.request_id(), section, parse_section(section, value)))

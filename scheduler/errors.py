@@ -28,6 +28,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "request_id_reused": 409,
     "not_ready": 503,
     "busy": 503,
+    "not_finalized": 409,
+    "state_full": 507,
 }
 
 
@@ -60,6 +62,7 @@ class Rejected:
     code: str
     message: str
     field: str | None = None
+    details: dict[str, Any] | None = None  # more fields of the error body (state_full's figures)
 
     @property
     def ok(self) -> bool:

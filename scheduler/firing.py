@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Protocol
 
-from raftcron.scheduler import events, limits, parse
+from raftcron.scheduler import events, limits, parse, retention, sizes
 from raftcron.scheduler.calendar import At
 from raftcron.scheduler.commands import (
     BackfillSchedule,
@@ -30,7 +30,14 @@ from raftcron.scheduler.commands import (
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import REPLACED, Job, Workflow, stable_hash
-from raftcron.scheduler.schedules import Schedule, fire_times_between, plan_fires
+from raftcron.scheduler.requests import answer_bytes
+from raftcron.scheduler.schedules import (
+    Schedule,
+    fire_times_between,
+    plan_fires,
+    spec_wire_bytes,
+)
+from raftcron.scheduler.settings import Settings
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.store import JobTable
 
@@ -46,6 +53,14 @@ class FiringState(Protocol):
     schedules: dict[str, Schedule]
     schedule_heap: list[tuple[int, str]]  # (next_fire_ms, name), cleaned lazily
     pending_schedules: dict[str, None]
+    settings: Settings
+    schedules_bytes: int
+    keys_forgotten_ms: int
+
+    @property
+    def finalized(self) -> bool: ...
+
+    def state_bytes(self) -> int: ...
 
     def count(self, name: str, label: str, by: int = 1) -> None: ...
 
@@ -72,6 +87,7 @@ def apply_schedule_command(state: FiringState, command: Command) -> Result:
         case DeleteSchedule():
             schedule = _get(state, command.name)
             del state.schedules[schedule.name]
+            state.schedules_bytes -= sizes.schedule_bytes(schedule.spec_bytes)
             state.pending_schedules.pop(schedule.name, None)
             return Ok({})
         case PauseSchedule():
@@ -110,9 +126,13 @@ def _put(state: FiringState, command: PutSchedule) -> Result:
             command.name, command.spec, state.now_ms
         )
         state.pending_schedules[command.name] = None
+        state.schedules_bytes += sizes.schedule_bytes(schedule.spec_bytes)
     else:
         same_timing = schedule.spec.same_timing(command.spec)
+        state.schedules_bytes -= sizes.schedule_bytes(schedule.spec_bytes)
         schedule.spec = command.spec
+        schedule.spec_bytes = spec_wire_bytes(command.spec)
+        state.schedules_bytes += sizes.schedule_bytes(schedule.spec_bytes)
         schedule.updated_ms = state.now_ms
         was_paused, schedule.paused = schedule.paused, command.spec.paused
         if not same_timing or (was_paused and not schedule.paused):
@@ -239,6 +259,14 @@ def fire(
         if manual
         else parse.fire_key(schedule.name, fire_time_ms)
     )
+    if state.finalized and retention.check_room(state, sizes.fire_bytes(schedule.spec, key)):
+        # A trigger or a backfill checked before it came here: this is the clock's (or a
+        # buffered) fire, which is never dropped silently (DESIGN.md §9.1).
+        schedule.misfires_state_full += 1
+        state.emit(events.MISFIRED, schedule=schedule.name, missed=1, fired=0,
+                   policy=schedule.spec.misfire, reason="state_full",
+                   fire_time_ms=fire_time_ms)
+        return None
     return _create_work(state, schedule, fire_time_ms, key)
 
 
@@ -291,6 +319,12 @@ def job_finished(state: FiringState, job: Job) -> None:
 
 def _trigger(state: FiringState, command: TriggerSchedule) -> Result:
     schedule = _get(state, command.name)
+    if state.finalized:
+        key = parse.manual_fire_key(schedule.name, state.next_job_id)
+        need_bytes = sizes.fire_bytes(schedule.spec, key) + answer_bytes(command.request_id, 1)
+        refused = retention.check_room(state, need_bytes)
+        if refused is not None:
+            return refused
     policy = schedule.spec.overlap
     if (
         schedule.active
@@ -311,13 +345,21 @@ def _trigger(state: FiringState, command: TriggerSchedule) -> Result:
 
 def _backfill(state: FiringState, command: BackfillSchedule) -> Result:
     schedule = _get(state, command.name)
-    oldest_ms = state.now_ms - limits.RETENTION_MS_DEFAULT
+    # Fire keys created at or before this may be forgotten: a backfill must start after it
+    # (a time fires at or before its key is created, so one after it has its key).
+    oldest_ms = (state.keys_forgotten_ms if state.finalized
+                 else state.now_ms - limits.RETENTION_MS_DEFAULT)
     if command.from_ms <= oldest_ms:
         # Whether an older time fired is no longer known: a fire key is forgotten once it was
         # created at or before now - retention, and a time fires at or before its key's creation.
+        reach = (
+            f"{(state.now_ms - oldest_ms) // limits.HOUR_MS} hours"
+            if state.finalized
+            else f"{RETENTION_DAYS} days"
+        )
         return Rejected(
             "invalid",
-            f"from_ms: a backfill reaches back less than {RETENTION_DAYS} days (from_ms > "
+            f"from_ms: a backfill reaches back less than {reach} (from_ms > "
             f"{oldest_ms}), as long as the cluster remembers which times fired",
             "from_ms",
         )
@@ -334,6 +376,16 @@ def _backfill(state: FiringState, command: BackfillSchedule) -> Result:
             "backfill a shorter range",
             "to_ms",
         )
+    if state.finalized:  # all or nothing: room for every time that has not fired
+        need = sum(
+            sizes.fire_bytes(schedule.spec, parse.fire_key(schedule.name, fire_time_ms))
+            for fire_time_ms in times
+            if not state.table.remembers_key(parse.fire_key(schedule.name, fire_time_ms))
+        )
+        need += answer_bytes(command.request_id, len(times))
+        refused = retention.check_room(state, need) if need else None
+        if refused is not None:
+            return refused
     out: list[list[int | bool | None]] = []
     for fire_time_ms in times:
         key = parse.fire_key(schedule.name, fire_time_ms)

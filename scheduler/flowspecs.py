@@ -101,7 +101,7 @@ class UniqueSpec:
                 data.get("period_ms", limits.KEY_WINDOW_MS_DEFAULT),
                 _within(where, "period_ms"),
                 low=1,
-                high=limits.UNIQUE_PERIOD_MS_MAX,
+                high=limits.UNIQUE_PERIOD_PARSE_MS_MAX,
             ),
             on_conflict=parse.choice(
                 data.get("on_conflict", "ignore"), _within(where, "on_conflict"), ON_CONFLICT

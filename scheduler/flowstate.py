@@ -16,6 +16,7 @@ from raftcron.scheduler.errors import Result
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import Job
 from raftcron.scheduler.queues import QueueControl
+from raftcron.scheduler.settings import Settings
 from raftcron.scheduler.specs import JobSpec
 from raftcron.scheduler.store import JobTable
 
@@ -26,6 +27,10 @@ class FlowState(Protocol):
     next_job_id: int
     table: JobTable
     queues: dict[str, QueueControl]
+    settings: Settings
+
+    @property
+    def finalized(self) -> bool: ...
 
     def count(self, name: str, label: str, by: int = 1) -> None: ...
 

@@ -24,7 +24,7 @@ from raftcron.scheduler import jobs as j
 from raftcron.scheduler.jobs import Attempt, Job
 from raftcron.scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
-_READABLE = frozenset(Job.__slots__) | {"current_attempt"}
+_READABLE = (frozenset(Job.__slots__) - {"counted"}) | {"current_attempt"}
 
 
 class FrozenJob:
@@ -218,6 +218,7 @@ def job_from_list(item: list[Any]) -> Job:
         job.concurrency_key, job.concurrency_max = extra[0], extra[1]
     else:
         job.concurrency_key, job.concurrency_max = None, 0
+    job.counted = 0  # the table counts it when it takes it
     return job
 
 

@@ -8,7 +8,9 @@ The checks read everything (O(n)): for tests and audits, not for the hot path.
 from __future__ import annotations
 
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler import sizes
 from raftcron.scheduler.frozen import FrozenJob, readable
+from raftcron.scheduler.schedules import spec_wire_bytes
 from raftcron.scheduler.state import SchedulerState
 
 
@@ -18,6 +20,7 @@ def violations(state: SchedulerState) -> list[str]:
     problems += _index_rules(state)
     problems += _flow_rules(state)
     problems += _schedule_rules(state)
+    problems += _size_rules(state)
     return problems
 
 
@@ -208,4 +211,55 @@ def _schedule_rules(state: SchedulerState) -> list[str]:
     for name in state.pending_schedules:
         if name not in state.schedules:
             out.append(f"pending schedule {name!r} does not exist")
+    return out
+
+
+def _size_rules(state: SchedulerState) -> list[str]:
+    """The memory model's running counts equal a count from scratch; the retention index
+    holds a valid entry for every finished job and counts them right; once finalized, the
+    state is within its budget unless nothing finished is left to evict."""
+    out = []
+    table = state.table
+    total = finished_bytes = 0
+    by_queue: dict[str, int] = {}
+    finished_counts: dict[tuple[str, str], int] = {}
+    entries = {(where, entry) for where, fifo in table.finished.fifos.items() for entry in fifo}
+    for record in table:
+        size = sizes.job_bytes(record)
+        if isinstance(record, j.Job) and record.counted != size:
+            out.append(f"job {record.id}: counted {record.counted} bytes, its record is {size}")
+        total += size
+        by_queue[record.queue] = by_queue.get(record.queue, 0) + size
+        if record.final:
+            finished_bytes += size
+            where = (record.status, record.queue)
+            finished_counts[where] = finished_counts.get(where, 0) + 1
+            if (where, (record.finished_ms, record.id)) not in entries:
+                out.append(f"job {record.id}: finished but not in the retention index")
+    for name, counted, kept in (
+        ("job bytes", total, table.bytes),
+        ("finished bytes", finished_bytes, table.finished_bytes),
+        ("bytes by queue", by_queue, table.bytes_by_queue),
+        ("finished counts", finished_counts, table.finished.counts),
+        ("key bytes", sum(sizes.key_bytes(key) for key in table.keys), table.key_bytes),
+        ("schedule bytes",
+         sum(sizes.schedule_bytes(spec_wire_bytes(s.spec)) for s in state.schedules.values()),
+         state.schedules_bytes),
+        ("workflow bytes",
+         sum(sizes.WORKFLOW_BYTES + sizes.WORKFLOW_NODE_BYTES * len(w.job_ids)
+             for w in state.workflows.values()),
+         state.workflows_bytes),
+    ):
+        if counted != kept:
+            out.append(f"{name}: kept {kept}, the records say {counted}")
+    totals = {status: 0 for status in j.FINAL}
+    for (status, _), count in finished_counts.items():
+        totals[status] += count
+    if totals != table.finished.totals:
+        out.append(f"finished totals: kept {table.finished.totals}, the records say {totals}")
+    if state.finalized and state.state_bytes() > state.settings.budget.bytes \
+            and table.finished_bytes and not state.retention_pending:
+        out.append(f"state of {state.state_bytes()} bytes over its budget "
+                   f"{state.settings.budget.bytes} with {table.finished_bytes} bytes of "
+                   "finished jobs left to evict")
     return out

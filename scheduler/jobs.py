@@ -90,6 +90,7 @@ class Job:
         "children",
         "concurrency_key",
         "concurrency_max",
+        "counted",
         "created_ms",
         "depends_on",
         "error",
@@ -153,6 +154,7 @@ class Job:
         # At most concurrency_max running jobs hold concurrency_key at once (scheduler.keyslots).
         self.concurrency_key: str | None = None
         self.concurrency_max = 0
+        self.counted = 0  # its bytes in the memory model, as the table counted them last
 
     def add_child(self, child_id: int) -> None:
         if self.children is None:

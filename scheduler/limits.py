@@ -84,7 +84,10 @@ RETENTION_MS_DEFAULT = 7 * DAY_MS  # finished jobs
 KEY_WINDOW_MS_DEFAULT = 1 * DAY_MS  # idempotency keys
 # A `unique` period reaches back at most as far as the job retention: a unique key is
 # remembered as long as its period (fire keys' retention when that is past the key window).
+# Before the cluster is finalized that is the 7-day constant; after, the longest retention
+# setting (at most 30 days: scheduler/settings.py), which the state checks at apply time.
 UNIQUE_PERIOD_MS_MAX = RETENTION_MS_DEFAULT
+UNIQUE_PERIOD_PARSE_MS_MAX = 30 * DAY_MS
 REQUEST_WINDOW_MS = (
     1 * HOUR_MS
 )  # request ids: retries of an indeterminate write come within seconds

@@ -107,3 +107,11 @@ class RequestLog:
 
 def _entry_bytes(request_id: str, packed: bytes) -> int:
     return ENTRY_OVERHEAD_BYTES + len(request_id) + len(packed)
+
+
+def answer_bytes(request_id: str | None, items: int, names_chars: int = 0) -> int:
+    """What remembering a creating command's answer will count, at most: `items` ids and
+    flags (jobs, fires), or names: so the budget's check of the command includes it."""
+    if request_id is None:
+        return 0
+    return ENTRY_OVERHEAD_BYTES + len(request_id) + 64 + 32 * items + names_chars

@@ -35,6 +35,7 @@ class Schedule:
         "fires",
         "misfire_skipped",
         "misfires",
+        "misfires_state_full",
         "misfires_truncated",
         "name",
         "next_fire_ms",
@@ -42,12 +43,16 @@ class Schedule:
         "paused",
         "recent_fires",
         "spec",
+        "spec_bytes",
         "updated_ms",
     )
 
-    def __init__(self, name: str, spec: ScheduleSpec, now_ms: int) -> None:
+    def __init__(self, name: str, spec: ScheduleSpec, now_ms: int,
+                 spec_bytes: int | None = None) -> None:
         self.name = name
         self.spec = spec
+        # The encoded size of its spec, for the memory model (scheduler/sizes.py).
+        self.spec_bytes = spec_wire_bytes(spec) if spec_bytes is None else spec_bytes
         self.created_ms = now_ms
         self.updated_ms = now_ms
         self.paused = spec.paused
@@ -58,6 +63,7 @@ class Schedule:
         self.misfire_skipped = 0  # due times not fired because of the misfire policy
         self.misfires_truncated = False  # an outage too long to count every missed time
         self.overlap_skipped = 0  # fires skipped because an earlier run was still active
+        self.misfires_state_full = 0  # fires refused for want of room (state budget)
         # (fire_time_ms, job id), newest last. A list, and `finished` is made on first use: an
         # empty deque costs 624 bytes, two of them were most of a schedule's memory.
         self.recent_fires: list[tuple[int, int]] = []
@@ -259,6 +265,9 @@ def schedule_snapshot(schedule: Schedule, wires: dict[int, Any] | None = None) -
         [list(f) for f in schedule.recent_fires],
         None if schedule.buffered is None else list(schedule.buffered),
         list(schedule.finished or ()),
+        # Since finalizing (scheduler/gate.py) only; written only when set, so a state that
+        # never refused a fire writes the rows the previous release reads.
+        *([schedule.misfires_state_full] if schedule.misfires_state_full else []),
     ]
 
 
@@ -269,6 +278,7 @@ def schedule_restore(
     their wire bytes: a spec is a frozen value, so schedules put from one template share one
     (parsing and checking a spec is 90% of a schedule's restore; 100,000 schedules of 1,440
     specs took 2.25 s)."""
+    extra = data[_ROW_FIELDS:]
     (
         name,
         spec_wire,
@@ -285,14 +295,14 @@ def schedule_restore(
         recent,
         buffered,
         finished,
-    ) = data
+    ) = data[:_ROW_FIELDS]
+    packed = msgpack.packb(spec_wire, use_bin_type=True)
     if specs is None:
         spec = ScheduleSpec.from_wire(spec_wire)
     else:
-        packed = msgpack.packb(spec_wire, use_bin_type=True)
         found = specs.get(packed)
         spec = specs[packed] = ScheduleSpec.from_wire(spec_wire) if found is None else found
-    schedule = Schedule(name, spec, created_ms)
+    schedule = Schedule(name, spec, created_ms, len(packed))
     schedule.updated_ms = updated_ms
     schedule.paused = paused
     schedule.cursor_ms = cursor_ms
@@ -305,4 +315,14 @@ def schedule_restore(
     schedule.recent_fires.extend((f[0], f[1]) for f in recent[-limits.RECENT_FIRES_KEPT :])
     schedule.buffered = None if buffered is None else (buffered[0], buffered[1])
     schedule.finished = deque(finished) if finished else None
+    if extra:
+        schedule.misfires_state_full = extra[0]
     return schedule
+
+
+_ROW_FIELDS = 15  # a schedule's row as the previous release writes it; later fields follow
+
+
+def spec_wire_bytes(spec: ScheduleSpec) -> int:
+    """The encoded size of a schedule's spec: what its record counts beyond a fixed overhead."""
+    return len(msgpack.packb(spec.to_wire(), use_bin_type=True))

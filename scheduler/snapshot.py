@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import STATUS, FrozenJob, job_from_list, row
 from raftcron.scheduler.jobs import Job, Workflow
@@ -28,6 +29,14 @@ from raftcron.scheduler.queues import QueueControl
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import schedule_restore, schedule_snapshot
 from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.settings import Settings
+from raftcron.scheduler.sizes import (
+    FROZEN_JOB_BYTES,
+    WORKFLOW_BYTES,
+    WORKFLOW_NODE_BYTES,
+    key_bytes,
+    schedule_bytes,
+)
 from raftcron.scheduler.state import SchedulerState
 
 # 2: a job is a row with its packed record (scheduler/frozen.py), and request-id answers are
@@ -109,11 +118,20 @@ def _sections(state: SchedulerState) -> dict[str, Any]:
         sections["keyed"] = True
     if state.notifications.in_use:
         sections["notifications"] = state.notifications.to_list()
+    if state.finalized:
+        # The upgrade gate opened (scheduler/gate.py): a release before it refuses this
+        # section, so it cannot join a cluster whose commands it would read otherwise.
+        sections["settings"] = {
+            "level": state.level,
+            "settings": state.settings.to_wire(),
+            "keys_forgotten_ms": state.keys_forgotten_ms,
+            "retention_pending": state.retention_pending,
+        }
     return sections
 
 
 _SNAPSHOT_FIELDS = {1: 14, 2: 14, 3: 15}
-_SECTIONS = frozenset({"queues", "held", "keyed", "notifications"})
+_SECTIONS = frozenset({"queues", "held", "keyed", "notifications", "settings"})
 
 
 def restore(blob: bytes) -> SchedulerState:
@@ -124,6 +142,8 @@ def restore(blob: bytes) -> SchedulerState:
         raise ValueError("the snapshot ends early (truncated)") from None
     except msgpack.UnpackException as error:
         raise ValueError(f"the snapshot does not decode: {error}") from None
+    except Invalid as error:
+        raise ValueError(f"the snapshot's settings section is not valid: {error}") from None
 
 
 def _restore(blob: bytes) -> SchedulerState:
@@ -153,6 +173,7 @@ def _restore(blob: bytes) -> SchedulerState:
     table = state.table
     active: list[Job] = []
     finished: list[tuple[int, int]] = []
+    frozen_by_queue: dict[str, int] = {}  # the memory model's count of the finished jobs
     jobs, count_by_status = table.jobs, table.count_by_status
     names: dict[str, str] = {}  # one string object per queue or schedule name
     # The hot loop of a restore (a million retained jobs): fields are read from the row, never
@@ -168,6 +189,7 @@ def _restore(blob: bytes) -> SchedulerState:
             schedule = None if schedule is None else names.setdefault(schedule, schedule)
             jobs[job_id] = FrozenJob(job_id, status, finished_ms, queue, schedule, record)
             finished.append((finished_ms, job_id))
+            frozen_by_queue[queue] = frozen_by_queue.get(queue, 0) + FROZEN_JOB_BYTES + len(record)
         else:
             job = jobs[job_id] = job_from_list(msgpack.unpackb(record, raw=False))
             active.append(job)
@@ -187,13 +209,17 @@ def _restore(blob: bytes) -> SchedulerState:
     for job in active:
         table.place_restored(job, held=job.id in held)
     finished.sort()
-    table.finished.extend(finished)
-    for _, job_id in finished:
-        status_index = table.by_status.get(jobs[job_id].status)  # succeeded has none
+    table.recount_restored(active, frozen_by_queue)
+    frozen = [jobs[job_id] for _, job_id in finished]
+    table.finished.restored((f.status, f.queue, finished_ms, f.id)
+                            for (finished_ms, _), f in zip(finished, frozen, strict=True))
+    for record in frozen:
+        status_index = table.by_status.get(record.status)  # succeeded has none
         if status_index is not None:
-            status_index[job_id] = None
+            status_index[record.id] = None
     for key, job_id, created_ms, long in keys:
         table.keys[key] = (job_id, created_ms, long)
+        table.key_bytes += key_bytes(key)
     for created_ms, key in sorted((entry[1], key) for key, entry in table.keys.items()):
         (table.fire_key_order if table.keys[key][2] else table.key_order).append((created_ms, key))
     specs: dict[bytes, ScheduleSpec] = {}
@@ -201,6 +227,7 @@ def _restore(blob: bytes) -> SchedulerState:
         schedule = schedule_restore(item[:-1], specs)
         schedule.active.update(dict.fromkeys(item[-1]))
         state.schedules[schedule.name] = schedule
+        state.schedules_bytes += schedule_bytes(schedule.spec_bytes)
         if schedule.next_fire_ms is not None and not schedule.paused:
             state.schedule_heap.append((schedule.next_fire_ms, schedule.name))
     heapq.heapify(state.schedule_heap)
@@ -208,6 +235,7 @@ def _restore(blob: bytes) -> SchedulerState:
     for item in workflows:
         workflow = _workflow_from_list(item)
         state.workflows[workflow.id] = workflow
+        state.workflows_bytes += WORKFLOW_BYTES + WORKFLOW_NODE_BYTES * len(workflow.job_ids)
     state.requests = RequestLog.from_list(requests, packed=version >= 2)
     state.events = EventLog.from_list(event_log)
     state.counters = counters
@@ -217,6 +245,12 @@ def _restore(blob: bytes) -> SchedulerState:
     table.keyed_seen = bool(sections.get("keyed", False))
     if "notifications" in sections:
         state.notifications = Notifications.from_list(sections["notifications"])
+    gate_section = sections.get("settings")
+    if gate_section is not None:
+        state.level = gate_section["level"]
+        state.settings = Settings.parse(gate_section["settings"])
+        state.keys_forgotten_ms = gate_section["keys_forgotten_ms"]
+        state.retention_pending = gate_section["retention_pending"]
     return state
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.flowspecs import ConcurrencySpec, UniqueSpec
@@ -105,6 +107,16 @@ class JobSpec:
     unique: UniqueSpec | None = None
     debounce_ms: int | None = None
     debounce_max_ms: int | None = None
+    # The payload as a job stores it (msgpack), packed once: the budget's check of a submit
+    # and the job it creates both need it. Not part of the value (compare=False).
+    _packed: bytes | None = field(default=None, compare=False, repr=False)
+
+    def packed_payload(self) -> bytes | None:
+        if self.payload is None:
+            return None
+        if self._packed is None:
+            object.__setattr__(self, "_packed", msgpack.packb(self.payload, use_bin_type=True))
+        return self._packed
 
     @classmethod
     def parse(cls, data: object, where: str = "", *, template: bool = False) -> JobSpec:

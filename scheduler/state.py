@@ -14,7 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftcron.scheduler import bulk, claiming, events, firing, limits, queues, uniqueness
+from raftcron.scheduler import (
+    bulk,
+    claiming,
+    events,
+    firing,
+    gate,
+    limits,
+    queues,
+    retention,
+    sizes,
+    uniqueness,
+    workflows,
+)
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.commands import (
     Ack,
@@ -36,6 +48,7 @@ from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.flowcommands import BulkJobs, PauseQueue, PutQueue, ResumeQueue
 from raftcron.scheduler.frozen import FrozenJob
+from raftcron.scheduler.gate import Finalize, PutSettings
 from raftcron.scheduler.jobs import Job, Workflow
 from raftcron.scheduler.notifications import (
     AckNotification,
@@ -45,6 +58,7 @@ from raftcron.scheduler.notifications import (
 )
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import Schedule
+from raftcron.scheduler.settings import Settings
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.store import JobTable
 
@@ -66,6 +80,34 @@ class SchedulerState:
         self.leader: tuple[str, int] | None = None  # (node, term) of the last BeginLeadership
         self.notifications = Notifications()  # webhooks and their outbox
         self.queues: dict[str, queues.QueueControl] = {}  # the queues with limits (queues.py)
+        # The upgrade gate (scheduler/gate.py): below LEVEL_BOUNDED, retention is the 7-day
+        # constant and nothing is refused for space, as in the previous release; `settings`
+        # (retention, budget) take effect from the Finalize that raises it.
+        self.level = gate.LEVEL_BEFORE
+        self.settings = Settings()
+        # Fire keys created at or before this are forgotten (the highest cutoff retention
+        # used since finalizing): how far back a backfill may reach.
+        self.keys_forgotten_ms = 0
+        self.retention_pending = False  # the last Tick left eviction work for the next one
+        self.schedules_bytes = 0  # the memory model's count of the schedules and workflows
+        self.workflows_bytes = 0
+
+    @property
+    def finalized(self) -> bool:
+        """Whether this release's bounded-state behaviour is on (scheduler/gate.py)."""
+        return self.level >= gate.LEVEL_BOUNDED
+
+    def state_bytes(self) -> int:
+        """The state's size in the memory model (scheduler/sizes.py), what the budget bounds."""
+        table = self.table
+        return (
+            table.bytes
+            + table.key_bytes
+            + self.schedules_bytes
+            + self.workflows_bytes
+            + self.requests.bytes
+            + sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox))
+        )
 
     @property
     def clock_started(self) -> bool:
@@ -76,6 +118,8 @@ class SchedulerState:
         """The earliest state time at which a Tick has work to do (a schedule's fire, a delayed
         job or retry becoming due, a lease running out), or None: the leader's ticker sleeps
         until then. The heaps may hold stale entries, so this may be early, never late."""
+        if self.retention_pending:
+            return self.now_ms  # eviction left for the next Tick: at once
         heads = [
             heap[0][0]
             for heap in (self.schedule_heap, self.table.delayed, self.table.leases)
@@ -125,6 +169,11 @@ class SchedulerState:
             if fingerprint is None:
                 fingerprint = command_fingerprint(command)
             self.requests.remember(request_id, command.TAG, fingerprint, result.value, self.now_ms)
+        if self.finalized and isinstance(result, Ok) and not isinstance(command, Tick):
+            # What the command added (its answer in the request table included), evicted
+            # back under the budget; a Tick evicts for itself. A lowered budget can leave
+            # more than one entry's work: the next Ticks do the rest, at once.
+            self.retention_pending |= retention.settle(self)
         return result
 
     def _dispatch(self, command: Command) -> Result:
@@ -154,7 +203,7 @@ class SchedulerState:
                 )
                 return self.ack(ack)
             case SubmitWorkflow():
-                return self._submit_workflow(command.workflow)
+                return workflows.submit(self, command.workflow, command.request_id)
             case CancelJob():
                 return self._cancel(command)
             case RetryJob():
@@ -172,6 +221,8 @@ class SchedulerState:
                 return queues.set_paused(self.queues, command.name, paused, self.now_ms)
             case BulkJobs():
                 return bulk.apply(self, command)
+            case Finalize() | PutSettings():
+                return gate.apply(self, command)
             case _:
                 return firing.apply_schedule_command(self, command)
 
@@ -207,6 +258,11 @@ class SchedulerState:
                         "(unknown, or removed by retention)",
                         f"jobs[{index}].depends_on",
                     )
+        refused = uniqueness.check_periods(self, command.jobs)
+        if refused is None and self.finalized:
+            refused = retention.check_submit(self, command)
+        if refused is not None:
+            return refused
         out: list[list[Any]] = []
         notes: dict[str, list[Any]] = {}  # what `unique` and `debounce` did, by job index
         for index, spec in enumerate(command.jobs):
@@ -238,7 +294,7 @@ class SchedulerState:
         self.next_job_id += 1
         job.key = key
         job.queue = spec.queue
-        job.payload = j.pack(spec.payload)
+        job.payload = spec.packed_payload()
         job.priority = spec.priority
         job.max_attempts = job.attempt_limit = spec.max_attempts
         job.backoff = spec.backoff
@@ -289,20 +345,6 @@ class SchedulerState:
     def _runnable_status(self, job: Job) -> str:
         return j.QUEUED if job.run_at_ms <= self.now_ms else j.SCHEDULED
 
-    def _submit_workflow(self, spec: WorkflowSpec) -> Result:
-        if spec.key is not None:
-            existing = self.table.job_for_key(spec.key)
-            if existing is not None and existing.workflow_id is not None:
-                return Ok(
-                    self._workflow_result(self.workflows[existing.workflow_id], created=False)
-                )
-        workflow = self.create_workflow(spec, key=spec.key)
-        return Ok(self._workflow_result(workflow, created=True))
-
-    def _workflow_result(self, workflow: Workflow, *, created: bool) -> dict[str, Any]:
-        jobs = [[name, job_id] for name, job_id in workflow.job_ids.items()]
-        return {"workflow_id": workflow.id, "jobs": jobs, "created": created}
-
     def create_workflow(
         self,
         spec: WorkflowSpec,
@@ -312,37 +354,8 @@ class SchedulerState:
         fire_time_ms: int | None = None,
         run_at_ms: int | None = None,
     ) -> Workflow:
-        """Create every job of a DAG (already checked acyclic); roots are runnable at once."""
-        workflow = Workflow(self.next_workflow_id, self.now_ms)
-        self.next_workflow_id += 1
-        workflow.key = key
-        workflow.schedule = schedule
-        workflow.fire_time_ms = fire_time_ms
-        self.workflows[workflow.id] = workflow
-        first_id = self.next_job_id
-        ids = {node.name: first_id + index for index, node in enumerate(spec.nodes)}
-        for index, node in enumerate(spec.nodes):
-            # The workflow's key goes on its first job, so the key table finds the workflow.
-            job = self.create_job(
-                node.job,
-                key=key if index == 0 else None,
-                schedule=schedule,
-                fire_time_ms=fire_time_ms,
-                run_at_ms=run_at_ms
-                if node.job.run_at_ms is None and node.job.delay_ms is None
-                else None,
-                workflow=workflow,
-                node_name=node.name,
-                blocked_on=len(node.after),
-            )
-            job.depends_on = tuple(ids[parent] for parent in node.after)
-            workflow.job_ids[node.name] = job.id
-        for node in spec.nodes:
-            for parent in node.after:
-                parent_job = self.table.live(ids[parent])
-                assert parent_job is not None  # created above, in this command
-                parent_job.add_child(ids[node.name])
-        return workflow
+        return workflows.create(self, spec, key=key, schedule=schedule,
+                                fire_time_ms=fire_time_ms, run_at_ms=run_at_ms)
 
     # -- claiming and the worker's answers ---------------------------------------------------
 
@@ -479,6 +492,10 @@ class SchedulerState:
                     "retry that first",
                     "job_id",
                 )
+        if self.finalized:
+            refused = retention.check_room(self, sizes.JOB_BYTES, keep=job.id)
+            if refused is not None:
+                return refused
         self._revive(job, manual=True)
         return Ok({"status": self.job(job_id).status})
 
@@ -527,7 +544,7 @@ class SchedulerState:
             self.expire_lease(job)
             expired += 1
         fire_times_ms = firing.fire_due(self)
-        removed = self._collect_garbage()
+        removed = retention.collect_garbage(self)
         return Ok(
             {
                 "now_ms": now_ms,
@@ -539,17 +556,6 @@ class SchedulerState:
             }
         )
 
-    def _collect_garbage(self) -> int:
-        removed = 0
-        for job in self.table.pop_retired(self.now_ms - limits.RETENTION_MS_DEFAULT):
-            self.remove_job(job)
-            removed += 1
-        self.table.expire_keys(
-            self.now_ms - limits.KEY_WINDOW_MS_DEFAULT, self.now_ms - limits.RETENTION_MS_DEFAULT
-        )
-        self.requests.expire(self.now_ms)
-        return removed
-
     def remove_job(self, job: Job | FrozenJob) -> None:
         self.table.remove(job)
         if job.workflow_id is not None:
@@ -558,6 +564,7 @@ class SchedulerState:
                 workflow.remaining -= 1
                 if workflow.remaining == 0:
                     del self.workflows[workflow.id]
+                    self.workflows_bytes -= workflows.record_bytes(len(workflow.job_ids))
 
     def _begin_leadership(self, command: BeginLeadership) -> Result:
         if self.leader is not None and command.term <= self.leader[1]:
@@ -581,3 +588,5 @@ class SchedulerState:
             leases_extended=extended,
         )
         return Ok({"extended": extended})
+
+

@@ -29,8 +29,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler.finished import FinishedJobs
 from raftcron.scheduler.frozen import FrozenJob, freeze
 from raftcron.scheduler.jobs import Job
+from raftcron.scheduler.sizes import frozen_job_bytes, key_bytes, live_job_bytes
 
 
 class ReadyQueue:
@@ -76,7 +78,7 @@ class JobTable:
         self.ready: dict[str, ReadyQueue] = {}
         self.delayed: list[tuple[int, int]] = []  # (run_at_ms, id) of scheduled jobs
         self.leases: list[tuple[int, int]] = []  # (lease_until_ms, id) of running jobs
-        self.finished: deque[tuple[int, int]] = deque()  # (finished_ms, id), finish order
+        self.finished = FinishedJobs(self.finished_entry_valid)  # retention's order
         # key -> (job id, created_ms, kept long). Client keys live the dedupe window; a
         # schedule's fire keys live the job retention period, so no time fires twice.
         self.keys: dict[str, tuple[int, int, bool]] = {}
@@ -93,6 +95,13 @@ class JobTable:
         # A job was ever given a concurrency key: its record has fields a previous release
         # cannot read, so snapshots are written in the newer format from then on.
         self.keyed_seen = False
+        # The memory model (scheduler/sizes.py): every job's bytes as counted now (a live job
+        # keeps its count in `counted`; a frozen one is counted from its packed record), the
+        # finished jobs' share (what eviction can free), per queue, and the keys'.
+        self.bytes = 0
+        self.finished_bytes = 0
+        self.bytes_by_queue: dict[str, int] = {}
+        self.key_bytes = 0
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -108,7 +117,10 @@ class JobTable:
         keeps its position), to be frozen again when the command ends if it is still final."""
         job = self.jobs.get(job_id)
         if isinstance(job, FrozenJob):
+            frozen_bytes = frozen_job_bytes(job)
             job = self.jobs[job_id] = job.thawed()
+            job.counted = live_job_bytes(job)
+            self._recount(job.queue, job.counted - frozen_bytes, final=True)
             self.finished_now.append(job)
         return job
 
@@ -117,8 +129,25 @@ class JobTable:
         jobs = self.jobs
         for job in self.finished_now:
             if job.final and jobs.get(job.id) is job:
-                jobs[job.id] = freeze(job)
+                frozen = jobs[job.id] = freeze(job)
+                self._recount(job.queue, frozen_job_bytes(frozen) - job.counted, final=True)
         self.finished_now.clear()
+
+    def _recount(self, queue: str, delta: int, *, final: bool) -> None:
+        self.bytes += delta
+        if final:
+            self.finished_bytes += delta
+        by_queue = self.bytes_by_queue
+        left = by_queue.get(queue, 0) + delta
+        if left:
+            by_queue[queue] = left
+        else:
+            del by_queue[queue]
+
+    def finished_entry_valid(self, status: str, finished_ms: int, job_id: int) -> bool:
+        """Whether a retention entry still stands for its job (scheduler/finished.py)."""
+        job = self.jobs.get(job_id)
+        return job is not None and job.status == status and job.finished_ms == finished_ms
 
     # -- adding and removing -------------------------------------------------------------
 
@@ -127,6 +156,8 @@ class JobTable:
         self.jobs[job.id] = job
         job.status = status
         self.count_by_status[status] += 1
+        job.counted = live_job_bytes(job)
+        self._recount(job.queue, job.counted, final=False)
         self._index(job)
         key = job.concurrency_key
         if key is not None:
@@ -142,14 +173,27 @@ class JobTable:
         index = self.by_status.get(job.status)
         if index is not None:
             del index[job.id]
+        self.finished.discount(job.status, job.queue)
+        counted = frozen_job_bytes(job) if isinstance(job, FrozenJob) else job.counted
+        self._recount(job.queue, -counted, final=True)
 
     # -- status moves --------------------------------------------------------------------
 
     def set_status(self, job: Job, status: str) -> None:
         self._unindex(job)
         self.count_by_status[job.status] -= 1
+        was_final = job.status in j.FINAL
         job.status = status
         self.count_by_status[status] += 1
+        # Counted again: what changed a live job's size (an attempt, a result, an error, a
+        # payload) comes with a status change (scheduler/sizes.py).
+        before, job.counted = job.counted, live_job_bytes(job)
+        final = status in j.FINAL
+        if was_final == final:
+            self._recount(job.queue, job.counted - before, final=final)
+        else:  # into or out of the finished share
+            self._recount(job.queue, -before, final=was_final)
+            self._recount(job.queue, job.counted, final=final)
         self._index(job)
         if status in j.FINAL:
             self.finished_now.append(job)
@@ -164,7 +208,7 @@ class JobTable:
             index[job.id] = None
         if status in j.FINAL:
             assert job.finished_ms is not None
-            self.finished.append((job.finished_ms, job.id))
+            self.finished.add(status, job.queue, job.finished_ms, job.id)
             return
         assert isinstance(job, Job)  # only final jobs are ever frozen
         if status == j.QUEUED:
@@ -198,7 +242,9 @@ class JobTable:
         if index is not None:
             del index[job.id]
         key = job.concurrency_key
-        if job.status == j.QUEUED:
+        if job.status in j.FINAL:  # a retry: its retention entry goes stale
+            self.finished.discount(job.status, job.queue)
+        elif job.status == j.QUEUED:
             ready = self.ready.get(job.queue)
             if ready is not None and ready.members.pop(job.id, None) is not None:
                 if key is not None:
@@ -272,6 +318,19 @@ class JobTable:
         """Ids of the held jobs, in id order: what a snapshot records of the split."""
         return sorted(job_id for held in self.held.values() for job_id in held.members)
 
+    def recount_restored(self, active: list[Job], frozen_by_queue: dict[str, int]) -> None:
+        """The memory model's counts after a restore: the live jobs are counted here, the
+        frozen ones' bytes per queue are given (summed by the restore's hot loop)."""
+        by_queue = dict(frozen_by_queue)
+        self.finished_bytes = sum(frozen_by_queue.values())
+        total = self.finished_bytes
+        for job in active:
+            size = job.counted = live_job_bytes(job)
+            total += size
+            by_queue[job.queue] = by_queue.get(job.queue, 0) + size
+        self.bytes = total
+        self.bytes_by_queue = {queue: size for queue, size in by_queue.items() if size}
+
     def place_restored(self, job: Job, *, held: bool) -> None:
         """Index a job read from a snapshot where it was: held or in line, never re-decided."""
         if job.status == j.QUEUED and job.concurrency_key is not None:
@@ -318,16 +377,13 @@ class JobTable:
             expired[job_id] = job
         return sorted(expired.values(), key=lambda job: (job.lease_until_ms or 0, job.id))
 
-    def pop_retired(self, cutoff_ms: int) -> list[Job | FrozenJob]:
-        """Finished jobs whose finish time is at or before cutoff_ms, in (finished_ms, id) order."""
-        order = self.finished
-        retired: dict[int, Job | FrozenJob] = {}
-        while order and order[0][0] <= cutoff_ms:
-            finished_ms, job_id = order.popleft()
-            job = self.jobs.get(job_id)
-            if job is not None and job.final and job.finished_ms == finished_ms:
-                retired[job_id] = job
-        return sorted(retired.values(), key=lambda job: (job.finished_ms or 0, job.id))
+    def oldest_finished(self, cutoff_ms: int) -> Job | FrozenJob | None:
+        """The finished job retention takes first (oldest, by (finished_ms, id)) if it
+        finished at or before cutoff_ms."""
+        oldest = self.finished.oldest(FINAL_ORDER)
+        if oldest is None or oldest[0] > cutoff_ms:
+            return None
+        return self.jobs[oldest[1]]
 
     # -- idempotency keys ------------------------------------------------------------------
 
@@ -340,6 +396,8 @@ class JobTable:
         return key in self.keys
 
     def remember_key(self, key: str, job_id: int, now_ms: int, *, long: bool = False) -> None:
+        if key not in self.keys:
+            self.key_bytes += key_bytes(key)
         self.keys[key] = (job_id, now_ms, long)
         (self.fire_key_order if long else self.key_order).append((now_ms, key))
 
@@ -353,6 +411,7 @@ class JobTable:
                 entry = self.keys.get(key)
                 if entry is not None and entry[1] == created_ms:
                     del self.keys[key]
+                    self.key_bytes -= key_bytes(key)
                     expired += 1
         return expired
 
@@ -370,6 +429,9 @@ class JobTable:
             if head is not None and (best_head is None or head < best_head):
                 best, best_head = name, head
         return best
+
+
+FINAL_ORDER = tuple(sorted(j.FINAL))
 
 
 def _drop(counts: dict[str, int], name: str) -> None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler import limits
+from raftcron.scheduler.errors import Invalid, Rejected
 from raftcron.scheduler.flowstate import FlowState
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import Job
@@ -77,3 +79,20 @@ def _debounce(state: FlowState, job: Job, spec: JobSpec) -> None:
     # Re-filed under its new due time (due at once if the cap has passed); the old heap entry
     # is skipped when it surfaces.
     state.table.set_status(job, j.QUEUED if job.run_at_ms <= state.now_ms else j.SCHEDULED)
+
+
+def check_periods(state: FlowState, specs: tuple[JobSpec, ...]) -> Rejected | None:
+    """A `unique` period reaches back at most as far as the keys are kept. Before the gate
+    (scheduler/gate.py): the 7-day constant, which the previous release's parser enforced;
+    after: the longest retention setting, so a conflict within the period is always found."""
+    longest_ms = (state.settings.retention.longest_age_ms() if state.finalized
+                  else limits.UNIQUE_PERIOD_MS_MAX)
+    for index, spec in enumerate(specs):
+        if spec.unique is None or spec.unique.period_ms <= longest_ms:
+            continue
+        why = ("the longest retention of finished jobs: keys are remembered that long"
+               if state.finalized else "the retention of finished jobs")
+        return Rejected.from_invalid(Invalid(
+            f"jobs[{index}].unique.period_ms",
+            f"must be at most {longest_ms} ({why}), not {spec.unique.period_ms}"))
+    return None

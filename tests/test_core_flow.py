@@ -346,7 +346,7 @@ def test_debounce_with_unique_ignores_while_the_first_runs(d: Driver) -> None:
         ({"key": "k", "unique": {"states": []}}, "unique.states"),
         ({"key": "k", "unique": {"states": ["done"]}}, "unique.states[0]"),
         ({"key": "k", "unique": {"on_conflict": "keep"}}, "unique.on_conflict"),
-        ({"key": "k", "unique": {"period_ms": limits.UNIQUE_PERIOD_MS_MAX + 1}},
+        ({"key": "k", "unique": {"period_ms": limits.UNIQUE_PERIOD_PARSE_MS_MAX + 1}},
          "unique.period_ms"),
         ({"concurrency": {"max": 1}}, "concurrency.key"),
         ({"concurrency": {"key": "a", "max": 0}}, "concurrency.max"),

@@ -6,9 +6,11 @@ command changed nothing, tokens only grow, and no schedule time has more than on
 steps replace the state under test by `restore(snapshot(state))`: the replica never stops, so
 equal snapshots afterwards prove that restoring mid-run equals never stopping. The rules and
 checks of flow control (queue limits, concurrency keys, unique, debounce, bulk actions) come
-from tests/flow_model.py; its checks run after every command.
+from tests/flow_model.py, those of bounded state (the upgrade gate, retention settings, the
+state budget) from tests/bounded_model.py; their checks run after every command.
 """
 
+from bounded_model import BoundedRules
 from flow_model import FlowRules
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -101,7 +103,7 @@ tokens_skew = st.sampled_from([0, 0, 0, -1, -2, 1, 5])
 advances = st.one_of(st.integers(0, 3_000), st.sampled_from([30_000, 3_600_000, 4 * 3_600_000]))
 
 
-class CoreModel(FlowRules, RuleBasedStateMachine):
+class CoreModel(BoundedRules, FlowRules, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.state = SchedulerState()
@@ -120,6 +122,7 @@ class CoreModel(FlowRules, RuleBasedStateMachine):
         data, own_fingerprint = codec.encode_request(command)
         before = snapshot(self.state)
         fence = self.state.fence
+        finals = {job.id: job.final for job in self.state.table}
         # One replica as a node that decodes the entry applies it (fingerprint from the
         # decoded fields), the other as the node that proposed it (cluster/replica.py
         # `expect`): the command as built and the fingerprint from its encoding. The same
@@ -138,6 +141,7 @@ class CoreModel(FlowRules, RuleBasedStateMachine):
         if getattr(command, "request_id", None) is not None:
             self.sent.append((command, result, self.state.now_ms))
         self.check_flow(command, result, fence)
+        self.check_bounded(command, result, finals)
         return result
 
     def jobs_in(self, *statuses):

@@ -35,6 +35,7 @@ from raftcron.chaos.model.history import (
     HistoryChecker,
     Keyed,
     Led,
+    RetentionSet,
     StepFacts,
     TriggerAnswered,
     Triggered,
@@ -49,5 +50,6 @@ OPEN_PRODUCT_BUGS: dict[str, str] = {}
 __all__ = [
     "OPEN_PRODUCT_BUGS", "RETENTION_MS", "START_MS", "Accepted", "Applied", "Backfilled",
     "Claimed", "Clock", "Event", "Fired", "HistoryChecker", "Keyed", "LeadersClocksDuplicates",
-    "Led", "StepFacts", "TriggerAnswered", "Triggered", "events_of", "remembered_result",
+    "Led", "RetentionSet", "StepFacts", "TriggerAnswered", "Triggered", "events_of",
+    "remembered_result",
 ]

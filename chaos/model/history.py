@@ -12,7 +12,10 @@ bad histories, to show that every rule can fail. The rules:
   never takes a key an earlier job held; a trigger answers what it did: a job it created, or
   ``buffered`` with a manual fire really waiting behind the active run.
 * A backfill reaching back as far as the job retention is refused; one within it is not
-  refused for its age.
+  refused for its age. Before the cluster is finalized (scheduler/gate.py) the retention is
+  the 7-day constant; from then on fire keys are forgotten at each Tick as far as the longest
+  retention setting reaches, never brought back by a longer one: the reach is the highest
+  such cutoff (starting at the last 7-day one).
 * Before the first Tick only Tick, BeginLeadership and Barrier are applied; everything else
   is refused ``not_ready``, and nothing is refused so after it.
 * Fencing tokens handed out strictly increase; an accepted completion, failure or heartbeat
@@ -45,6 +48,7 @@ from raftcron.scheduler.commands import (
     command_fingerprint,
 )
 from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.gate import Finalize, PutSettings
 from raftcron.scheduler.state import SchedulerState
 
 RETENTION_MS = limits.RETENTION_MS_DEFAULT
@@ -141,6 +145,16 @@ class Accepted:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionSet:
+    """The retention settings took effect: `finalized_now` by the Finalize that opened the
+    gate; `longest_age_ms`, how long fire keys are kept from then on."""
+
+    longest_age_ms: int
+    now_ms: int
+    finalized_now: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Clock:
     """The state's clock after a command; `ticked` if it was a Tick that took effect."""
 
@@ -150,7 +164,7 @@ class Clock:
 
 Event = (
     Fired | Triggered | Keyed | TriggerAnswered | Backfilled | Applied | Led | Claimed | Accepted
-    | Clock
+    | RetentionSet | Clock
 )
 
 
@@ -169,6 +183,9 @@ class HistoryChecker:
         self.led_ms: int | None = None  # the state's time at the last new leader's first Tick
         self.leases_after_leader_change = 0  # granted within a second of it (what tier 1 did)
         self.now_ms = 0
+        # Once finalized: how long fire keys are kept, and the highest cutoff used so far.
+        self.keys_kept_ms: int | None = None
+        self.keys_forgotten_ms = 0
         self.events = 0
         self.problems: list[str] = []
 
@@ -193,12 +210,20 @@ class HistoryChecker:
                 self._claimed(event)
             case Accepted():
                 self._accepted(event)
+            case RetentionSet():
+                if event.finalized_now:
+                    self.keys_forgotten_ms = max(0, event.now_ms - RETENTION_MS)
+                if event.finalized_now or self.keys_kept_ms is not None:
+                    self.keys_kept_ms = event.longest_age_ms
             case Clock():
                 if event.now_ms < self.now_ms:
                     self._problem(f"time went back from {self.now_ms} to {event.now_ms}")
                 self.now_ms = max(self.now_ms, event.now_ms)
                 if event.ticked and self.untimed_leader is not None:
                     self.untimed_leader, self.led_ms = None, event.now_ms
+                if event.ticked and self.keys_kept_ms is not None:
+                    self.keys_forgotten_ms = max(self.keys_forgotten_ms,
+                                                 event.now_ms - self.keys_kept_ms)
 
     def feed_all(self, events: Iterable[Event]) -> HistoryChecker:
         for event in events:
@@ -234,8 +259,12 @@ class HistoryChecker:
             self._problem(f"a trigger of {event.schedule} answered job {event.job_id}, "
                           "buffered nothing and created no job")
 
+    def backfill_reach_ms(self, now_ms: int) -> int:
+        """A backfill must start after this: fire keys created at or before it may be gone."""
+        return self.keys_forgotten_ms if self.keys_kept_ms is not None else now_ms - RETENTION_MS
+
     def _backfilled(self, event: Backfilled) -> None:
-        oldest_ms = event.now_ms - RETENTION_MS
+        oldest_ms = self.backfill_reach_ms(event.now_ms)
         # A fire key created at or before now - retention is forgotten: only later is safe.
         if event.accepted and event.from_ms <= oldest_ms:
             self._problem(f"a backfill of {event.schedule} from {event.from_ms} was accepted, "
@@ -373,6 +402,12 @@ def _answer_events(
     match command:
         case BeginLeadership() if "ignored" not in result.value:
             events.append(Led(command.node, command.term))
+        case Finalize() if result.value["finalized_now"]:
+            longest = command.settings.retention.longest_age_ms()
+            events.append(RetentionSet(longest, state.now_ms, finalized_now=True))
+        case PutSettings() if command.section == "retention":
+            longest = state.settings.retention.longest_age_ms()
+            events.append(RetentionSet(longest, state.now_ms, finalized_now=False))
         case TriggerSchedule():
             job_id, schedule = result.value["job_id"], state.schedules.get(command.name)
             created = job_id is not None and facts.next_job_id <= job_id < state.next_job_id

@@ -299,7 +299,7 @@ class LeadersClocksDuplicates:
         target_ms = fire_ms + RETENTION_MS + edge_ms
         if target_ms > self.state.now_ms:
             self.apply(Tick(target_ms, self.leader_node()))
-        oldest_ms = self.state.now_ms - RETENTION_MS
+        oldest_ms = self.history.backfill_reach_ms(self.state.now_ms)
         for from_ms in (oldest_ms, oldest_ms + 1):  # refused for its age, then the first allowed
             self.apply(BackfillSchedule(self.rid(), name, from_ms, from_ms + 1_000))
 

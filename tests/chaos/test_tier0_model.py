@@ -44,6 +44,7 @@ from raftcron.chaos.model import (
     Keyed,
     LeadersClocksDuplicates,
     Led,
+    RetentionSet,
     StepFacts,
     TriggerAnswered,
     Triggered,
@@ -160,6 +161,25 @@ def test_a_backfill_older_than_the_retention_accepted_is_reported() -> None:
     assert "refused for its age, within the retention" in checked(
         Backfilled("s", T0 + 1, now_ms, accepted=False, refused_for_age=True)
     )[0]
+
+
+def test_a_backfill_past_what_the_retention_setting_keeps_is_reported() -> None:
+    """Once finalized, fire keys go as far as the longest retention reaches, at each Tick,
+    and a longer retention set later does not bring them back."""
+    day = limits.DAY_MS
+    finalized = (RetentionSet(day, T0, finalized_now=True), Clock(T0 + 3 * day, ticked=True),
+                 RetentionSet(30 * day, T0 + 3 * day, finalized_now=False))
+    reach = T0 + 2 * day  # the cutoff of the Tick three days on, with one day kept
+    assert checked(*finalized, Backfilled("s", reach + 1, T0 + 3 * day, True, False)) == []
+    assert "older than the retention (after" in checked(
+        *finalized, Backfilled("s", reach, T0 + 3 * day, accepted=True, refused_for_age=False))[0]
+    assert "refused for its age, within the retention" in checked(
+        *finalized, Backfilled("s", reach + 1, T0 + 3 * day, accepted=False,
+                               refused_for_age=True))[0]
+    # A PutSettings before any Finalize changes nothing: the 7-day constant still holds.
+    assert checked(RetentionSet(day, T0, finalized_now=False),
+                   Clock(T0 + 8 * day, ticked=True),
+                   Backfilled("s", T0 + 2 * day, T0 + 8 * day, True, False)) == []
 
 
 def test_a_request_applied_before_the_first_tick_is_reported() -> None:

@@ -1,0 +1,142 @@
+"""Finished jobs in the order retention evicts them: oldest first, per outcome and per queue.
+
+Owns one FIFO of `(finished_ms, id)` per (status, queue), kept in that canonical order (finish
+times only grow, so an entry goes at the end, or just before the entries of the same
+millisecond with higher ids), and the count of finished jobs per (status, queue). A job that
+leaves its final status (a retry) or the table (eviction, a delete, a schedule's `retain`)
+leaves a stale entry behind, dropped when it reaches the front: an entry is valid while its job
+is in the table with that status and finish time.
+
+"The oldest finished job of these statuses, outside these queues" is a k-way merge: each FIFO's
+front is filed in a heap per status (`filed` names the front filed for each FIFO, so an older
+filing is recognised and dropped). Everything is ordered by `(finished_ms, id)`, never by
+arrival, so a replica restored from a snapshot (which sorts what it reads) evicts exactly the
+jobs a replica that never stopped evicts.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+
+from raftcron.scheduler import jobs as j
+
+Place = tuple[int, int]  # (finished_ms, job id)
+Fifo = tuple[str, str]  # (status, queue)
+
+
+class FinishedJobs:
+    def __init__(self, is_valid: Callable[[str, int, int], bool]) -> None:
+        # is_valid(status, finished_ms, job_id): the job is in the table, in that status and
+        # finished at that time (JobTable.finished_entry_valid).
+        self._valid = is_valid
+        self.fifos: dict[Fifo, deque[Place]] = {}
+        self.counts: dict[Fifo, int] = {}
+        self.totals: dict[str, int] = dict.fromkeys(j.FINAL, 0)
+        self._heaps: dict[str, list[tuple[int, int, str]]] = {s: [] for s in sorted(j.FINAL)}
+        self._filed: dict[Fifo, Place] = {}
+
+    def __len__(self) -> int:
+        return sum(self.totals.values())
+
+    # -- keeping count ---------------------------------------------------------------------
+
+    def add(self, status: str, queue: str, finished_ms: int, job_id: int) -> None:
+        where = (status, queue)
+        entry = (finished_ms, job_id)
+        fifo = self.fifos.get(where)
+        if fifo is None:
+            fifo = self.fifos[where] = deque()
+        if not fifo or fifo[-1] < entry:
+            fifo.append(entry)
+        else:  # the same millisecond as entries with higher ids: walk back to its place
+            index = len(fifo) - 1
+            while index > 0 and fifo[index - 1] > entry:
+                index -= 1
+            fifo.insert(index, entry)
+        if fifo[0] == entry:
+            self._file(where, entry)
+        self.counts[where] = self.counts.get(where, 0) + 1
+        self.totals[status] += 1
+
+    def discount(self, status: str, queue: str) -> None:
+        """A job of (status, queue) left that status or the table; its entry is now stale."""
+        where = (status, queue)
+        left = self.counts[where] - 1
+        if left:
+            self.counts[where] = left
+        else:
+            del self.counts[where]
+        self.totals[status] -= 1
+
+    def count(self, status: str, queue: str) -> int:
+        return self.counts.get((status, queue), 0)
+
+    def restored(self, entries: Iterable[tuple[str, str, int, int]]) -> None:
+        """Fill from a snapshot: (status, queue, finished_ms, id) in (finished_ms, id) order."""
+        for status, queue, finished_ms, job_id in entries:
+            self.add(status, queue, finished_ms, job_id)
+
+    # -- the oldest ------------------------------------------------------------------------
+
+    def front(self, status: str, queue: str) -> Place | None:
+        """The oldest valid entry of one FIFO (stale ones in front of it are dropped)."""
+        where = (status, queue)
+        fifo = self.fifos.get(where)
+        if fifo is None:
+            return None
+        valid = self._valid
+        while fifo:
+            entry = fifo[0]
+            if valid(status, entry[0], entry[1]):
+                if self._filed.get(where) != entry:
+                    self._file(where, entry)
+                return entry
+            fifo.popleft()
+        del self.fifos[where]
+        self._filed.pop(where, None)
+        return None
+
+    def oldest(
+        self, statuses: Iterable[str], skip: Mapping[str, object] | None = None
+    ) -> tuple[int, int, str, str] | None:
+        """(finished_ms, id, status, queue) of the oldest valid entry of `statuses`, leaving
+        out the queues in `skip`; None if there is none."""
+        best: tuple[int, int, str, str] | None = None
+        for status in statuses:
+            found = self._oldest_of(status, skip)
+            if found is not None and (best is None or found[:2] < best[:2]):
+                best = (*found, status)
+        return None if best is None else (best[0], best[1], best[3], best[2])
+
+    def _oldest_of(
+        self, status: str, skip: Mapping[str, object] | None
+    ) -> tuple[int, int, str] | None:
+        heap = self._heaps[status]
+        set_aside: list[tuple[int, int, str]] = []
+        found = None
+        while heap:
+            finished_ms, job_id, queue = heap[0]
+            where = (status, queue)
+            if self._filed.get(where) != (finished_ms, job_id):
+                heapq.heappop(heap)  # a front filed earlier, since replaced
+                continue
+            if self.front(status, queue) != (finished_ms, job_id):
+                continue  # its front was stale: front() filed the next one (or none)
+            if skip and queue in skip:
+                set_aside.append(heapq.heappop(heap))  # counted apart: filed again below
+                continue
+            found = heap[0]
+            break
+        for item in set_aside:
+            heapq.heappush(heap, item)
+        return found
+
+    def _file(self, where: Fifo, entry: Place) -> None:
+        self._filed[where] = entry
+        heapq.heappush(self._heaps[where[0]], (entry[0], entry[1], where[1]))
+
+    def entries(self) -> int:
+        """Entries held, stale ones included (for the invariant checks)."""
+        return sum(len(fifo) for fifo in self.fifos.values())
