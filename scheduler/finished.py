@@ -33,32 +33,32 @@ class FinishedJobs:
         self._valid = is_valid
         self.fifos: dict[Fifo, deque[Place]] = {}
         self.counts: dict[Fifo, int] = {}
-        self.totals: dict[str, int] = dict.fromkeys(j.FINAL, 0)
         self._heaps: dict[str, list[tuple[int, int, str]]] = {s: [] for s in sorted(j.FINAL)}
         self._filed: dict[Fifo, Place] = {}
 
     def __len__(self) -> int:
-        return sum(self.totals.values())
+        return sum(self.counts.values())
 
     # -- keeping count ---------------------------------------------------------------------
 
     def add(self, status: str, queue: str, finished_ms: int, job_id: int) -> None:
         where = (status, queue)
-        entry = (finished_ms, job_id)
+        place = (finished_ms, job_id)
         fifo = self.fifos.get(where)
         if fifo is None:
-            fifo = self.fifos[where] = deque()
-        if not fifo or fifo[-1] < entry:
-            fifo.append(entry)
-        else:  # the same millisecond as entries with higher ids: walk back to its place
+            fifo = self.fifos[where] = deque((place,))
+            self._file(where, place)
+        elif fifo[-1] < place:  # the common case: the newest finish
+            fifo.append(place)
+        else:  # the same millisecond as places with higher ids: walk back to its place
             index = len(fifo) - 1
-            while index > 0 and fifo[index - 1] > entry:
+            while index > 0 and fifo[index - 1] > place:
                 index -= 1
-            fifo.insert(index, entry)
-        if fifo[0] == entry:
-            self._file(where, entry)
-        self.counts[where] = self.counts.get(where, 0) + 1
-        self.totals[status] += 1
+            fifo.insert(index, place)
+            if index == 0:
+                self._file(where, place)
+        counts = self.counts
+        counts[where] = counts.get(where, 0) + 1
 
     def discount(self, status: str, queue: str) -> None:
         """A job of (status, queue) left that status or the table; its entry is now stale."""
@@ -68,15 +68,21 @@ class FinishedJobs:
             self.counts[where] = left
         else:
             del self.counts[where]
-        self.totals[status] -= 1
 
     def count(self, status: str, queue: str) -> int:
         return self.counts.get((status, queue), 0)
 
-    def restored(self, entries: Iterable[tuple[str, str, int, int]]) -> None:
-        """Fill from a snapshot: (status, queue, finished_ms, id) in (finished_ms, id) order."""
-        for status, queue, finished_ms, job_id in entries:
-            self.add(status, queue, finished_ms, job_id)
+    def total(self, status: str) -> int:
+        """Finished jobs of a status, every queue (a sum over queues: once per Tick)."""
+        return sum(count for (kept, _), count in self.counts.items() if kept == status)
+
+    def restored(self, fifos: dict[Fifo, list[Place]]) -> None:
+        """Fill an empty index from a snapshot: each (status, queue)'s places in (finished_ms,
+        id) order."""
+        for where, places in fifos.items():
+            fifo = self.fifos[where] = deque(places)
+            self.counts[where] = len(fifo)
+            self._file(where, fifo[0])
 
     # -- the oldest ------------------------------------------------------------------------
 

@@ -252,11 +252,6 @@ def _size_rules(state: SchedulerState) -> list[str]:
     ):
         if counted != kept:
             out.append(f"{name}: kept {kept}, the records say {counted}")
-    totals = {status: 0 for status in j.FINAL}
-    for (status, _), count in finished_counts.items():
-        totals[status] += count
-    if totals != table.finished.totals:
-        out.append(f"finished totals: kept {table.finished.totals}, the records say {totals}")
     if state.finalized and state.state_bytes() > state.settings.budget.bytes \
             and table.finished_bytes and not state.retention_pending:
         out.append(f"state of {state.state_bytes()} bytes over its budget "

@@ -122,7 +122,7 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
             removed += 1
     rule = retention.rule(outcome)
     cutoff_ms = now_ms - rule.max_age_ms
-    kept = finished.totals[outcome] - sum(finished.count(outcome, q) for q in overrides)
+    kept = finished.total(outcome) - sum(finished.count(outcome, q) for q in overrides)
     while True:
         oldest = finished.oldest((outcome,), skip=overrides)
         if oldest is None or (oldest[0] > cutoff_ms and kept <= rule.max_count):

@@ -172,8 +172,8 @@ def _restore(blob: bytes) -> SchedulerState:
     state.next_workflow_id = unpacker.unpack()
     table = state.table
     active: list[Job] = []
-    finished: list[tuple[int, int]] = []
-    frozen_by_queue: dict[str, int] = {}  # the memory model's count of the finished jobs
+    # (status, queue) -> [its finished jobs' (finished_ms, id), their bytes in the memory model]
+    finished: dict[tuple[str, str], list[Any]] = {}
     jobs, count_by_status = table.jobs, table.count_by_status
     names: dict[str, str] = {}  # one string object per queue or schedule name
     # The hot loop of a restore (a million retained jobs): fields are read from the row, never
@@ -188,8 +188,11 @@ def _restore(blob: bytes) -> SchedulerState:
             queue = names.setdefault(queue, queue)
             schedule = None if schedule is None else names.setdefault(schedule, schedule)
             jobs[job_id] = FrozenJob(job_id, status, finished_ms, queue, schedule, record)
-            finished.append((finished_ms, job_id))
-            frozen_by_queue[queue] = frozen_by_queue.get(queue, 0) + FROZEN_JOB_BYTES + len(record)
+            group = finished.get((status, queue))
+            if group is None:
+                group = finished[(status, queue)] = [[], 0]
+            group[0].append((finished_ms, job_id))
+            group[1] += FROZEN_JOB_BYTES + len(record)
         else:
             job = jobs[job_id] = job_from_list(msgpack.unpackb(record, raw=False))
             active.append(job)
@@ -208,15 +211,15 @@ def _restore(blob: bytes) -> SchedulerState:
     held = set(sections.get("held", ()))
     for job in active:
         table.place_restored(job, held=job.id in held)
-    finished.sort()
-    table.recount_restored(active, frozen_by_queue)
-    frozen = [jobs[job_id] for _, job_id in finished]
-    table.finished.restored((f.status, f.queue, finished_ms, f.id)
-                            for (finished_ms, _), f in zip(finished, frozen, strict=True))
-    for record in frozen:
-        status_index = table.by_status.get(record.status)  # succeeded has none
+    frozen_by_queue: dict[str, int] = {}
+    for (status, queue), (places, size) in finished.items():
+        places.sort()
+        frozen_by_queue[queue] = frozen_by_queue.get(queue, 0) + size
+        status_index = table.by_status.get(status)  # succeeded has none
         if status_index is not None:
-            status_index[record.id] = None
+            status_index.update(dict.fromkeys(job_id for _, job_id in places))
+    table.recount_restored(active, frozen_by_queue)
+    table.finished.restored({where: group[0] for where, group in finished.items()})
     for key, job_id, created_ms, long in keys:
         table.keys[key] = (job_id, created_ms, long)
         table.key_bytes += key_bytes(key)

@@ -127,10 +127,18 @@ class JobTable:
     def freeze_finished(self) -> None:
         """Freeze the jobs that are final at the end of a command (called by `apply`)."""
         jobs = self.jobs
+        delta = 0
+        queue: str | None = None
         for job in self.finished_now:
             if job.final and jobs.get(job.id) is job:
                 frozen = jobs[job.id] = freeze(job)
-                self._recount(job.queue, frozen_job_bytes(frozen) - job.counted, final=True)
+                if job.queue != queue and queue is not None:
+                    self._recount(queue, delta, final=True)  # a batch is mostly one queue
+                    delta = 0
+                queue = job.queue
+                delta += frozen_job_bytes(frozen) - job.counted
+        if queue is not None:
+            self._recount(queue, delta, final=True)
         self.finished_now.clear()
 
     def _recount(self, queue: str, delta: int, *, final: bool) -> None:
@@ -186,14 +194,17 @@ class JobTable:
         job.status = status
         self.count_by_status[status] += 1
         # Counted again: what changed a live job's size (an attempt, a result, an error, a
-        # payload) comes with a status change (scheduler/sizes.py).
-        before, job.counted = job.counted, live_job_bytes(job)
+        # payload) comes with a status change (scheduler/sizes.py). Inline: every job passes
+        # here two or three times.
+        before = job.counted
+        after = job.counted = live_job_bytes(job)
         final = status in j.FINAL
-        if was_final == final:
-            self._recount(job.queue, job.counted - before, final=final)
-        else:  # into or out of the finished share
-            self._recount(job.queue, -before, final=was_final)
-            self._recount(job.queue, job.counted, final=final)
+        if was_final or final:
+            self.finished_bytes += (after if final else 0) - (before if was_final else 0)
+        if after != before:
+            self.bytes += after - before
+            by_queue = self.bytes_by_queue
+            by_queue[job.queue] = by_queue.get(job.queue, 0) + after - before
         self._index(job)
         if status in j.FINAL:
             self.finished_now.append(job)
