@@ -56,9 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     from raftcron.cluster import opsargs, opscli
 
     opsargs.add_commands(commands)
-    from raftcron.cluster import notifycli
+    from raftcron.cluster import notifycli, settingscli
 
     notifycli.add_commands(commands)
+    settingscli.add_commands(commands)
     commands.add_parser(
         "chaos", help="the chaos suite: run | check FOLDER | cleanup (raftcron chaos --help)",
         add_help=False,
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return opscli.run(args)
     if args.command == "notifications":
         return opscli.run(args, notifycli.handle)
+    if args.command == "settings":
+        return opscli.run(args, settingscli.handle)
     if command_words:
         parser.error(f"{args.command}: unexpected arguments after --: {' '.join(command_words)}")
     if args.command == "bench":

@@ -30,6 +30,7 @@ from raftcron.cluster.asyncclient import (
 from raftcron.cluster.clientparts import (
     ApiError,
     RaftcronError,
+    StateFull,
     Unavailable,
     new_request_id,
     normalize_urls,
@@ -48,6 +49,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "RaftcronError",
+    "StateFull",
     "Unavailable",
     "new_request_id",
     "normalize_urls",

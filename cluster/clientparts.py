@@ -1,9 +1,9 @@
 """What the clients and the worker share: the client's error tree, request ids and node URL lists.
 
 `RaftcronError` is the base of every error a client raises: `ApiError` (the cluster answered
-with an error: its status, the API's code, message and field) and `Unavailable` (no node
-answered in time). A request id is fresh per logical call and reused by each of its retries;
-a URL list is what `--connect` and `AsyncClient(urls)` take.
+with an error: its status, the API's code, message and field; `StateFull`, a 507, is one) and
+`Unavailable` (no node answered in time). A request id is fresh per logical call and reused by
+each of its retries; a URL list is what `--connect` and `AsyncClient(urls)` take.
 
 What it must not do: any I/O. `AsyncClient` (cluster/asyncclient.py) talks HTTP, `Client`
 (cluster/client.py) blocks on it, and the worker runtime imports these without either.
@@ -37,7 +37,8 @@ class ApiError(RaftcronError):
     def from_answer(cls, status: int, body: Any) -> ApiError:
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict):
-            return cls(
+            kind = StateFull if error.get("code") == "state_full" else cls
+            return kind(
                 status,
                 str(error.get("code", "error")),
                 str(error.get("message", "")),
@@ -45,6 +46,32 @@ class ApiError(RaftcronError):
                 body,
             )
         return cls(status, "http_error", str(body)[:500], None, body)
+
+
+class StateFull(ApiError):
+    """507 `state_full`: the cluster's state is at its budget and nothing finished is left to
+    evict (DESIGN.md §9.1). Not retried by the client: the request created nothing, and room
+    comes back only as workers finish jobs (or an admin raises the budget). `budget_bytes`,
+    `state_bytes` and `queues` (the queues holding most, `[{"queue", "bytes"}]`) say why."""
+
+    @property
+    def budget_bytes(self) -> int | None:
+        return self._figure("budget_bytes")
+
+    @property
+    def state_bytes(self) -> int | None:
+        return self._figure("state_bytes")
+
+    @property
+    def queues(self) -> list[dict[str, Any]]:
+        error = self.body.get("error", {}) if isinstance(self.body, dict) else {}
+        queues = error.get("queues") if isinstance(error, dict) else None
+        return list(queues) if isinstance(queues, list) else []
+
+    def _figure(self, name: str) -> int | None:
+        error = self.body.get("error", {}) if isinstance(self.body, dict) else {}
+        value = error.get(name) if isinstance(error, dict) else None
+        return value if isinstance(value, int) else None
 
 
 class Unavailable(RaftcronError):

@@ -43,6 +43,10 @@ class ClockPoller:
         self._dialer = dialer
         # Every member (this node included); by default the config file's.
         self.members = members or (lambda: config.members)
+        # Each peer's release level as its last answer said (None: an answer without one, a
+        # release before the upgrade gate); what a new cluster's first leader reads before it
+        # finalizes the cluster (cluster/ticker.py).
+        self.releases: dict[str, int | None] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -83,3 +87,6 @@ class ClockPoller:
             return
         self.book.observe(node_id, peer_wall_ms=wall_ms, sent_mono_s=sent_s,
                           received_mono_s=received_s)
+        level = body.get("release_level")
+        self.releases[node_id] = (
+            level if isinstance(level, int) and not isinstance(level, bool) else None)

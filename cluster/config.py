@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.gate import DEFAULT_SETTINGS
+from raftcron.scheduler.settings import Settings
+
 API_ROLES = ("admin", "submit", "worker", "read")
 _NODE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 # A DNS label: safe in a file name, a header, a metric label and a shell word alike.
@@ -135,6 +139,10 @@ class NodeConfig:
     join: bool = False
     membership: MembershipSettings = MembershipSettings()
     cluster_name: str = DEFAULT_CLUSTER_NAME
+    # The settings a new cluster starts with (retention, budget: scheduler/settings.py): its
+    # first leader, or `raftcron cluster finalize`, seeds the replicated settings from the
+    # config of the node that proposes it, once; later they change through the API.
+    settings: Settings = DEFAULT_SETTINGS
 
     @property
     def members(self) -> tuple[Peer, ...]:
@@ -169,6 +177,7 @@ _TOP_KEYS = {
     "join",
     "membership",
     "cluster",
+    "settings",
 }
 
 
@@ -235,6 +244,7 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
         join=join,
         membership=_membership(raw.get("membership", {})),
         cluster_name=_cluster(raw.get("cluster", {})),
+        settings=_settings(raw.get("settings", {})),
     )
 
 
@@ -420,6 +430,17 @@ def _cluster(value: object) -> str:
         raise ConfigError("cluster.name", "must be 1-63 lower-case letters, digits or '-', "
                           f"not starting or ending with '-' (e.g. \"prod-eu\"), not {name!r}")
     return name
+
+
+def _settings(value: object) -> Settings:
+    """`[settings]`: `retention` and `budget`, the shapes of `PUT /v1/settings/...` (parsed
+    by the core's own parser, so a config accepts exactly what the API does)."""
+    if not isinstance(value, dict):
+        raise ConfigError("settings", "must be a table")
+    try:
+        return Settings.parse(value)
+    except Invalid as error:
+        raise ConfigError(error.field, error.message) from None
 
 
 def _membership(value: object) -> MembershipSettings:

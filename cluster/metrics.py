@@ -38,6 +38,7 @@ class NodeStats:
     http_requests: dict[str, int] = field(default_factory=dict)  # "method status" -> count
     fire_lateness: Histogram = field(default_factory=Histogram)  # applied on the leader - fire time
     claim_latency: Histogram = field(default_factory=Histogram)  # claim proposed -> applied here
+    refusals: dict[str, int] = field(default_factory=dict)  # requests refused, by code
     clocks: ClockBook | None = None  # the peers' clocks (cluster/clocks.py), set by the node
     notifier: NotifierStats | None = None  # this node's POSTs to notification receivers
 
@@ -207,10 +208,13 @@ def render(
     out.metric(
         "raftcron_schedule_skipped_total",
         "counter",
-        "Fire times not fired, by reason",
+        "Fire times not fired, by reason (state_full: refused for want of room)",
         [({"schedule": s.name, "reason": "misfire"}, s.misfire_skipped) for s in schedules]
-        + [({"schedule": s.name, "reason": "overlap"}, s.overlap_skipped) for s in schedules],
+        + [({"schedule": s.name, "reason": "overlap"}, s.overlap_skipped) for s in schedules]
+        + [({"schedule": s.name, "reason": "state_full"}, s.misfires_state_full)
+           for s in schedules if s.misfires_state_full],
     )
+    _budget_metrics(out, state, stats, node_id)
     out.metric("raftcron_state_now_seconds", "gauge", "The replicated clock (Unix time)",
                [({}, state.now_ms / 1000)])
     notifier.write_metrics(out, state, stats.notifier, node_id)
@@ -249,6 +253,34 @@ def render(
         [({"method": key.split()[0], "status": key.split()[1]}, n) for key, n in requests],
     )
     return out.text()
+
+
+def _budget_metrics(out: Writer, state: SchedulerState, stats: NodeStats, node_id: str) -> None:
+    """The state against its budget (DESIGN.md §9.1): the same on every node but refusals,
+    which count the requests this node answered 507."""
+    out.metric("raftcron_state_bytes", "gauge",
+               "The replicated state's size in the memory model (what the budget bounds)",
+               [({}, state.state_bytes())])
+    out.metric("raftcron_state_part_bytes", "gauge", "raftcron_state_bytes by what fills it",
+               [({"part": part}, size) for part, size in state.state_parts().items()])
+    if state.finalized:  # before the upgrade gate opens there is no budget
+        out.metric("raftcron_state_budget_bytes", "gauge", "The state budget (settings)",
+                   [({}, state.settings.budget.bytes)])
+    out.metric("raftcron_cluster_level", "gauge",
+               "The behaviour the cluster runs (2: before the upgrade gate, 3: finalized)",
+               [({}, state.level)])
+    out.metric("raftcron_jobs_kept", "gauge", "Finished jobs kept in the state, by outcome",
+               [({"outcome": status}, state.table.count_by_status[status])
+                for status in sorted(j.FINAL)])
+    evicted = state.counters.get("evicted", {})
+    out.metric("raftcron_evictions_total", "counter",
+               "Finished jobs evicted from the state, by reason (age, count, budget)",
+               [({"reason": reason}, evicted.get(reason, 0))
+                for reason in ("age", "count", "budget")])
+    out.metric("raftcron_refusals_total", "counter",
+               "Requests this node refused for want of room (state_full, HTTP 507)",
+               [({"node": node_id, "reason": reason}, stats.refusals.get(reason, 0))
+                for reason in ("state_full",)])
 
 
 def _flow_metrics(out: Writer, state: SchedulerState) -> None:

@@ -77,6 +77,7 @@ class Node:
             tick_ms=config.raft.tick_ms,
             clocks=self.stats.clocks,
             fire_lateness=self.stats.fire_lateness,
+            releases=lambda: dict(self.clock_poller.releases),
         )
         # Notifications are delivered by the node whose leadership of this term committed.
         self.stats.notifier = NotifierStats()

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from raftcron.cluster import flowcli, membercli
+from raftcron.cluster import flowcli, membercli, settingscli
 from raftcron.cluster.cliparts import EXIT_ATTENTION, UsageError, add_common
 from raftcron.cluster.cliparts import duration_ms as _duration
 from raftcron.cluster.cliparts import read_text as _read
@@ -119,10 +119,12 @@ def add_commands(commands: Any) -> None:
                 "--to", dest="to_time", required=True, help="ISO-8601 or Unix ms (excluded)"
             )
 
-    cluster = commands.add_parser("cluster", help="cluster status, doctor, add and remove")
+    cluster = commands.add_parser("cluster",
+                                  help="cluster status, doctor, add and remove, finalize")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_common(actions.add_parser("status", help="members, roles, leader, indexes, changes"))
     membercli.add_arguments(actions, add_common)
+    settingscli.add_finalize(actions)
     doctor = actions.add_parser(
         "doctor",
         help="what needs a person: members down, no leader, clocks, lag, disk, log, versions "

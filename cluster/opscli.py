@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raftcron.cluster import backup as backup_module
-from raftcron.cluster import membercli
+from raftcron.cluster import membercli, settingscli
 from raftcron.cluster.client import ApiError, Client, Unavailable
 from raftcron.cluster.cliparts import (
     EXIT_ATTENTION,
@@ -209,6 +209,9 @@ def _cluster(client: Client, args: argparse.Namespace) -> None:
         return
     if args.action in ("add", "remove"):
         membercli.run(client, args, lambda data, text: _print(args, data, lambda: text))
+        return
+    if args.action == "finalize":
+        settingscli.finalize(client, args)
         return
     view = client.cluster()
     views, _ = _ask_each_member(client, view["members"], "/v1/cluster")

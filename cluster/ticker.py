@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from raftcron.cluster.clocks import ClockBook, ClockView, TickBound, TickDecision, decide_tick
 from raftcron.cluster.histogram import Histogram
@@ -35,6 +36,7 @@ from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import BeginLeadership, Command, Tick
 from raftcron.scheduler.errors import Ok
+from raftcron.scheduler.gate import RELEASE_LEVEL, Finalize
 
 log = logging.getLogger("raftcron.ticker")
 
@@ -44,15 +46,22 @@ def wall_ms() -> int:
 
 
 def leadership_entry(
-    led_term: int | None, term: int, node_id: str, now_ms: int
+    led_term: int | None, term: int, node_id: str, now_ms: int,
+    finalize: Finalize | None = None,
 ) -> list[Command] | None:
     """The entry a leader proposes before its next Tick: on a term it has not begun,
     BeginLeadership and a first Tick as ONE entry (a claim applied between the two would get
     its lease from the previous leader's, possibly minutes old, time and expire at this first
-    Tick); None once the term is begun. chaos/tier1 proposes through this very function."""
+    Tick); None once the term is begun. `finalize`: the first leader of a new cluster opens the
+    upgrade gate in the same entry, after the Tick (nothing but time is applied before it), so
+    no request ever meets the new cluster unfinalized. chaos/tier1 proposes through this very
+    function."""
     if led_term == term:
         return None
-    return [BeginLeadership(now_ms, node_id, term), Tick(now_ms, node_id)]
+    entry: list[Command] = [BeginLeadership(now_ms, node_id, term), Tick(now_ms, node_id)]
+    if finalize is not None:
+        entry.append(finalize)
+    return entry
 
 
 class Ticker:
@@ -65,8 +74,11 @@ class Ticker:
         clocks: ClockBook | None = None,
         bound: TickBound | None = None,
         fire_lateness: Histogram | None = None,
+        releases: Callable[[], dict[str, int | None]] | None = None,
     ) -> None:
         self.node = node
+        # The peers' release levels as the clock poller last heard them (cluster/clockpoll.py).
+        self.releases = releases or dict
         self.proposer = proposer
         self.tick_ms = tick_ms
         if clocks is None:
@@ -150,7 +162,7 @@ class Ticker:
         now_ms: int = decision.now_ms
         term = self.node.term
         me = self.node.config.node_id
-        entry = leadership_entry(self.led_term, term, me, now_ms)
+        entry = leadership_entry(self.led_term, term, me, now_ms, self.new_cluster_finalize())
         if entry is not None:
             await self.proposer.propose_together(entry)
             self.led_term = term
@@ -171,6 +183,25 @@ class Ticker:
                 self.fire_lateness.observe(max(0, applied_ms - fire_time_ms) / 1000)
         self.last_tick_ms = now_ms
         await self._sleep(self._next_wait_ms())
+
+    def new_cluster_finalize(self) -> Finalize | None:
+        """A Finalize when this node is the first leader of a new cluster (its state never
+        ticked) and no member it has heard from runs an older release (DESIGN.md §9.0: a new
+        cluster starts finalized). A member not heard from yet is taken to be of this release,
+        as the members of a new cluster start from one install; an older one that answered
+        leaves the cluster unfinalized until `raftcron cluster finalize`."""
+        new = self.node.machine.read(lambda state: state.now_ms == 0 and not state.finalized)
+        if not new:
+            return None
+        releases = self.releases()
+        if any(level is None or level < RELEASE_LEVEL for level in releases.values()):
+            log.warning(
+                "a new cluster is not finalized: a member runs an older release (%s)",
+                ", ".join(f"{node} {level}" for node, level in sorted(releases.items())),
+                extra={"action": "finalize_skipped"},
+            )
+            return None
+        return Finalize(None, RELEASE_LEVEL, self.node.config.settings)
 
     def _next_wait_ms(self) -> int:
         """Until the next tick: tick_ms, or less when something in the state is due sooner."""

@@ -25,7 +25,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from raftcron.cluster.client import ApiError, AsyncClient, Client, RaftcronError, Unavailable
+    from raftcron.cluster.client import (
+        ApiError,
+        AsyncClient,
+        Client,
+        RaftcronError,
+        StateFull,
+        Unavailable,
+    )
     from raftcron.cluster.worker import JobContext, LeaseLost, PermanentError, Worker, task
 
 __all__ = [
@@ -36,6 +43,7 @@ __all__ = [
     "LeaseLost",
     "PermanentError",
     "RaftcronError",
+    "StateFull",
     "Unavailable",
     "Worker",
     "task",
@@ -46,6 +54,7 @@ _HOMES = {
     "AsyncClient": "raftcron.cluster.client",
     "Client": "raftcron.cluster.client",
     "RaftcronError": "raftcron.cluster.client",
+    "StateFull": "raftcron.cluster.client",
     "Unavailable": "raftcron.cluster.client",
     "JobContext": "raftcron.cluster.worker",
     "LeaseLost": "raftcron.cluster.worker",

@@ -50,6 +50,8 @@ class BudgetState(Protocol):
 
     def state_bytes(self) -> int: ...
 
+    def state_parts(self) -> dict[str, int]: ...
+
 
 class RetentionState(BudgetState, Protocol):
     """What eviction needs of the state machine (`state.SchedulerState`, checked by mypy)."""
@@ -214,5 +216,5 @@ def state_full(state: BudgetState, need_bytes: int) -> Rejected:
         f"is left to evict (bytes by queue: {named}). Finish or cancel work, or raise the "
         "budget (PUT /v1/settings/budget)",
         details={"budget_bytes": budget, "state_bytes": used, "needed_bytes": need_bytes,
-                 "queues": queues},
+                 "queues": queues, "parts": state.state_parts()},
     )

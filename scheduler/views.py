@@ -207,7 +207,38 @@ def summary(state: SchedulerState) -> dict[str, Any]:
         "schedules": len(state.schedules),
         "fence": state.fence,
         "leader": None if state.leader is None else list(state.leader),
+        "level": state.level,
+        "finalized": state.finalized,
+        "state_bytes": state.state_bytes(),
+        "budget_bytes": state.settings.budget.bytes if state.finalized else None,
     }
+
+
+def usage(state: SchedulerState) -> dict[str, Any]:
+    """The state against its budget (DESIGN.md §9.1): what fills it, finished jobs kept by
+    outcome, evictions by reason, fires refused for space."""
+    table = state.table
+    return {
+        "state_bytes": state.state_bytes(),
+        "budget_bytes": state.settings.budget.bytes if state.finalized else None,
+        "parts": state.state_parts(),
+        "bytes_by_queue": dict(sorted(table.bytes_by_queue.items())),
+        "kept": {status: table.count_by_status[status] for status in sorted(j.FINAL)},
+        "evicted": dict(sorted(state.counters.get("evicted", {}).items())),
+        "fires_refused": sum(s.misfires_state_full for s in state.schedules.values()),
+        "retention_pending": state.retention_pending,
+    }
+
+
+def settings_view(state: SchedulerState) -> dict[str, Any]:
+    """`GET /v1/settings`: every setting, and whether they are in effect (the upgrade gate)."""
+    view: dict[str, Any] = {"finalized": state.finalized, "level": state.level}
+    if state.finalized:
+        view.update(state.settings.to_wire())
+    else:
+        view.update(retention=None, budget=None)
+    view["usage"] = usage(state)
+    return view
 
 
 def find_job(state: SchedulerState, job_id: int, *, history: bool = True) -> dict[str, Any] | None:

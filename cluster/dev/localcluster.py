@@ -131,6 +131,7 @@ class LocalCluster:
         python: str = sys.executable,
         log_level: str = "info",
         cluster_name: str | None = None,
+        settings: dict[str, object] | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
@@ -148,6 +149,9 @@ class LocalCluster:
         # [cluster] name; None writes no [cluster] table (a node of a release before it
         # refuses the table: the rolling-upgrade test runs the previous release's nodes)
         self.cluster_name = cluster_name
+        # [settings] (retention, budget: the shapes of PUT /v1/settings/...), which a new
+        # cluster's first leader seeds the replicated settings from
+        self.settings = dict(settings or {})
         self.password: str | None = secrets.token_hex(16)
         self.nodes: list[LocalNode] = []
         self.retired: list[LocalNode] = []  # removed from the cluster (cluster/dev/joining.py)
@@ -237,6 +241,9 @@ class LocalCluster:
             lines += [f"{key} = {toml_value(value)}" for key, value in self.storage.items()]
         if self.cluster_name is not None:
             lines += ["", "[cluster]", f"name = {toml_value(self.cluster_name)}"]
+        if self.settings:
+            lines += ["", "[settings]"]
+            lines += [f"{key} = {toml_value(value)}" for key, value in self.settings.items()]
         return "\n".join(lines) + "\n"
 
     # -- processes -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from raftcron.cluster.http import (
     notifications,
     ops,
     schedules,
+    settings,
 )
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import (
@@ -99,5 +100,6 @@ def build_app(svc: Services) -> web.Application:
     app.add_routes(
         jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + backup.routes()
         + flow.routes() + dashboard.routes() + notifications.routes() + members.routes()
+        + settings.routes()
     )
     return app

@@ -3,7 +3,8 @@
 Errors always have the shape `{"error": {"code", "message", "field"?}}`. Status codes: 400 bad
 input (the field named), 401/403 auth, 404, 409 conflict or stale token, 413 too large, 503 no
 leader or commit timeout (with Retry-After: the request may be retried, with the same
-request_id if it was a write).
+request_id if it was a write), 507 the state is full (`state_full`, with the budget's figures
+in the body and Retry-After: finishing work makes room; DESIGN.md §9.1).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class HttpError(Exception):
         message: str,
         field: str | None = None,
         headers: dict[str, str] | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -104,9 +106,10 @@ class HttpError(Exception):
         self.message = message
         self.field = field
         self.headers = headers or {}
+        self.details = details or {}  # more fields of the error body (state_full's figures)
 
     def response(self) -> web.Response:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        error: dict[str, Any] = {"code": self.code, "message": self.message, **self.details}
         if self.field is not None:
             error["field"] = self.field
         return json_response({"error": error}, status=self.status, headers=self.headers)
@@ -180,9 +183,16 @@ def invalid(error: Invalid) -> HttpError:
     return HttpError(status, error.code, f"{error.field}: {error.message}", error.field)
 
 
+# Retry-After by status: 503 (no leader, busy) soon; 507 (the state is full) after a while,
+# as finishing work and eviction make room (clients do not retry 507 by themselves).
+RETRY_AFTER_S = {503: "1", 507: "5"}
+
+
 def rejected(result: Rejected) -> HttpError:
-    retry = {"Retry-After": "1"} if result.http_status == 503 else None
-    return HttpError(result.http_status, result.code, result.message, result.field, headers=retry)
+    retry_s = RETRY_AFTER_S.get(result.http_status)
+    retry = None if retry_s is None else {"Retry-After": retry_s}
+    return HttpError(result.http_status, result.code, result.message, result.field,
+                     headers=retry, details=result.details)
 
 
 def parse_or_400(parser: Callable[[], Any]) -> Any:
@@ -202,9 +212,13 @@ async def commit(request: web.Request, command: Command) -> dict[str, Any]:
 
 
 async def commit_result(request: web.Request, command: Command) -> Result:
-    proposer = services(request).proposer
+    svc = services(request)
     try:
-        return await proposer.submit(command)
+        result = await svc.proposer.submit(command)
+        if isinstance(result, Rejected) and result.code == "state_full":
+            refusals = svc.stats.refusals
+            refusals[result.code] = refusals.get(result.code, 0) + 1
+        return result
     except TooLarge as error:
         raise HttpError(413, "too_large", str(error)) from None
     except ProposalFailed as error:

@@ -30,6 +30,7 @@ from raftcron.cluster.http.members import membership_view
 from raftcron.cluster.replica import AUDIT_PREFIX, RaftNode
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import Barrier
+from raftcron.scheduler.gate import RELEASE_LEVEL
 
 
 def _version() -> str:
@@ -94,6 +95,7 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
         "membership_change": membership["change"],
         "state": summary,
         "version": VERSION,
+        "release_level": RELEASE_LEVEL,
         "storage": node.storage.summary(time.time()),
         "clock": None
         if clock is None
@@ -198,6 +200,9 @@ async def healthz(request: web.Request) -> web.Response:
             "ok": True,
             "node": services(request).config.node_id,
             "wall_ms": time.time_ns() // 1_000_000,
+            # What the upgrade gate asks (cluster/http/settings.py): the behaviour this
+            # release can turn on (scheduler/gate.py).
+            "release_level": RELEASE_LEVEL,
         }
     )
 
