@@ -1,9 +1,13 @@
-"""A rolling upgrade from the previous release (DESIGN.md §8.4; README, "Upgrading"): its wheel
-is built from its git commit into a venv of its own, three nodes run it, and they are upgraded
-one at a time under writes. Along the way each release installs a snapshot the other made (a
-node of this release rejoins empty from a leader of the previous one, and the other way
-round) and loads its own data dir written by the other. At the end: nothing acknowledged is
-lost and every member's digest is equal.
+"""A rolling upgrade from the previous release (DESIGN.md §8.4, §9.0; README, "Upgrading"): its
+wheel is built from its git commit into a venv of its own, three nodes run it, and they are
+upgraded one at a time under writes. Along the way each release installs a snapshot the other
+made (a node of this release rejoins empty from a leader of the previous one, and the other
+way round) and loads its own data dir written by the other. While releases are mixed the
+cluster cannot be finalized (the upgrade gate names the members still on the previous
+release) and settings are refused; once every member runs this release it is finalized, the
+settings take effect on every member, and a node of the previous release can no longer join
+(it refuses the snapshot of a finalized cluster, naming what it does not know). At the end:
+nothing acknowledged is lost and every member's digest is equal.
 
 A wheel build (pip fetches the build backend from PyPI) and a cluster, 10-30 s: `make
 integration` runs it with the other process tests, so `make test` and CI do (CI's clone has the
@@ -24,11 +28,13 @@ import pytest
 from writes import Writer, assert_every_write_on_every_member
 
 from raftcron.cluster.dev.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster, LocalNode
+from raftcron.scheduler.gate import RELEASE_LEVEL
+from raftcron.scheduler.settings import Budget
 
 pytestmark = [pytest.mark.processes, pytest.mark.upgrade]
 
-# The commit main was at when this release's work began (issue 14): the previous release.
-PREVIOUS_RELEASE = "39f2bd9e707ad142e8779f53ce507e121d4596ea"
+# The last release of wave 2 (DESIGN.md §9.0): the previous release.
+PREVIOUS_RELEASE = "a93257b2d3d5849beddb95e994a5787dc3974e52"
 
 
 def build_previous_release(work: Path) -> str:
@@ -74,8 +80,9 @@ class MixedCluster(LocalCluster):
 
 
 def runs_this_release(cluster: LocalCluster, node: LocalNode) -> bool:
-    """Only this release serves the membership routes."""
-    return cluster.request(node, "GET", "/v1/cluster/members")[0] != 404
+    """Only this release says its release level (the upgrade gate's, scheduler/gate.py)."""
+    status, body, _ = cluster.request(node, "GET", "/healthz")
+    return status == 200 and body.get("release_level") == RELEASE_LEVEL
 
 
 def upgrade(cluster: MixedCluster, node: LocalNode, writer: Writer) -> None:
@@ -99,6 +106,31 @@ def rejoin_empty(cluster: MixedCluster, node: LocalNode) -> None:
     assert any("snapshot_installed" in line for line in cluster.log_lines(node))
 
 
+def finalize(cluster: MixedCluster, node: LocalNode) -> tuple[int, Any, Any]:
+    return cluster.request(node, "POST", "/v1/cluster/finalize", {}, token=cluster.admin_token)
+
+
+def settings_of(cluster: LocalCluster, node: LocalNode) -> dict[str, Any]:
+    status, body, _ = cluster.request(node, "GET", "/v1/settings")
+    assert status == 200, body
+    return dict(body)
+
+
+def refuse_to_rejoin_with_the_previous_release(cluster: MixedCluster, node: LocalNode) -> None:
+    cluster.kill(node)
+    shutil.rmtree(node.data_dir)
+    for other in cluster.live_nodes():  # a snapshot of the finalized state, made now
+        cluster.request(other, "POST", "/v1/cluster/compact")
+    cluster.release[node.node_id] = "previous"
+    cluster.extra_args[node.node_id] = ["--rejoin-empty"]
+    cluster.start_node(node)
+    cluster.wait_for(lambda: not node.running, 60, f"{node.node_id} of the previous release "
+                     "stopping on the finalized snapshot")
+    assert any("sections this release does not know" in line and "settings" in line
+               for line in cluster.log_lines(node)), cluster.log_lines(node)[-20:]
+    cluster.release[node.node_id] = "this"
+
+
 def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
         tmp_path: Path) -> None:
     old_python = build_previous_release(tmp_path / "previous")
@@ -115,6 +147,13 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
             # n1 upgraded: it loads the old release's data dir and snapshot.
             upgrade(cluster, n1, writer)
             assert runs_this_release(cluster, n1)
+            # Mixed: the gate stays shut, naming who is behind; settings are refused.
+            refused = finalize(cluster, n1)
+            assert refused[0] == 409 and refused[1]["error"]["code"] == "members_not_ready"
+            assert "n2" in refused[1]["error"]["message"] and "n3" in refused[1]["error"]["message"]
+            status, body, _ = cluster.request(n1, "PUT", "/v1/settings/budget",
+                                              {"bytes": 64 << 20}, token=cluster.admin_token)
+            assert (status, body["error"]["code"]) == (409, "not_finalized")
             # Lost again, n1 installs a snapshot of a leader of the old release (n1 is down).
             rejoin_empty(cluster, n1)
             writer.wait_for(30)
@@ -123,7 +162,23 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
             rejoin_empty(cluster, n3)
             writer.wait_for(30)
             upgrade(cluster, n3, writer)
-        assert all(runs_this_release(cluster, node) for node in cluster.nodes)
+            assert all(runs_this_release(cluster, node) for node in cluster.nodes)
+            for node in cluster.nodes:
+                assert settings_of(cluster, node)["finalized"] is False
+            # Every member runs this release: the gate opens, for every member alike.
+            status, opened, _ = finalize(cluster, n2)
+            assert status == 200 and opened["finalized_now"] is True, opened
+            writer.wait_for(20)
+            for node in cluster.nodes:
+                shown = cluster.wait_for(lambda node=node: settings_of(cluster, node)
+                                         if settings_of(cluster, node)["finalized"] else None,
+                                         30, f"{node.node_id} finalized")
+                assert shown["budget"] == {"bytes": Budget().bytes}
+            # The previous release can no longer join: it refuses the finalized snapshot.
+            refuse_to_rejoin_with_the_previous_release(cluster, n3)
+            n3.data_dir.mkdir(parents=True, exist_ok=True)  # rejoin_empty clears it
+            rejoin_empty(cluster, n3)  # this release, again
+            writer.wait_for(20)
         assert_every_write_on_every_member(cluster, writer.acknowledged)
         print(f"rolling upgrade: {len(writer.acknowledged)} writes acknowledged, "
               f"{writer.failures} attempts failed over")
