@@ -112,6 +112,7 @@ def schedule_view(state: SchedulerState, schedule: Schedule) -> dict[str, Any]:
         "misfire_skipped": schedule.misfire_skipped,
         "misfires_truncated": schedule.misfires_truncated,
         "overlap_skipped": schedule.overlap_skipped,
+        "misfires_state_full": schedule.misfires_state_full,
         "recent_fires": [
             {"fire_time_ms": t, "job_id": job_id} for t, job_id in reversed(schedule.recent_fires)
         ],
