@@ -57,6 +57,9 @@ class RaftTuning:
     connection_retry_s: float = 0.5
     compaction_min_entries: int = 100_000
     compaction_min_time_s: float = 600.0
+    # ... or once the log's commands take this many bytes (a flood of large payloads would
+    # otherwise fill the disk first: 600 s of 60 KB batches is gigabytes)
+    compaction_max_bytes: int = 512 << 20
     commit_timeout_s: float = 5.0  # a proposal not applied by then is indeterminate
     batch_commands_max: int = 512  # client commands coalesced into one log entry
     # PySyncObj waits for its next heartbeat period to send commands in batches (~100 ms per

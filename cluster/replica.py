@@ -337,6 +337,8 @@ class RaftNode:
         self._raft_thread_calls: deque[Callable[[], None]] = deque()
         self._wrap_tick()
         self.sync._raftcron_config_gate = self._config_gate
+        self.storage.compaction_max_bytes = config.raft.compaction_max_bytes
+        self.storage.request_compaction = self.sync.forceLogCompaction
 
     # -- membership (cluster/membership) --------------------------------------------------
 

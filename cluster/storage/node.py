@@ -38,6 +38,9 @@ log = logging.getLogger("raftcron.storage")
 
 DURABILITY_MODES = ("fsync", "os")
 UNHEALTHY_LOG_EVERY_S = 5.0
+# A compaction asked for by size is asked again at most this often (a snapshot takes seconds;
+# asking at every sync while it is written would change nothing).
+COMPACTION_ASK_EVERY_S = 5.0
 
 
 class StorageFatal(StorageError):
@@ -81,6 +84,12 @@ class RaftStorage(os.PathLike[str]):
             raise
         self.journal = StorageJournal(self)
         self.sync_latency = Histogram()  # one batch: write + fdatasync (fsync mode)
+        # Past this many bytes of commands in the log, a compaction is asked for (the node
+        # sets `request_compaction`): PySyncObj compacts by entry count and time only, so a
+        # flood of large commands (refused ones too) would fill the disk before either.
+        self.compaction_max_bytes: int | None = None
+        self.request_compaction: Callable[[], None] = lambda: None
+        self._compaction_asked_s = -COMPACTION_ASK_EVERY_S
         self.write_error: str | None = None
         self._unhealthy_logged_at = -UNHEALTHY_LOG_EVERY_S
         self._closed = False
@@ -198,6 +207,13 @@ class RaftStorage(os.PathLike[str]):
             "snapshot_age_s": age_s,
         }
 
+    def _compact_if_large(self, now_s: float) -> None:
+        limit = self.compaction_max_bytes
+        if limit is not None and self.log.entry_bytes > limit and \
+                now_s - self._compaction_asked_s >= COMPACTION_ASK_EVERY_S:
+            self._compaction_asked_s = now_s
+            self.request_compaction()
+
     def sync(self) -> bool:
         """Make every buffered change durable; False (and unhealthy) if it cannot."""
         if not self.log.dirty and self.write_error is None:
@@ -206,6 +222,7 @@ class RaftStorage(os.PathLike[str]):
         try:
             self.log.sync()
             self.sync_latency.observe(self.monotonic() - started)
+            self._compact_if_large(started)
         except StorageUnavailable as error:
             self.failed(str(error))
             return False

@@ -101,6 +101,7 @@ class RaftLog:
         self._segments_of = array("I")
         self._offsets = array("Q")
         self._lengths = array("I")
+        self.entry_bytes = 0  # the commands' bytes in the log now (what compaction frees)
         self.config_indexes: list[int] = []  # entries that change the configuration, ascending
         self._cache: dict[int, bytes] = {}
         self._cache_order: deque[int] = deque()
@@ -166,6 +167,7 @@ class RaftLog:
         self._segments_of.append(0)
         self._offsets.append(0)
         self._lengths.append(len(command))
+        self.entry_bytes += len(command)
         self._cache_put(index, command)
         if command[:1] == CONFIG_COMMAND:
             self.config_indexes.append(index)
@@ -177,6 +179,7 @@ class RaftLog:
             return
         for dropped in range(self.first_index + keep, self.last_index + 1):
             self._cache_drop(dropped)
+        self.entry_bytes -= sum(self._lengths[keep:])
         for column in (self._terms, self._segments_of, self._offsets, self._lengths):
             del column[keep:]
         self._forget_config_entries(from_index=self.first_index + keep)
@@ -194,6 +197,7 @@ class RaftLog:
             raise ValueError(f"compaction to {index} would empty the log (last {self.last_index})")
         for dropped in range(self.first_index, index):
             self._cache_drop(dropped)
+        self.entry_bytes -= sum(self._lengths[:drop])
         for column in (self._terms, self._segments_of, self._offsets, self._lengths):
             del column[:drop]
         self.first_index = index
@@ -428,6 +432,7 @@ class RaftLog:
                 sequence = scan.batches[-1].sequence
         self._sequence = sequence or 0
         self._commit_written = self.commit_index
+        self.entry_bytes = sum(self._lengths)
         self.report.segments = len(self._files)
         self.report.entries = len(self._terms)
         self.report.clean_stop = clean is not None

@@ -189,3 +189,56 @@ def test_an_io_error_is_storage_unavailable_not_a_crash() -> None:
         log.set_hard_state(2, "n1")
     assert isinstance(failed.value.__cause__, OSError)
     assert failed.value.__cause__.errno == errno.ENOSPC
+
+
+# -- the bytes a compaction frees ----------------------------------------------------------------
+
+
+def test_the_log_counts_the_bytes_of_its_commands_through_every_change(place: Place) -> None:
+    log = place.open()
+    fill(log, 1, 8, term=1, size=100)
+    assert log.entry_bytes == 800
+    log.compact_to(6)
+    log.truncate_from(8)
+    fill(log, 8, 9, term=2, size=50)
+    assert log.entry_bytes == 2 * 100 + 2 * 50
+    again = place.crash(log)
+    assert again.entry_bytes == 300
+
+
+def test_a_log_past_its_byte_limit_asks_for_a_compaction_now_and_then(tmp_path: Path) -> None:
+    """PySyncObj compacts by entry count and time only: a flood of large commands (refused
+    ones too) would fill the disk first. The storage asks for a compaction past
+    `compaction_max_bytes`, at most every COMPACTION_ASK_EVERY_S."""
+    from raftcron.cluster.storage.node import COMPACTION_ASK_EVERY_S, RaftStorage
+
+    class Source:
+        def snapshot_bytes(self) -> bytes:
+            return b""
+
+        def load_snapshot(self, blob: bytes) -> None:
+            pass
+
+    now_s = [100.0]
+    asked: list[float] = []
+    storage = RaftStorage(str(tmp_path), node_id="n1", source=Source(), fork=False,
+                          monotonic=lambda: now_s[0])
+    try:
+        storage.compaction_max_bytes = 1_000
+        storage.request_compaction = lambda: asked.append(now_s[0])
+        for index in range(1, 10):
+            storage.log.append(index, 1, command(index, 1, 100))
+            storage.sync()
+        assert asked == []  # 900 bytes
+        storage.log.append(10, 1, command(10, 1, 200))
+        storage.sync()
+        assert asked == [100.0]
+        storage.log.append(11, 1, command(11, 1, 200))
+        storage.sync()
+        assert asked == [100.0]  # asked already, a snapshot takes seconds
+        now_s[0] += COMPACTION_ASK_EVERY_S
+        storage.log.append(12, 1, command(12, 1, 200))
+        storage.sync()
+        assert asked == [100.0, 100.0 + COMPACTION_ASK_EVERY_S]
+    finally:
+        storage.close()
