@@ -3,12 +3,13 @@
 The budget (DESIGN.md §9.1) is decided by the core, so the size of the state must be a pure
 function of its content that every replica computes alike, whatever Python's allocator does:
 a fixed overhead per record plus the bytes it carries (payload, result, error texts, keys,
-attempts). The overheads are measured (tracemalloc, 100,000 jobs of a tiny payload, 2-core dev
-machine, CPython 3.11): a queued `Job` with its dict slot and index entries costs ~630 bytes, a
-finished one (`FrozenJob`: its packed record, the table's slot, its retention entry) ~250 bytes
-besides its record, a key entry (the table's slot, the order entry, the tuple) ~220 bytes
-besides the key. The model is close to, not exactly, what the process holds; the README's
-sizing section says how the budget relates to RSS.
+attempts). The overheads are measured (CPython 3.11, 2-core dev machine): a queued `Job` with
+its dict slot and index entries costs ~630 bytes (tracemalloc, 100,000 jobs of a tiny
+payload); a finished one (`FrozenJob`, the bytes object of its packed record, the table's
+slot, its retention entry, its id) ~360 bytes besides its record (a state filled with 1.39 M
+finished jobs of 122-byte records held 710 MiB of RSS); a key entry (the table's slot, the
+order entry, the tuple) ~220 bytes besides the key. The model is close to, not exactly, what
+the process holds; the README's sizing section says how the budget relates to RSS.
 
 A live job changes size only where its status changes too (a claim adds an attempt, an ack a
 result or an error, a debounce a payload), and `JobTable.set_status` counts it again there; a
@@ -25,7 +26,7 @@ from raftcron.scheduler.specs import WorkflowSpec
 
 JOB_BYTES = 600  # a live job's record, its slot in the table and its index entries
 ATTEMPT_BYTES = 120  # an Attempt and its slot in the history tuple
-FROZEN_JOB_BYTES = 250  # a finished job besides its packed record
+FROZEN_JOB_BYTES = 360  # a finished job besides its packed record
 KEY_BYTES = 220  # an idempotency or fire key's entry besides the key's text
 SCHEDULE_BYTES = 1_000  # a schedule's record besides its spec's encoded size
 WORKFLOW_BYTES = 300  # a workflow's record besides its nodes' names

@@ -6,6 +6,7 @@ import pytest
 
 from raftcron.cluster import config
 from raftcron.cluster.config import ConfigError
+from raftcron.scheduler.settings import Rule, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {
@@ -39,6 +40,18 @@ def test_the_systemd_example_loads_with_the_password_from_the_environment(monkey
     loaded = config.load(ROOT / "configs/systemd/node.toml.example")
     assert loaded.cluster_password == "from-the-environment"
     assert set(loaded.tokens.values()) == {"admin", "worker"}
+    assert loaded.settings == Settings()  # it spells out the defaults
+
+
+def test_the_settings_of_a_new_cluster_come_from_the_config(tmp_path):
+    loaded = config.parse(with_changes(settings={
+        "budget": {"bytes": 1 << 30},
+        "retention": {"succeeded": {"max_age_ms": 3_600_000},
+                      "queues": {"audit": {"failed": {"max_count": 5}}}}}), base_dir=tmp_path)
+    assert loaded.settings.budget.bytes == 1 << 30
+    assert loaded.settings.retention.succeeded == Rule(3_600_000, 1_000_000)
+    assert loaded.settings.retention.rule_of("failed", "audit") == Rule(604_800_000, 5)
+    assert config.parse(with_changes(), base_dir=tmp_path).settings == Settings()
 
 
 def test_data_dir_is_relative_to_the_config_file(tmp_path):
@@ -80,6 +93,13 @@ def test_data_dir_is_relative_to_the_config_file(tmp_path):
         ({"raft": {"append_entries_batching": "yes"}}, "raft.append_entries_batching"),
         ({"raft": {"bogus": 1}}, "raft.bogus"),
         ({"log_level": "loud"}, "log_level"),
+        ({"settings": "small"}, "settings"),
+        ({"settings": {"budget": {"bytes": 10}}}, "settings.budget.bytes"),
+        ({"settings": {"retention": {"failed": {"max_count": -1}}}},
+         "settings.retention.failed.max_count"),
+        ({"settings": {"retention": {"queues": {"q": {"done": {}}}}}},
+         "settings.retention.queues.q.done"),
+        ({"settings": {"archive": {}}}, "settings.archive"),
     ],
 )
 def test_a_bad_config_names_the_key(changes, key, tmp_path, monkeypatch):
