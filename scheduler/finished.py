@@ -139,6 +139,18 @@ class FinishedJobs:
             heapq.heappush(heap, item)
         return found
 
+    def drop_front(self, status: str, queue: str) -> None:
+        """The front of a FIFO is gone (its job evicted just now): the next one is filed, to
+        be checked when it is reached."""
+        where = (status, queue)
+        fifo = self.fifos[where]
+        fifo.popleft()
+        if fifo:
+            self._file(where, fifo[0])
+        else:
+            del self.fifos[where]
+            self._filed.pop(where, None)
+
     def _file(self, where: Fifo, entry: Place) -> None:
         self._filed[where] = entry
         heapq.heappush(self._heaps[where[0]], (entry[0], entry[1], where[1]))

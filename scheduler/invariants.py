@@ -236,6 +236,10 @@ def _size_rules(state: SchedulerState) -> list[str]:
             finished_counts[where] = finished_counts.get(where, 0) + 1
             if (where, (record.finished_ms, record.id)) not in entries:
                 out.append(f"job {record.id}: finished but not in the retention index")
+    workflow_of = {record.id: wid for record in table
+                   if (wid := readable(record).workflow_id) is not None}
+    if workflow_of != state.workflow_of:
+        out.append(f"workflow of jobs: kept {state.workflow_of}, the records say {workflow_of}")
     for name, counted, kept in (
         ("job bytes", total, table.bytes),
         ("finished bytes", finished_bytes, table.finished_bytes),

@@ -120,7 +120,7 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
                 break
             if removed == work:
                 return removed, True
-            _evict(state, front[1], "age" if front[0] <= cutoff_ms else "count")
+            _evict(state, front[1], "age" if front[0] <= cutoff_ms else "count", outcome, queue)
             removed += 1
     rule = retention.rule(outcome)
     cutoff_ms = now_ms - rule.max_age_ms
@@ -131,7 +131,8 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
             break
         if removed == work:
             return removed, True
-        _evict(state, oldest[1], "age" if oldest[0] <= cutoff_ms else "count")
+        _evict(state, oldest[1], "age" if oldest[0] <= cutoff_ms else "count", oldest[2],
+               oldest[3])
         removed += 1
         kept -= 1
     return removed, False
@@ -146,22 +147,24 @@ def _by_budget(state: RetentionState, work: int) -> tuple[int, bool]:
             return removed, False  # nothing finished is left: new work is refused instead
         if removed == work:
             return removed, True
-        _evict(state, oldest, "budget")
+        _evict(state, oldest[1], "budget", oldest[2], oldest[3])
         removed += 1
     return removed, False
 
 
-def _oldest_for_space(state: RetentionState) -> int | None:
+def _oldest_for_space(state: RetentionState) -> tuple[int, int, str, str] | None:
     finished = state.table.finished
     for statuses in BUDGET_ORDER:
         oldest = finished.oldest(statuses)
         if oldest is not None:
-            return oldest[1]
+            return oldest
     return None
 
 
-def _evict(state: RetentionState, job_id: int, reason: str) -> None:
+def _evict(state: RetentionState, job_id: int, reason: str, status: str, queue: str) -> None:
+    """Remove the job at the front of its (status, queue) FIFO."""
     state.remove_job(state.table.jobs[job_id])
+    state.table.finished.drop_front(status, queue)
     state.count("evicted", reason)
 
 

@@ -238,6 +238,9 @@ def _restore(blob: bytes) -> SchedulerState:
     for item in workflows:
         workflow = _workflow_from_list(item)
         state.workflows[workflow.id] = workflow
+        for job_id in workflow.job_ids.values():
+            if job_id in jobs:
+                state.workflow_of[job_id] = workflow.id
         state.workflows_bytes += WORKFLOW_BYTES + WORKFLOW_NODE_BYTES * len(workflow.job_ids)
     state.requests = RequestLog.from_list(requests, packed=version >= 2)
     state.events = EventLog.from_list(event_log)

@@ -74,6 +74,9 @@ class SchedulerState:
         self.schedule_heap: list[tuple[int, str]] = []  # (next_fire_ms, name), cleaned lazily
         self.pending_schedules: dict[str, None] = {}  # start (cursor = now) at the next Tick
         self.workflows: dict[int, Workflow] = {}
+        # The workflow of each job that has one (its workflow_id, read without decoding a
+        # finished job's record: removing a million finished jobs must not decode them).
+        self.workflow_of: dict[int, int] = {}
         self.requests = RequestLog()
         self.events = EventLog()
         self.counters: dict[str, dict[str, int]] = {}  # name -> label (queue, ...) -> count
@@ -323,6 +326,7 @@ class SchedulerState:
         job.run_at_ms = run_at_ms
         if workflow is not None:
             job.workflow_id = workflow.id
+            self.workflow_of[job.id] = workflow.id
             job.workflow_node = node_name
             workflow.remaining += 1
         doomed = False
@@ -571,8 +575,9 @@ class SchedulerState:
 
     def remove_job(self, job: Job | FrozenJob) -> None:
         self.table.remove(job)
-        if job.workflow_id is not None:
-            workflow = self.workflows.get(job.workflow_id)
+        workflow_id = self.workflow_of.pop(job.id, None)
+        if workflow_id is not None:
+            workflow = self.workflows.get(workflow_id)
             if workflow is not None:
                 workflow.remaining -= 1
                 if workflow.remaining == 0:
