@@ -17,6 +17,7 @@ from raftcron.cluster import notifier
 from raftcron.cluster.clocks import ClockBook, ClockView
 from raftcron.cluster.histogram import Histogram
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler import retention
 from raftcron.scheduler.flowviews import HELD_REASONS, all_queues
 from raftcron.scheduler.state import SchedulerState
 from raftcron.scheduler.views import queue_stats
@@ -262,7 +263,7 @@ def _budget_metrics(out: Writer, state: SchedulerState, stats: NodeStats, node_i
                "The replicated state's size in the memory model (what the budget bounds)",
                [({}, state.state_bytes())])
     out.metric("raftcron_state_part_bytes", "gauge", "raftcron_state_bytes by what fills it",
-               [({"part": part}, size) for part, size in state.state_parts().items()])
+               [({"part": part}, size) for part, size in retention.parts(state).items()])
     if state.finalized:  # before the upgrade gate opens there is no budget
         out.metric("raftcron_state_budget_bytes", "gauge", "The state budget (settings)",
                    [({}, state.settings.budget.bytes)])

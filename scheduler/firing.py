@@ -42,7 +42,7 @@ from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.store import JobTable
 
 
-class FiringState(Protocol):
+class FiringState(retention.BudgetState, Protocol):
     """What firing needs of the state machine, written out so that this module does not import
     `scheduler.state` (which calls it): `state.SchedulerState` is the one implementation, and
     mypy checks it against this at every call."""
@@ -61,8 +61,6 @@ class FiringState(Protocol):
     def finalized(self) -> bool: ...
 
     def state_bytes(self) -> int: ...
-
-    def state_parts(self) -> dict[str, int]: ...
 
     def count(self, name: str, label: str, by: int = 1) -> None: ...
 

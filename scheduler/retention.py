@@ -23,11 +23,13 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from raftcron.scheduler import jobs as j
-from raftcron.scheduler import limits
+from raftcron.scheduler import limits, sizes
 from raftcron.scheduler.commands import SubmitJobs
 from raftcron.scheduler.errors import Rejected
+from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import Job
+from raftcron.scheduler.notifications import Notifications
 from raftcron.scheduler.requests import RequestLog, answer_bytes
 from raftcron.scheduler.settings import OUTCOMES, Settings
 from raftcron.scheduler.sizes import job_bytes, new_job_bytes
@@ -47,17 +49,19 @@ class BudgetState(Protocol):
 
     table: JobTable
     settings: Settings
+    requests: RequestLog
+    notifications: Notifications
+    events: EventLog
+    schedules_bytes: int
+    workflows_bytes: int
 
     def state_bytes(self) -> int: ...
-
-    def state_parts(self) -> dict[str, int]: ...
 
 
 class RetentionState(BudgetState, Protocol):
     """What eviction needs of the state machine (`state.SchedulerState`, checked by mypy)."""
 
     now_ms: int
-    requests: RequestLog
     keys_forgotten_ms: int
     retention_pending: bool
 
@@ -219,5 +223,20 @@ def state_full(state: BudgetState, need_bytes: int) -> Rejected:
         f"is left to evict (bytes by queue: {named}). Finish or cancel work, or raise the "
         "budget (PUT /v1/settings/budget)",
         details={"budget_bytes": budget, "state_bytes": used, "needed_bytes": need_bytes,
-                 "queues": queues, "parts": state.state_parts()},
+                 "queues": queues, "parts": parts(state)},
     )
+
+
+def parts(state: BudgetState) -> dict[str, int]:
+    """`SchedulerState.state_bytes` by what fills it (they sum to it): for the 507 answer,
+    /metrics and the settings view."""
+    table = state.table
+    return {
+        "unfinished_jobs": table.bytes - table.finished_bytes,
+        "finished_jobs": table.finished_bytes,
+        "keys": table.key_bytes,
+        "requests": state.requests.bytes,
+        "schedules": state.schedules_bytes,
+        "workflows": state.workflows_bytes,
+        "events": sizes.EVENT_BYTES * (len(state.events) + len(state.notifications.outbox)),
+    }

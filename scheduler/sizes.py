@@ -94,3 +94,5 @@ def fire_bytes(spec: ScheduleSpec, key: str) -> int:
 def schedule_bytes(spec_wire_bytes: int) -> int:
     """A schedule's record, from the encoded size of its spec."""
     return SCHEDULE_BYTES + spec_wire_bytes
+
+

@@ -112,19 +112,6 @@ class SchedulerState:
             + sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox))
         )
 
-    def state_parts(self) -> dict[str, int]:
-        """`state_bytes` by what fills it (they sum to it)."""
-        table = self.table
-        return {
-            "unfinished_jobs": table.bytes - table.finished_bytes,
-            "finished_jobs": table.finished_bytes,
-            "keys": table.key_bytes,
-            "requests": self.requests.bytes,
-            "schedules": self.schedules_bytes,
-            "workflows": self.workflows_bytes,
-            "events": sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox)),
-        }
-
     @property
     def clock_started(self) -> bool:
         """Whether a Tick was applied: before it, every request is refused not_ready."""

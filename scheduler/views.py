@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftcron.scheduler import calendar
+from raftcron.scheduler import calendar, retention
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.jobs import RUNNING, Attempt, Job
@@ -222,7 +222,7 @@ def usage(state: SchedulerState) -> dict[str, Any]:
     return {
         "state_bytes": state.state_bytes(),
         "budget_bytes": state.settings.budget.bytes if state.finalized else None,
-        "parts": state.state_parts(),
+        "parts": retention.parts(state),
         "bytes_by_queue": dict(sorted(table.bytes_by_queue.items())),
         "kept": {status: table.count_by_status[status] for status in sorted(j.FINAL)},
         "evicted": dict(sorted(state.counters.get("evicted", {}).items())),

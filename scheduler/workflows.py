@@ -23,7 +23,7 @@ from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.store import JobTable
 
 
-class WorkflowState(Protocol):
+class WorkflowState(retention.BudgetState, Protocol):
     now_ms: int
     next_workflow_id: int
     next_job_id: int
@@ -36,8 +36,6 @@ class WorkflowState(Protocol):
     def finalized(self) -> bool: ...
 
     def state_bytes(self) -> int: ...
-
-    def state_parts(self) -> dict[str, int]: ...
 
     def count(self, name: str, label: str, by: int = 1) -> None: ...
 
