@@ -8,6 +8,7 @@ errors included, match the documented status codes, media types, headers and sch
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import time
@@ -22,7 +23,7 @@ from raftcron.cluster import config
 from raftcron.cluster.http import app as http_app
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX
-from raftcron.cluster.http.common import ROLE_GRANTS, Services
+from raftcron.cluster.http.common import RETRY_AFTER_S, ROLE_GRANTS, Services
 from raftcron.cluster.membership.book import Member
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.commands import (
@@ -38,16 +39,18 @@ from raftcron.scheduler.commands import (
     SubmitJobs,
     TriggerSchedule,
 )
-from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.errors import STATUS_BY_CODE, Invalid
 from raftcron.scheduler.flowcommands import BulkJobs, PauseQueue, ResumeQueue
 from raftcron.scheduler.flowspecs import QueueSpec
+from raftcron.scheduler.gate import RELEASE_LEVEL
 from raftcron.scheduler.notifications import NotificationSpec
 from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.settings import BUDGET_BYTES_DEFAULT, BUDGET_BYTES_MIN, Budget, Retention
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 from . import apidoc
 from .apidoc import assert_documented, assert_error, schema_errors
-from .livenode import LiveNode, Reply, start_leaderless_node
+from .livenode import REPO, LiveNode, Reply, start_leaderless_node
 
 # -- the document and the app's routes ------------------------------------------------------
 
@@ -114,6 +117,7 @@ ERROR_NAMES = {
     "408": "Timeout",
     "413": "TooLarge",
     "503": "Unavailable",
+    "507": "StateFull",
 }
 
 
@@ -124,6 +128,68 @@ def test_an_operation_documents_408_and_413_exactly_when_it_reads_a_body() -> No
         has_body = "requestBody" in op
         assert ("408" in op["responses"]) == has_body, (method, path)
         assert ("413" in op["responses"]) == has_body, (method, path)
+
+
+# What creates jobs (DESIGN.md §9.1), so may be refused 507 state_full. Never refused for
+# space: claims, heartbeats, acks, cancels, deletes, settings; a bulk retry leaves a job the
+# budget has no room for as it is (matched, not changed) rather than failing the request.
+CREATING_JOBS = {
+    ("POST", "/v1/jobs"),
+    ("POST", "/v1/jobs/batch"),
+    ("POST", "/v1/workflows"),
+    ("POST", "/v1/jobs/{id}/retry"),
+    ("POST", "/v1/schedules/{name}/trigger"),
+    ("POST", "/v1/schedules/{name}/backfill"),
+}
+
+
+def test_exactly_the_routes_that_create_jobs_document_507() -> None:
+    documented = {(method, path) for method, path, op in apidoc.operations()
+                  if "507" in op["responses"]}
+    assert documented == CREATING_JOBS
+
+
+# -- error codes: every code the product answers with is one the document lists --------------
+
+
+def codes_written_in(directory: Path) -> set[str]:
+    """The error codes written in place under `directory`: `HttpError(status, "code", ...)`,
+    `Rejected("code", ...)` and `code="..."` (an Invalid's)."""
+    codes: set[str] = set()
+    for path in directory.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.id if isinstance(node.func, ast.Name) else None
+            if isinstance(node.func, ast.Attribute):
+                called = node.func.attr
+            position = {"HttpError": 1, "Rejected": 0}.get(called or "")
+            given = [node.args[position]] if position is not None and len(node.args) > position \
+                else []
+            given += [keyword.value for keyword in node.keywords if keyword.arg == "code"]
+            codes.update(value.value for value in given
+                         if isinstance(value, ast.Constant) and isinstance(value.value, str))
+    return codes
+
+
+def error_codes_listed() -> set[str]:
+    error = apidoc.document()["components"]["schemas"]["Error"]["properties"]["error"]
+    return set(error["properties"]["code"]["enum"])
+
+
+def test_the_error_schema_lists_every_code_the_product_answers_with() -> None:
+    written = codes_written_in(REPO / "cluster") | codes_written_in(REPO / "scheduler")
+    assert {"state_full", "members_not_ready", "timeout"} <= written  # the scan sees them
+    # internal: the 500 of an unexpected exception, a bug; the document promises no 500.
+    assert (written | set(STATUS_BY_CODE)) - {"internal"} <= error_codes_listed()
+
+
+@pytest.mark.parametrize(("code", "status"), sorted(STATUS_BY_CODE.items()))
+def test_a_core_code_is_named_where_the_document_describes_its_status(
+    code: str, status: int
+) -> None:
+    response = apidoc.document()["components"]["responses"][ERROR_NAMES[str(status)]]
+    assert re.search(rf"\b{code}\b", response["description"]), response["description"]
 
 # -- request bodies: the document and the server's parsers agree ----------------------------
 
@@ -165,6 +231,21 @@ def _with_name(command: Any) -> Callable[[dict[str, Any]], Any]:
     return lambda body: command.from_wire({**_without_request_id(body), "name": "s"})
 
 
+def _settings_section(body: dict[str, Any]) -> Any:
+    """cluster/http/settings.py's put: request_id out, then the section's own parser. The
+    document cannot tie a body to the path's section, so it takes what either section takes."""
+    body = _without_request_id(body)
+    try:
+        return Retention.parse(body)
+    except Invalid:
+        return Budget.parse(body)
+
+
+def _finalize(body: dict[str, Any]) -> Any:
+    """cluster/http/settings.py's finalize reads request_id and nothing else."""
+    return _without_request_id(body)
+
+
 def _bulk(body: dict[str, Any]) -> Any:
     """cluster/http/flow.py's bulk: known fields only, dry_run a boolean, the rest the core's."""
     body = _without_request_id(body)
@@ -198,6 +279,8 @@ PARSERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "pauseQueue": _with_name(PauseQueue),
     "resumeQueue": _with_name(ResumeQueue),
     "bulkJobs": _bulk,
+    "putSettings": _settings_section,
+    "finalizeCluster": _finalize,
 }
 
 
@@ -356,7 +439,8 @@ AGREEMENT = [
     ("submitJob", {"task": "t", "key": "k", "unique": {"states": ["queued", "queued"]}}, False),
     ("submitJob", {"task": "t", "key": "k", "unique": {"states": ["done"]}}, False),
     ("submitJob", {"task": "t", "key": "k", "unique": {"period_ms": 0}}, False),
-    ("submitJob", {"task": "t", "key": "k", "unique": {"period_ms": 604_800_001}}, False),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"period_ms": 2_592_000_000}}, True),
+    ("submitJob", {"task": "t", "key": "k", "unique": {"period_ms": 2_592_000_001}}, False),
     ("submitJob", {"task": "t", "key": "k", "unique": {"on_conflict": "keep"}}, False),
     ("submitJob", {"task": "t", "key": "k", "debounce_ms": 1, "debounce_max_ms": None}, True),
     ("submitJob", {"task": "t", "key": "k", "debounce_ms": 0}, False),
@@ -392,6 +476,33 @@ AGREEMENT = [
     ("bulkJobs", {"action": "cancel", "filter": {"queue": "has space"}}, False),
     ("bulkJobs", {"action": "cancel", "filter": {"owner": "me"}}, False),
     ("bulkJobs", {"action": "cancel", "everything": True}, False),
+    ("putSettings", {}, True),
+    ("putSettings", {"succeeded": {"max_age_ms": 0, "max_count": 0}, "request_id": None}, True),
+    ("putSettings", {"failed": {"max_age_ms": 2_592_000_000, "max_count": 100_000_000}}, True),
+    ("putSettings", {"cancelled": {}, "queues": {"reports": {"cancelled": {}}}}, True),
+    ("putSettings", {"queues": {f"q{n}": {"failed": {"max_count": n}} for n in range(1_000)}},
+     True),
+    ("putSettings", {"bytes": 1_048_576}, True),
+    ("putSettings", {"bytes": 1_099_511_627_776, "request_id": "b-1"}, True),
+    ("putSettings", {"succeeded": {"max_age_ms": -1}}, False),
+    ("putSettings", {"succeeded": {"max_age_ms": 2_592_000_001}}, False),
+    ("putSettings", {"failed": {"max_count": 100_000_001}}, False),
+    ("putSettings", {"cancelled": {"max_count": 1.5}}, False),
+    ("putSettings", {"succeeded": {"keep": 5}}, False),
+    ("putSettings", {"succeeded": None}, False),
+    ("putSettings", {"queues": {"reports": {}}}, False),
+    ("putSettings", {"queues": {"reports": {"done": {}}}}, False),
+    ("putSettings", {"queues": {f"q{n}": {"failed": {}} for n in range(1_001)}}, False),
+    ("putSettings", {"bytes": 1_048_575}, False),
+    ("putSettings", {"bytes": 1_099_511_627_777}, False),
+    ("putSettings", {"bytes": True}, False),
+    ("putSettings", {"bytes": None}, False),
+    ("putSettings", {"bytes": 1_048_576, "succeeded": {}}, False),
+    ("putSettings", {"retention": {}}, False),
+    ("putSettings", {"bytes": 1_048_576, "request_id": ""}, False),
+    ("finalizeCluster", {}, True),
+    ("finalizeCluster", {"request_id": "f-1"}, True),
+    ("finalizeCluster", {"request_id": "r" * 201}, False),
 ]
 
 
@@ -593,6 +704,85 @@ def test_cluster_events_audits_and_health_answers_match_the_document(node: LiveN
     assert "raftcron_raft_term" in call(node, "GET", "/metrics", role="read")[1]
 
 
+def test_settings_and_finalize_answers_match_the_document(node: LiveNode) -> None:
+    status, settings = call(node, "GET", "/v1/settings?consistent=1")
+    # A new cluster starts finalized, with the defaults (the node's config has no [settings]).
+    assert (status, settings["finalized"], settings["level"]) == (200, True, RELEASE_LEVEL)
+    assert settings["budget"] == {"bytes": BUDGET_BYTES_DEFAULT}
+    assert settings["retention"] == Retention().to_wire()
+    usage = settings["usage"]
+    assert sum(usage["parts"].values()) == usage["state_bytes"] < usage["budget_bytes"]
+    status, finalized = call(node, "POST", "/v1/cluster/finalize")
+    assert (status, finalized["finalized_now"], finalized["level"]) == (200, False, RELEASE_LEVEL)
+    assert finalized["members"] == [{"node_id": "n1", "release_level": RELEASE_LEVEL}]
+    assert call(node, "POST", "/v1/cluster/finalize", {"request_id": unique("fin")})[0] == 200
+    _, cluster = call(node, "GET", "/v1/cluster")
+    assert (cluster["release_level"], cluster["state"]["finalized"]) == (RELEASE_LEVEL, True)
+    assert cluster["state"]["budget_bytes"] == BUDGET_BYTES_DEFAULT
+    assert call(node, "GET", "/healthz", role=None)[1]["release_level"] == RELEASE_LEVEL
+
+
+def test_a_full_state_answers_507_as_documented(fresh_node: Callable[[], LiveNode]) -> None:
+    """What creates jobs is refused 507 once nothing finished can be evicted to make room.
+
+    The budget is set just above the state (never below it, or the failed job would be
+    evicted for space), so its retry finds no room either."""
+    node = fresh_node()
+    status, refused = call(node, "PUT", "/v1/settings/retention", {"failed": {"max_age_ms": -1}})
+    assert (status, refused["error"]["field"]) == (400, "retention.failed.max_age_ms")
+    queue = unique("full")
+    call(node, "POST", "/v1/jobs", {"task": "t", "queue": queue})
+    [failing] = claim_all(node, queue, 1)
+    call(node, "POST", f"/v1/jobs/{failing['id']}/fail",
+         {"token": failing["token"], "retryable": False})
+    big = {"task": "t", "queue": queue, "payload": "x" * 60_000}
+    filled: list[dict[str, Any]] = []  # past the least budget, in batches an entry can carry
+    while len(filled) * 60_000 <= BUDGET_BYTES_MIN:
+        status, batch = call(node, "POST", "/v1/jobs/batch", {"jobs": [big] * 6})
+        assert status == 201, batch
+        filled += batch["jobs"]
+    name = unique("daily")
+    call(node, "PUT", f"/v1/schedules/{name}", {"cron": "0 0 * * *", "job": big})
+
+    def state_bytes() -> int:
+        return int(call(node, "GET", "/v1/settings?consistent=1")[1]["usage"]["state_bytes"])
+
+    # What a PUT of the budget adds (its answer remembered for its request_id), measured.
+    before = state_bytes()
+    call(node, "PUT", "/v1/settings/budget", {"bytes": BUDGET_BYTES_DEFAULT})
+    added = state_bytes() - before
+    budget = state_bytes() + added + 300  # room left: 300 bytes, less than any job takes
+    status, settings = call(node, "PUT", "/v1/settings/budget", {"bytes": budget})
+    assert (status, settings["budget"], settings["usage"]["budget_bytes"]) == (
+        200, {"bytes": budget}, budget)
+    assert settings["usage"]["kept"]["failed"] == 1  # nothing was evicted
+    today_ms = int(time.time() // 86_400) * 86_400_000
+    for method, path, body in [
+        ("POST", "/v1/jobs", big),
+        ("POST", "/v1/jobs/batch", {"jobs": [{"task": "t"}, big]}),
+        ("POST", "/v1/workflows", {"jobs": [{"name": "a", **big}]}),
+        ("POST", f"/v1/jobs/{failing['id']}/retry", None),
+        ("POST", f"/v1/schedules/{name}/trigger", None),
+        ("POST", f"/v1/schedules/{name}/backfill",
+         {"from_ms": today_ms - 2 * 86_400_000, "to_ms": today_ms}),
+    ]:
+        reply = send(node, method, path, body)
+        error = assert_documented(method, path, reply)["error"]
+        assert (reply.status, error["code"]) == (507, "state_full"), (path, reply)
+        assert reply.headers["retry-after"] == RETRY_AFTER_S[507]
+        assert error["budget_bytes"] == budget
+        assert error["state_bytes"] + error["needed_bytes"] > budget >= error["state_bytes"]
+        assert sum(error["parts"].values()) == error["state_bytes"]
+        assert error["queues"][0]["queue"] == queue
+    # A bulk retry is not refused: the job it has no room for matches and stays failed.
+    _, bulk = call(node, "POST", "/v1/jobs/bulk", {"action": "retry", "filter": {"queue": queue}})
+    assert (bulk["matched"], bulk["changed"]) == (1, 0)
+    assert call(node, "GET", f"/v1/jobs/{failing['id']}")[1]["status"] == "failed"
+    # Claims and cancels are never refused for space.
+    assert len(claim_all(node, queue, 1)) == 1
+    assert call(node, "POST", f"/v1/jobs/{filled[-1]['id']}/cancel")[0] == 200
+
+
 def test_notification_answers_match_the_document_and_never_show_the_secret(
     node: LiveNode,
 ) -> None:
@@ -732,6 +922,14 @@ ERRORS = [
         "cycle",
     ),
     ("POST", "/v1/jobs", {"task": "t", "depends_on": [123456789]}, None, "admin", 400, "invalid"),
+    ("PUT", "/v1/settings/archive", {}, None, "admin", 404, "not_found"),
+    ("PUT", "/v1/settings/budget", {"bytes": 1}, None, "admin", 400, "invalid"),
+    ("PUT", "/v1/settings/budget", None, None, "admin", 400, "invalid"),
+    ("PUT", "/v1/settings/retention", {"queues": {"a b": {"failed": {}}}}, None, "admin", 400,
+     "invalid"),
+    ("PUT", "/v1/settings/retention", {}, None, "submit", 403, "forbidden"),
+    ("POST", "/v1/cluster/finalize", None, None, "read", 403, "forbidden"),
+    ("POST", "/v1/cluster/finalize", {"request_id": ""}, None, "admin", 400, "invalid"),
 ]
 
 
