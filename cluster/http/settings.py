@@ -24,6 +24,8 @@ from raftcron.cluster.http.common import (
     commit,
     json_response,
     maybe_consistent,
+    object_body,
+    only,
     parse_or_400,
     read_json,
     requires,
@@ -90,8 +92,13 @@ async def members_releases(
 @requires("manage")
 async def finalize(request: web.Request) -> web.Response:
     svc = services(request)
-    body = await read_json(request) if request.can_read_body else {}
-    request_id = take_request_id(body if isinstance(body, dict) else {}, request)
+    body = object_body(await read_json(request)) if request.can_read_body else {}
+    request_id = take_request_id(only(body, {"request_id"}), request)
+    if svc.node.machine.read(lambda state: state.finalized):
+        # Nothing would change: answered without asking the members (one may be down).
+        answer = await commit(request, Finalize(request_id, RELEASE_LEVEL, svc.config.settings))
+        view = svc.node.machine.read(views.settings_view)
+        return json_response({**answer, "members": [], "settings": view})
     if svc.dialer is None:
         raise HttpError(503, "unavailable", "this node cannot ask its members")
     members = membership_view(svc.node)["members"]

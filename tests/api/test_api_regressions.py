@@ -3,7 +3,6 @@
 Each test states the contract (DESIGN.md section 4, or the core's own rule where the design
 says nothing). An open bug is marked `@bug(...)` (strict xfail, with an entry in
 fuzz_hooks.KNOWN_BUGS when the fuzz meets it); the fixed ones' tests stay so they stay fixed.
-Open: finalize ignores what it does not read (the document says so, so the fuzz passes).
 """
 
 from __future__ import annotations
@@ -136,9 +135,6 @@ def test_a_405_names_the_allowed_methods(node: LiveNode) -> None:
     assert set(reply.headers.get("allow", "").replace(" ", "").split(",")) >= {"GET", "POST"}
 
 
-@bug("POST /v1/cluster/finalize reads request_id only: an unknown field, or a body that is "
-     "not an object, is ignored, where every other write refuses both (common.only and "
-     "object_body: a typo must not be silently ignored)")
 @pytest.mark.parametrize("body", [{"level": 4}, ["finalize"]])
 def test_a_finalize_body_it_does_not_read_is_a_400(node: LiveNode, body: Any) -> None:
     reply = node.request("POST", "/v1/cluster/finalize", body)

@@ -56,6 +56,9 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/cluster/members"): "status",
     ("POST", "/v1/cluster/members"): "manage",
     ("DELETE", "/v1/cluster/members/{node_id}"): "manage",
+    ("POST", "/v1/cluster/finalize"): "manage",
+    ("GET", "/v1/settings"): "read",
+    ("PUT", "/v1/settings/{section}"): "manage",
     ("GET", "/v1/audit"): "audit",
     ("GET", "/v1/events"): "read",
     ("GET", "/v1/notifications"): "manage",  # admin only: urls may hold a receiver's token
@@ -107,7 +110,7 @@ def _tokens(cluster: LocalCluster) -> dict[str | None, str | None]:
 def test_the_role_matrix(node_cluster: LocalCluster, method: str, path: str) -> None:
     grant = GRANTS[(method, path)]
     concrete = path.replace("{id}", "999999").replace("{name}", "matrix-s").replace(
-        "{node_id}", "not-a-member")
+        "{node_id}", "not-a-member").replace("{section}", "budget")
     body = BODIES.get(path, {} if method in ("POST", "PUT") else None)
     node = node_cluster.nodes[0]
     for role, token in _tokens(node_cluster).items():
