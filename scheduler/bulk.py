@@ -17,7 +17,9 @@ jobs created meanwhile are seen if their ids come after the cursor. When a statu
 and few jobs have it, the status index is walked instead of every id. A dry run is the same
 selection read without a command (`select` is pure).
 
-`changed` counts the matched jobs whose status the command changed, by the action or as the
+`state_full` (only when some were) counts the retries refused for want of room (the state
+budget); they stay as they are. `changed` counts the matched jobs whose status the command
+changed, by the action or as the
 cascade of an earlier match (a child cancelled as `upstream_failed` with its parent, or revived
 with it): a retry refused (a parent of the job is still failed or cancelled) matched but did not
 change. Cascades to jobs that did not match are not counted.
@@ -30,7 +32,7 @@ from typing import Any
 
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import limits
-from raftcron.scheduler.errors import Ok, Result
+from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.flowcommands import BulkJobs
 from raftcron.scheduler.flowspecs import BulkFilter
 from raftcron.scheduler.flowstate import FlowState
@@ -113,13 +115,17 @@ def apply(state: FlowState, command: BulkJobs) -> Result:
                     max_jobs=command.max)
     table = state.table
     before = [table.jobs[job_id].status for job_id in chosen.ids]
+    refused = 0
     for job_id in reversed(chosen.ids) if command.action == "delete" else chosen.ids:
-        _act(state, command.action, job_id)
+        refused += _act(state, command.action, job_id)
     changed = 0
     for job_id, status in zip(chosen.ids, before, strict=True):
         job = table.get(job_id)
         changed += job is None or job.status != status
-    return Ok(answer(chosen, changed))
+    value = answer(chosen, changed)
+    if refused:  # retries refused for want of room (the state budget: DESIGN.md §9.1)
+        value["state_full"] = refused
+    return Ok(value)
 
 
 def answer(chosen: Selection, changed: int) -> dict[str, Any]:
@@ -127,17 +133,18 @@ def answer(chosen: Selection, changed: int) -> dict[str, Any]:
             "next_cursor": chosen.next_cursor}
 
 
-def _act(state: FlowState, action: str, job_id: int) -> None:
-    """Act on one matched job. An earlier job of the same command may have moved it already
-    (a cascade), so its status is read again."""
+def _act(state: FlowState, action: str, job_id: int) -> bool:
+    """Act on one matched job; whether a retry was refused for want of room. An earlier job
+    of the same command may have moved it already (a cascade), so its status is read again."""
     job = state.table.get(job_id)
     if job is None or job.status not in APPLIES_TO[action]:
-        return
+        return False
     if action == "retry":
-        state.retry_job(job_id)  # refused (a parent still failed): it stays as it is
-        return
+        # Refused (a parent still failed, or no room): it stays as it is.
+        outcome = state.retry_job(job_id)
+        return isinstance(outcome, Rejected) and outcome.code == "state_full"
     if action == "delete" and job.status != j.SUCCEEDED and _has_dependents(state, job):
-        return  # matched, not changed: see the module docstring
+        return False  # matched, not changed: see the module docstring
     if not job.final:
         live = state.table.live(job_id)
         assert live is not None
@@ -145,6 +152,7 @@ def _act(state: FlowState, action: str, job_id: int) -> None:
         job = live
     if action == "delete":
         state.remove_job(job)
+    return False
 
 
 def _has_dependents(state: FlowState, job: Job | FrozenJob) -> bool:

@@ -413,3 +413,15 @@ def test_retention_and_budget_values_are_frozen_values_with_defaults():
     assert Retention().succeeded.max_count == 1_000_000
     assert Retention().failed.max_age_ms == 7 * DAY
     assert Retention.parse({}) == Retention()
+
+
+def test_a_bulk_retry_counts_the_retries_refused_for_space_and_leaves_those_jobs(d):
+    from raftcron.scheduler.flowcommands import BulkJobs
+    from raftcron.scheduler.flowspecs import BulkFilter
+
+    d.finalize(budget={"bytes": 1 << 20})
+    dead = run(d, 2, fail=True)
+    fill(d)
+    value = d.ok(BulkJobs(d.request_id(), "retry", BulkFilter(status="failed")))
+    assert (value["matched"], value["changed"], value["state_full"]) == (2, 0, 2)
+    assert all(d.job(job_id).status == j.FAILED for job_id in dead)

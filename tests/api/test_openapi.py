@@ -132,7 +132,8 @@ def test_an_operation_documents_408_and_413_exactly_when_it_reads_a_body() -> No
 
 # What creates jobs (DESIGN.md §9.1), so may be refused 507 state_full. Never refused for
 # space: claims, heartbeats, acks, cancels, deletes, settings; a bulk retry leaves a job the
-# budget has no room for as it is (matched, not changed) rather than failing the request.
+# budget has no room for as it is (matched, not changed, counted in `state_full`) rather than
+# failing the request.
 CREATING_JOBS = {
     ("POST", "/v1/jobs"),
     ("POST", "/v1/jobs/batch"),
@@ -774,9 +775,10 @@ def test_a_full_state_answers_507_as_documented(fresh_node: Callable[[], LiveNod
         assert error["state_bytes"] + error["needed_bytes"] > budget >= error["state_bytes"]
         assert sum(error["parts"].values()) == error["state_bytes"]
         assert error["queues"][0]["queue"] == queue
-    # A bulk retry is not refused: the job it has no room for matches and stays failed.
+    # A bulk retry is not refused whole: the job it has no room for matches, stays failed,
+    # and is counted as refused for space.
     _, bulk = call(node, "POST", "/v1/jobs/bulk", {"action": "retry", "filter": {"queue": queue}})
-    assert (bulk["matched"], bulk["changed"]) == (1, 0)
+    assert (bulk["matched"], bulk["changed"], bulk["state_full"]) == (1, 0, 1)
     assert call(node, "GET", f"/v1/jobs/{failing['id']}")[1]["status"] == "failed"
     # Claims and cancels are never refused for space.
     assert len(claim_all(node, queue, 1)) == 1
