@@ -3,24 +3,19 @@
 Load is generated in this process with aiohttp (one connection pool, many coroutines), except
 one-job-per-request submits, which use a lean client (cluster/dev/bench/lean.py) so the load
 generator takes as little as it can of the cores the cluster runs on; the drain uses real
-`raftcron worker` processes, because the workers are part of what is measured.
+`raftcron worker` processes (cluster/dev/bench/workers.py), because the workers are part of
+what is measured.
 Every loop is bounded by a count and a deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -28,10 +23,11 @@ import orjson
 
 from raftcron.cluster.asyncclient import LEADER_HEADER
 from raftcron.cluster.dev.bench.lean import LeanConnection
+from raftcron.cluster.dev.bench.scrape import sample
 from raftcron.cluster.dev.bench.stats import Progress, percentile
+from raftcron.cluster.dev.bench.workers import exited, start_workers, stop_workers, until_waiting
 from raftcron.cluster.dev.localcluster import LocalCluster
 
-REPO = str(Path(__file__).resolve().parents[3])
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -236,37 +232,10 @@ async def drain(
     if status != 200:
         raise RuntimeError(f"pausing the drain's queue answered {status}: {answer}")
     progress = Progress("drain", jobs, quiet=target.quiet)
-    command = [
-        sys.executable,
-        "-m",
-        "raftcron.cluster.cli",
-        "worker",
-        "--connect",
-        ",".join(target.urls),
-        "--queues",
-        queue,
-        "--concurrency",
-        str(concurrency),
-        "--import",
-        "raftcron.cluster.dev.bench.tasks",
-        "--no-shell",
-        "--wait-ms",
-        "1000",
-        "--log-level",
-        "warning",
-    ]
-    env = {**os.environ, "PYTHONPATH": REPO}
-    if target.token:
-        env["RAFTCRON_API_TOKEN"] = target.token
     started = time.monotonic()
-    processes = [
-        subprocess.Popen(
-            command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, start_new_session=True
-        )
-        for _ in range(workers)
-    ]
+    processes = start_workers(target, queues=[queue], workers=workers, concurrency=concurrency)
     try:
-        await _until_waiting(target, workers, processes, started + 60)
+        await until_waiting(target, workers, processes, started + 60)
         resumed = time.monotonic()
         status, answer = await target.call("POST", f"/v1/queues/{queue}/resume", {})
         if status != 200:
@@ -277,18 +246,11 @@ async def drain(
             await asyncio.sleep(0.05)
             succeeded = await _succeeded(target, queue)
             progress.update(succeeded)
-            if any(p.poll() is not None for p in processes):
+            if exited(processes):
                 raise RuntimeError("a bench worker exited early")
         ended = time.monotonic()
     finally:
-        for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+        stop_workers(processes)
     if succeeded < jobs:
         raise RuntimeError(f"drain: only {succeeded} of {jobs} jobs succeeded in time")
     rate, ready_rate = jobs / (ended - started), jobs / (ended - resumed)
@@ -304,39 +266,12 @@ async def drain(
     }
 
 
-async def _until_waiting(
-    target: Target, workers: int, processes: list[subprocess.Popen[bytes]], deadline: float
-) -> None:
-    """Until the cluster's nodes hold `workers` long-polling claims (each worker started and
-    connected), bounded by `deadline`."""
-    while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in processes):
-            raise RuntimeError("a bench worker exited early")
-        waiting = 0
-        for url in target.urls:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with target.session.get(url + "/metrics") as answer:
-                    waiting += int(_sample(await answer.text(), "raftcron_claims_waiting"))
-        if waiting >= workers:
-            return
-        await asyncio.sleep(0.05)
-    raise RuntimeError(f"the {workers} bench workers were not all waiting on a claim in time")
-
-
 async def _succeeded(target: Target, queue: str) -> int:
     """Jobs of a queue that succeeded, from /metrics (cheap at any size, unlike listing)."""
     code, text = await _metrics(target)
     if code != 200:
         return 0
-    return int(_sample(text, "raftcron_jobs_succeeded_total", f'queue="{queue}"'))
-
-
-def _sample(text: str, name: str, label: str = "") -> float:
-    """The value of the first sample of metric `name` whose labels hold `label` (0 if none)."""
-    for line in text.splitlines():
-        if line.startswith((name + "{", name + " ")) and label in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return int(sample(text, "raftcron_jobs_succeeded_total", f'queue="{queue}"'))
 
 
 async def _metrics(target: Target) -> tuple[int, str]:
