@@ -1,15 +1,17 @@
 """The bench's worker processes: real `raftcron worker`s running the no-op task.
 
-What it owns: the worker's command line, starting W of them in their own process groups,
-waiting until each waits on a claim, and stopping them. Every process it starts is stopped by
-`stop_workers` (SIGTERM, then SIGKILL after a bound), by its process group id only; callers
-call it in a `finally`.
+What it owns: the worker's command line, starting W of them in their own process groups
+(their logs on the bench's stderr, or each in a file of a folder), waiting until each waits on
+a claim, stopping them, and counting what their log files warned of. Every process it starts
+is stopped by `stop_workers` (SIGTERM, then SIGKILL after a bound), by its process group id
+only; callers call it in a `finally`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -30,9 +32,15 @@ STOP_S = 30.0  # a worker's own drain of its running no-op jobs takes far less
 
 
 def start_workers(
-    target: Target, *, queues: list[str], workers: int, concurrency: int
+    target: Target,
+    *,
+    queues: list[str],
+    workers: int,
+    concurrency: int,
+    log_dir: Path | None = None,
 ) -> list[subprocess.Popen[bytes]]:
-    """Start `workers` worker processes on `queues`, each with `concurrency` slots."""
+    """Start `workers` worker processes on `queues`, each with `concurrency` slots; their logs
+    go to `log_dir`/worker-<n>.log when given."""
     command = [
         sys.executable,
         "-m",
@@ -56,13 +64,19 @@ def start_workers(
     if target.token:
         env["RAFTCRON_API_TOKEN"] = target.token
     processes: list[subprocess.Popen[bytes]] = []
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        for _ in range(workers):
-            processes.append(
-                subprocess.Popen(
-                    command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, start_new_session=True
+        for index in range(workers):
+            log = None if log_dir is None else (log_dir / f"worker-{index + 1}.log").open("ab")
+            try:
+                processes.append(
+                    subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                                     stderr=log, start_new_session=True)
                 )
-            )
+            finally:
+                if log is not None:
+                    log.close()  # the child holds its own descriptor
     except BaseException:
         stop_workers(processes)
         raise
@@ -105,3 +119,17 @@ async def until_waiting(
             return
         await asyncio.sleep(0.05)
     raise RuntimeError(f"the {workers} bench workers were not all waiting on a claim in time")
+
+
+def logged_actions(log_dir: Path) -> dict[str, int]:
+    """How many warnings and errors the workers' log files hold, by `level action`."""
+    counts: dict[str, int] = {}
+    for path in sorted(log_dir.glob("worker-*.log")):
+        with path.open(errors="replace") as lines:
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if isinstance(record, dict) and record.get("level") in ("warning", "error"):
+                        key = f"{record['level']} {record.get('action', '-')}"
+                        counts[key] = counts.get(key, 0) + 1
+    return counts
