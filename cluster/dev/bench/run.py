@@ -164,15 +164,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(figures))
     else:
-        if "soak_records" in figures:
-            print(soakrecord.table(figures))
         for name, value in figures.items():
-            if name != "measured" and not name.startswith("soak_"):
+            if name != "measured" and not name.startswith("soak_"):  # the soak has a table
                 print(
                     f"{name:<28} {value:,}"
                     if isinstance(value, int | float)
                     else f"{name:<28} {value}"
                 )
+        if "soak_records" in figures:
+            print(soakrecord.table(figures))
     return 0
 
 

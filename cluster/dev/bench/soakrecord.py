@@ -207,8 +207,8 @@ def table(figures: dict[str, Any]) -> str:
         f"in {figures['soak_elapsed_s']} s: {figures['soak_submitted']:,} submitted "
         f"({figures['soak_submit_per_s']:,}/s), {figures['soak_succeeded']:,} succeeded "
         f"({figures['soak_succeeded_per_s']:,}/s), {figures['soak_refused']:,} submits refused "
-        f"state_full ({figures['soak_refused_jobs']:,} jobs), RSS at most "
-        f"{figures['soak_rss_mb_max'] or '-'} MB"
+        f"state_full ({figures['soak_refused_jobs']:,} jobs)"
+        + (f", RSS at most {rss} MB" if (rss := figures["soak_rss_mb_max"]) else "")
     )
     if figures.get("soak_worker_warnings"):
         counts = ", ".join(f"{k}: {n:,}" for k, n in figures["soak_worker_warnings"].items())
