@@ -57,6 +57,8 @@ def arguments_problem(args: argparse.Namespace, *, minutes: float) -> str | None
         return f"--minutes must be more than 0 and at most {MINUTES_MAX}"
     if args.rate is not None and not 0 < args.rate <= RATE_MAX_PER_S:
         return f"--rate must be more than 0 and at most {RATE_MAX_PER_S:,}"
+    if args.workers is not None and not 1 <= args.workers <= 64:
+        return "--workers must be from 1 to 64"
     if args.flood and args.rate is not None:
         return "--flood submits as fast as accepted: it takes no --rate"
     if args.payload_kb and not args.flood:
@@ -105,8 +107,9 @@ async def measure(
     task: asyncio.Task[None] | None = None
     try:
         await until_waiting(target, workers, processes, time.monotonic() + WORKERS_READY_S)
-        # The ramp's bound (RAMP_WINDOWS_MAX windows) comes before the soak's own minutes.
-        producer = Producer(target, queue, rate=None if flood else rate or 1.0,
+        # Paused (rate 0) until the ramp sets a rate; the ramp's own bound (RAMP_WINDOWS_MAX
+        # windows, then SETTLE_S_MAX) comes before the soak's minutes.
+        producer = Producer(target, queue, rate=None if flood else rate or 0.0,
                             payload_kb=payload_kb, until=time.monotonic() + 3_600 + minutes * 60)
         task = asyncio.create_task(producer.run())
         if not flood and rate is None:
@@ -114,8 +117,8 @@ async def measure(
             rate = HOLD_SHARE * (found or windows[-1]["rate_per_s"])
             producer.rate = rate
             settled_s = await settle(producer, _probe(target, queue))
-            say(f"rate found {found or 'none'}/s, held {round(rate):,}/s; the ramp's backlog "
-                f"drained in {settled_s:.1f} s")
+            say(f"rate found {f'{found:,}/s' if found else 'none'}, held {round(rate):,}/s; "
+                f"the ramp's backlog drained in {settled_s:.1f} s")
             figures |= {"soak_rate_found_per_s": found, "soak_ramp": windows,
                         "soak_ramp_drained_s": round(settled_s, 1)}
         figures["soak_rate_held_per_s"] = None if rate is None else round(rate)
