@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from raftcron.cluster.dev.bench import measures, scale, soak, soakrecord
-from raftcron.cluster.dev.bench.measures import Target
+from raftcron.cluster.dev.bench.target import Target
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 MEASURES = (

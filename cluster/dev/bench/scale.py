@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench.measures import Target
 from raftcron.cluster.dev.bench.stats import Progress
+from raftcron.cluster.dev.bench.target import Target
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 

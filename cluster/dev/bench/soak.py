@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from raftcron.cluster.dev.bench import scale, scrape, soakrecord
-from raftcron.cluster.dev.bench.measures import Target
 from raftcron.cluster.dev.bench.soakload import HOLD_SHARE, Probe, Producer, find_rate, settle
 from raftcron.cluster.dev.bench.soakrecord import CLAIM_LATENCY_SOURCE, Reading
+from raftcron.cluster.dev.bench.target import Target
 from raftcron.cluster.dev.bench.workers import (
     exited,
     logged_actions,

@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raftcron.cluster.dev.bench.measures import Target
 from raftcron.cluster.dev.bench.soakrecord import Counts
+from raftcron.cluster.dev.bench.target import Target
 
 BATCH_JOBS = 1_000
 PAYLOAD_BATCH_JOBS = 8  # 8 x 60 KB: a body well under the API's 8 MiB

@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 
 from raftcron.cluster.dev.bench import scrape
-from raftcron.cluster.dev.bench.measures import Target
 from raftcron.cluster.dev.bench.scale import rss_mb
+from raftcron.cluster.dev.bench.target import Target
 
 OUTCOMES = ("succeeded", "failed", "cancelled")
 EVICTION_REASONS = ("age", "count", "budget")

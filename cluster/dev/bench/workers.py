@@ -18,14 +18,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import aiohttp
 
 from raftcron.cluster.dev.bench.scrape import sample
-
-if TYPE_CHECKING:
-    from raftcron.cluster.dev.bench.measures import Target
+from raftcron.cluster.dev.bench.target import Target
 
 REPO = str(Path(__file__).resolve().parents[3])
 STOP_S = 30.0  # a worker's own drain of its running no-op jobs takes far less
