@@ -161,7 +161,7 @@ async def _window(producer: Producer, probe: Probe, rate: float) -> dict[str, An
         if index == 0:
             succeeded_first = succeeded
     elapsed_s = max(time.monotonic() - started, 1e-9)
-    slope = _slope(samples)
+    slope = backlog_slope(samples)
     submit_per_s = (producer.submitted - submitted) / elapsed_s
     succeeded_per_s = (succeeded - succeeded_first) / max(samples[-1][0], 1e-9)
     allowed = max(RAMP_GROWTH_SHARE * rate, producer.batch / RAMP_WINDOW_S)
@@ -192,7 +192,7 @@ async def settle(producer: Producer, probe: Probe) -> float:
     return time.monotonic() - started
 
 
-def _slope(samples: list[tuple[float, float]]) -> float:
+def backlog_slope(samples: list[tuple[float, float]]) -> float:
     """Least-squares slope of (seconds, backlog) samples (0 with fewer than two)."""
     if len(samples) < 2:
         return 0.0
