@@ -1,4 +1,5 @@
-"""`raftcron bench --quick` runs every measure on a local cluster and reports each figure.
+"""`raftcron bench --quick` runs every measure on a local cluster and reports each figure; a
+short soak reports its records and end figures.
 
 A smoke test of the benchmark, not a benchmark: it checks that the measures run, that their
 figures are present and sane, and that nothing is left running. Speed is never asserted here.
@@ -69,6 +70,49 @@ def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
     assert leftovers == {}, f"the bench left processes running: {leftovers}"
 
 
+SOAK_RECORD_FIELDS = {
+    "minute", "submitted", "succeeded", "submit_per_s", "succeeded_per_s", "backlog", "running",
+    "state_bytes", "budget_bytes", "state_part_bytes", "kept", "evicted", "refused",
+    "refused_jobs", "refusals_counted", "claims", "claim_p50_ms", "claim_p99_ms", "rss_mb",
+}
+
+
+def test_a_short_soak_reports_a_record_per_interval_and_the_end_figures() -> None:
+    """0.3 minutes at 1,000 jobs/s against a 4 MB budget (so finished jobs are evicted for
+    room), one record every 6 s instead of every minute: the structure of what a soak
+    reports, never its speed."""
+    mark = f"bench-soak-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    finished = subprocess.run(
+        [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--json", "--only", "soak",
+         "--minutes", "0.3", "--rate", "1000", "--budget-bytes", "4000000", "--report-s", "6"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAFTCRON_TEST_MARK": mark},
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    figures = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert figures["measured"] == ["soak"]
+    assert (figures["soak_mode"], figures["soak_rate_held_per_s"]) == ("steady", 1_000)
+    records = figures["soak_records"]
+    assert len(records) == 3  # at 6, 12 and 18 s: the last one is the end's
+    for record in records:
+        assert set(record) == SOAK_RECORD_FIELDS
+        assert record["budget_bytes"] == 4_000_000
+        assert set(record["rss_mb"]) == {"n1", "n2", "n3"}
+        assert set(record["kept"]) == {"succeeded", "failed", "cancelled"}
+        assert set(record["evicted"]) == {"age", "count", "budget"}
+    assert [record["minute"] for record in records] == sorted(r["minute"] for r in records)
+    assert records[-1]["minute"] == pytest.approx(0.3, abs=0.05)
+    assert records[-1]["submitted"] == figures["soak_submitted"] > 0
+    assert figures["soak_end_snapshot_bytes"] > 0 and figures["soak_end_snapshot_s"] > 0
+    assert figures["soak_end_restart_to_ready_s"] > 0
+    assert "raftcron_claim_latency_seconds" in figures["soak_claim_latency_source"]
+    leftovers = processes_marked(mark)
+    assert leftovers == {}, f"the bench left processes running: {leftovers}"
+
+
 def test_an_unknown_measure_is_refused_by_name() -> None:
     finished = subprocess.run(
         [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--only", "claim,nope"],
@@ -79,3 +123,24 @@ def test_an_unknown_measure_is_refused_by_name() -> None:
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )
     assert finished.returncode == 2 and "unknown measure 'nope'" in finished.stderr, finished.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--flood", "--rate", "100"], "it takes no --rate"),
+        (["--payload-kb", "60"], "--payload-kb is a --flood mode"),
+        (["--minutes", "0"], "--minutes must be more than 0"),
+        (["--connect", "http://127.0.0.1:9", "--budget-bytes", "4000000"], "not with --connect"),
+    ],
+)
+def test_soak_flags_that_contradict_each_other_are_refused(flags: list[str], said: str) -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--only", "soak", *flags],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert finished.returncode == 2 and said in finished.stderr, finished.stderr

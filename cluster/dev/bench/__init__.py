@@ -8,5 +8,10 @@ end in a table (or one JSON object with `--json`). Measures (`--only` picks some
 - `claim`: claim round trip p50/p99/max on an idle cluster;
 - `fire`: fire lateness p50/p99 over many 1-second schedules;
 - `failover`: leader SIGKILL -> the next committed write, K times;
-- `scale`: 100,000 schedules and 1,000,000 retained jobs: RSS, snapshot, restart-to-ready.
+- `scale`: 100,000 schedules and 1,000,000 retained jobs: RSS, snapshot, restart-to-ready;
+- `soak`: jobs submitted and run for N minutes at a sustained rate (or `--flood`ing the state to
+  its budget), one record a minute (rates, RSS, state bytes, backlog, kept, evictions,
+  refusals, claim latency), then snapshot and restart-to-ready.
+
+`scale` and `soak` run only when `--only` names them.
 """

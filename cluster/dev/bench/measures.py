@@ -3,118 +3,26 @@
 Load is generated in this process with aiohttp (one connection pool, many coroutines), except
 one-job-per-request submits, which use a lean client (cluster/dev/bench/lean.py) so the load
 generator takes as little as it can of the cores the cluster runs on; the drain uses real
-`raftcron worker` processes, because the workers are part of what is measured.
+`raftcron worker` processes (cluster/dev/bench/workers.py), because the workers are part of
+what is measured.
 Every loop is bounded by a count and a deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
-from raftcron.cluster.asyncclient import LEADER_HEADER
 from raftcron.cluster.dev.bench.lean import LeanConnection
+from raftcron.cluster.dev.bench.scrape import sample
 from raftcron.cluster.dev.bench.stats import Progress, percentile
-from raftcron.cluster.dev.localcluster import LocalCluster
-
-REPO = str(Path(__file__).resolve().parents[3])
-JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-@dataclass
-class Target:
-    urls: list[str]
-    token: str | None = None
-    cluster: LocalCluster | None = None  # set when the bench started the cluster itself
-    quiet: bool = False
-    session: aiohttp.ClientSession = field(init=False)
-    _turn: itertools.cycle[str] = field(init=False)
-    _leader: str | None = field(init=False, default=None)  # once a node named the leader
-
-    async def open(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        connector = aiohttp.TCPConnector(limit=256)
-        self.session = aiohttp.ClientSession(
-            headers=headers, connector=connector, timeout=aiohttp.ClientTimeout(total=30)
-        )
-        self._turn = itertools.cycle(self.urls)
-
-    async def close(self) -> None:
-        await self.session.close()
-
-    def next_url(self) -> str:
-        # As raftcron's own client does: to the leader a node named, else round the nodes.
-        return self._leader if self._leader is not None else next(self._turn)
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        url: str | None = None,
-        attempts: int = 20,
-    ) -> tuple[int, Any]:
-        """One request; 503s and refused connections move on to the next node (bounded)."""
-
-        async def once(attempt: int) -> tuple[int, Any]:
-            base = url if url is not None and attempt == 0 else self.next_url()
-            try:
-                # orjson both ways: the load generator shares the cluster's cores, and the
-                # stdlib's json of a 1,000-job batch and its answer cost it 8 us per job.
-                data = None if body is None else orjson.dumps(body)
-                async with self.session.request(method, base + path, data=data,
-                                                headers=JSON_HEADERS) as answer:
-                    leader = (answer.headers.get(LEADER_HEADER) or "").rstrip("/")
-                    self._leader = leader if leader in self.urls else None
-                    return answer.status, orjson.loads(await answer.read())
-            except (aiohttp.ClientError, TimeoutError) as error:
-                if self._leader == base:
-                    self._leader = None
-                return 0, str(error)
-
-        return await retrying(once, attempts)
-
-    async def leader_url(self) -> str:
-        for _ in range(200):
-            for url in self.urls:
-                try:
-                    async with self.session.get(url + "/v1/cluster") as answer:
-                        view = await answer.json()
-                except (aiohttp.ClientError, TimeoutError, ValueError):
-                    continue
-                if view.get("role") == "leader":
-                    return url
-            await asyncio.sleep(0.05)
-        raise RuntimeError("no leader found")
-
-
-async def retrying(
-    once: Callable[[int], Awaitable[tuple[int, Any]]], attempts: int = 20
-) -> tuple[int, Any]:
-    """`once(attempt)` until it answers other than 503 or 0 (no connection), with a short
-    growing pause between attempts; the last answer if none did."""
-    last: tuple[int, Any] = (0, None)
-    for attempt in range(attempts):
-        last = await once(attempt)
-        if last[0] not in (0, 503):
-            return last
-        await asyncio.sleep(min(0.02 * (attempt + 1), 0.3))
-    return last
+from raftcron.cluster.dev.bench.target import Target, retrying
+from raftcron.cluster.dev.bench.workers import exited, start_workers, stop_workers, until_waiting
 
 
 def _unique(prefix: str) -> str:
@@ -236,37 +144,10 @@ async def drain(
     if status != 200:
         raise RuntimeError(f"pausing the drain's queue answered {status}: {answer}")
     progress = Progress("drain", jobs, quiet=target.quiet)
-    command = [
-        sys.executable,
-        "-m",
-        "raftcron.cluster.cli",
-        "worker",
-        "--connect",
-        ",".join(target.urls),
-        "--queues",
-        queue,
-        "--concurrency",
-        str(concurrency),
-        "--import",
-        "raftcron.cluster.dev.bench.tasks",
-        "--no-shell",
-        "--wait-ms",
-        "1000",
-        "--log-level",
-        "warning",
-    ]
-    env = {**os.environ, "PYTHONPATH": REPO}
-    if target.token:
-        env["RAFTCRON_API_TOKEN"] = target.token
     started = time.monotonic()
-    processes = [
-        subprocess.Popen(
-            command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, start_new_session=True
-        )
-        for _ in range(workers)
-    ]
+    processes = start_workers(target, queues=[queue], workers=workers, concurrency=concurrency)
     try:
-        await _until_waiting(target, workers, processes, started + 60)
+        await until_waiting(target, workers, processes, started + 60)
         resumed = time.monotonic()
         status, answer = await target.call("POST", f"/v1/queues/{queue}/resume", {})
         if status != 200:
@@ -277,18 +158,11 @@ async def drain(
             await asyncio.sleep(0.05)
             succeeded = await _succeeded(target, queue)
             progress.update(succeeded)
-            if any(p.poll() is not None for p in processes):
+            if exited(processes):
                 raise RuntimeError("a bench worker exited early")
         ended = time.monotonic()
     finally:
-        for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+        stop_workers(processes)
     if succeeded < jobs:
         raise RuntimeError(f"drain: only {succeeded} of {jobs} jobs succeeded in time")
     rate, ready_rate = jobs / (ended - started), jobs / (ended - resumed)
@@ -304,39 +178,12 @@ async def drain(
     }
 
 
-async def _until_waiting(
-    target: Target, workers: int, processes: list[subprocess.Popen[bytes]], deadline: float
-) -> None:
-    """Until the cluster's nodes hold `workers` long-polling claims (each worker started and
-    connected), bounded by `deadline`."""
-    while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in processes):
-            raise RuntimeError("a bench worker exited early")
-        waiting = 0
-        for url in target.urls:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with target.session.get(url + "/metrics") as answer:
-                    waiting += int(_sample(await answer.text(), "raftcron_claims_waiting"))
-        if waiting >= workers:
-            return
-        await asyncio.sleep(0.05)
-    raise RuntimeError(f"the {workers} bench workers were not all waiting on a claim in time")
-
-
 async def _succeeded(target: Target, queue: str) -> int:
     """Jobs of a queue that succeeded, from /metrics (cheap at any size, unlike listing)."""
     code, text = await _metrics(target)
     if code != 200:
         return 0
-    return int(_sample(text, "raftcron_jobs_succeeded_total", f'queue="{queue}"'))
-
-
-def _sample(text: str, name: str, label: str = "") -> float:
-    """The value of the first sample of metric `name` whose labels hold `label` (0 if none)."""
-    for line in text.splitlines():
-        if line.startswith((name + "{", name + " ")) and label in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return int(sample(text, "raftcron_jobs_succeeded_total", f'queue="{queue}"'))
 
 
 async def _metrics(target: Target) -> tuple[int, str]:

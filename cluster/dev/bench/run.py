@@ -10,11 +10,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench import measures, scale
-from raftcron.cluster.dev.bench.measures import Target
+from raftcron.cluster.dev.bench import measures, scale, soak, soakrecord
+from raftcron.cluster.dev.bench.target import Target
 from raftcron.cluster.dev.localcluster import LocalCluster
 
-MEASURES = ("submit_single", "submit_batched", "drain", "claim", "fire", "failover", "scale")
+MEASURES = (
+    "submit_single", "submit_batched", "drain", "claim", "fire", "failover", "scale", "soak"
+)
+ON_REQUEST = ("scale", "soak")  # long: run only when --only names them
 FULL = {
     "single_jobs": 5_000,
     "batched_jobs": 100_000,
@@ -27,6 +30,7 @@ FULL = {
     "failover_kills": 10,
     "scale_schedules": 100_000,
     "scale_jobs": 1_000_000,
+    "soak_minutes": 10.0,
 }
 QUICK = {
     "single_jobs": 300,
@@ -40,6 +44,7 @@ QUICK = {
     "failover_kills": 1,
     "scale_schedules": 1_000,
     "scale_jobs": 20_000,
+    "soak_minutes": 0.5,
 }
 
 
@@ -49,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--api-token", help="bearer token for --connect")
     parser.add_argument(
-        "--only", help=f"comma-separated measures ({', '.join(MEASURES)}); default all but scale"
+        "--only", help=f"comma-separated measures ({', '.join(MEASURES)}); default all but "
+        f"{' and '.join(ON_REQUEST)}"
     )
     parser.add_argument(
         "--quick", action="store_true", help="small sizes: a smoke run in under a minute"
@@ -57,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object with every figure"
     )
-    parser.add_argument("--workers", type=int, help="drain: worker processes")
+    parser.add_argument(
+        "--workers", type=int, help="drain, soak: worker processes (soak: 2, with --flood 1)"
+    )
     parser.add_argument("--jobs", type=int, help="drain: jobs")
     parser.add_argument(
         "--keep", action="store_true", help="keep the local cluster's folder (logs)"
@@ -68,11 +76,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="fsync",
         help="[storage] durability of the local cluster (default fsync, the nodes' default)",
     )
+    parser.add_argument(
+        "--minutes", type=float, help="soak: how long, fractions allowed (default 10; --quick 0.5)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="soak: jobs/s to hold (default: 0.9x the highest rate a ramp finds sustained)",
+    )
+    parser.add_argument(
+        "--flood",
+        action="store_true",
+        help="soak: producers outrun the workers (as fast as accepted, one worker); the "
+        "figures show the state at its budget, evictions and state_full refusals",
+    )
+    parser.add_argument(
+        "--payload-kb",
+        type=int,
+        default=0,
+        help="soak --flood: one client sending batches of 8 jobs of this many KB each",
+    )
+    parser.add_argument(
+        "--budget-bytes",
+        type=int,
+        help="soak: the local cluster's state budget ([settings] budget; default the product's)",
+    )
+    # One record per minute; a smoke test asks for one every few seconds.
+    parser.add_argument("--report-s", type=float, default=60.0, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
     chosen = [m.strip() for m in (args.only or "").split(",") if m.strip()] or [
-        m for m in MEASURES if m != "scale"
+        m for m in MEASURES if m not in ON_REQUEST
     ]
     unknown = [m for m in chosen if m not in MEASURES]
     if unknown:
@@ -82,6 +117,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     sizes = dict(QUICK if args.quick else FULL)
+    if args.minutes is not None:
+        sizes["soak_minutes"] = args.minutes
+    if "soak" in chosen:
+        problem = soak.arguments_problem(args, minutes=sizes["soak_minutes"])
+        if problem:
+            print(f"raftcron bench: {problem}", file=sys.stderr)
+            return 2
     if args.workers:
         sizes["drain_workers"] = args.workers
     if args.jobs:
@@ -94,15 +136,21 @@ def run(args: argparse.Namespace) -> int:
                 [u.strip().rstrip("/") for u in args.connect.split(",")], token=args.api_token
             )
         else:
+            settings: dict[str, object] = (
+                {"budget": {"bytes": args.budget_bytes}} if args.budget_bytes else {}
+            )
             cluster = LocalCluster(
-                folder, log_level="warning", storage={"durability": args.durability}
+                folder,
+                log_level="warning",
+                storage={"durability": args.durability},
+                settings=settings,
             )
             cluster.start()
             cluster.wait_ready(timeout_s=60)
             target = Target([node.url for node in cluster.nodes], cluster=cluster)
         if "submit_batched" in chosen and "drain" in chosen:
             sizes["drain_jobs"] = sizes["batched_jobs"]  # the drain takes the batched jobs
-        figures = asyncio.run(_measure(target, chosen, sizes))
+        figures = asyncio.run(_measure(target, chosen, sizes, args, folder))
     finally:
         if cluster is not None:
             cluster.close()
@@ -117,16 +165,24 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(figures))
     else:
         for name, value in figures.items():
-            if name != "measured":
+            if name != "measured" and not name.startswith("soak_"):  # the soak has a table
                 print(
                     f"{name:<28} {value:,}"
                     if isinstance(value, int | float)
                     else f"{name:<28} {value}"
                 )
+        if "soak_records" in figures:
+            print(soakrecord.table(figures))
     return 0
 
 
-async def _measure(target: Target, chosen: list[str], sizes: dict[str, Any]) -> dict[str, Any]:
+async def _measure(
+    target: Target,
+    chosen: list[str],
+    sizes: dict[str, Any],
+    args: argparse.Namespace,
+    folder: Path,
+) -> dict[str, Any]:
     await target.open()
     figures: dict[str, Any] = {}
     ready_queue: tuple[str, int] | None = None  # jobs submit_batched left for the drain
@@ -162,6 +218,17 @@ async def _measure(target: Target, chosen: list[str], sizes: dict[str, Any]) -> 
             elif name == "scale":
                 figures |= await scale.measure(
                     target, schedules=sizes["scale_schedules"], jobs=sizes["scale_jobs"]
+                )
+            elif name == "soak":
+                figures |= await soak.measure(
+                    target,
+                    minutes=sizes["soak_minutes"],
+                    rate=args.rate,
+                    flood=args.flood,
+                    payload_kb=args.payload_kb,
+                    workers=args.workers,
+                    report_s=args.report_s,
+                    folder=folder,
                 )
     finally:
         await target.close()

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench.measures import Target
 from raftcron.cluster.dev.bench.stats import Progress
+from raftcron.cluster.dev.bench.target import Target
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 
@@ -34,18 +34,18 @@ async def measure(target: Target, *, schedules: int, jobs: int) -> dict[str, Any
     await _put_schedules(target, schedules)
     await _retain_jobs(target, jobs)
     figures: dict[str, Any] = {"scale_schedules": schedules, "scale_jobs": jobs}
-    figures["rss_mb_per_node"] = _rss_per_node(cluster)
+    figures["rss_mb_per_node"] = rss_per_node(cluster)
     # First with the whole build still in the journal (no compaction has run yet: PySyncObj
     # compacts at most every raft.compaction_min_time_s), the worst a restart can meet ...
-    figures |= {f"{k}_journal": v for k, v in (await _restart_to_ready(target)).items()}
+    figures |= {f"{k}_journal": v for k, v in (await restart_to_ready(target)).items()}
     # ... then as a node usually restarts: from its last dump and a short journal.
     leader = cluster.leader()
-    figures |= await _snapshot(target, leader)  # the leader's dump is the one reported
+    figures |= await snapshot(target, leader)  # the leader's dump is the one reported
     for node in cluster.nodes:
         if node is not leader:
-            await _snapshot(target, node)
-    figures |= await _restart_to_ready(target)
-    figures["rss_mb_per_node_after_compaction"] = _rss_per_node(cluster)
+            await snapshot(target, node)
+    figures |= await restart_to_ready(target)
+    figures["rss_mb_per_node_after_compaction"] = rss_per_node(cluster)
     from raftcron.cluster.dev.corebench import tick_cost_ms
 
     figures |= {
@@ -113,11 +113,11 @@ async def _retain_jobs(target: Target, count: int) -> None:
     progress.done(f"{count:,} jobs retained (succeeded)")
 
 
-def _rss_per_node(cluster: LocalCluster) -> list[float]:
+def rss_per_node(cluster: LocalCluster) -> list[float]:
     return [round(rss_mb(node.pid), 1) for node in cluster.nodes if node.pid]
 
 
-async def _snapshot(target: Target, node: LocalNode) -> dict[str, Any]:
+async def snapshot(target: Target, node: LocalNode) -> dict[str, Any]:
     """Force a compaction on a node; the dump's size and the time until it was written."""
     dump = node.data_dir / "snapshot"  # made current by the node once written and synced
     before = dump.stat().st_mtime if dump.exists() else 0.0
@@ -135,7 +135,7 @@ async def _snapshot(target: Target, node: LocalNode) -> dict[str, Any]:
     }
 
 
-async def _restart_to_ready(target: Target) -> dict[str, Any]:
+async def restart_to_ready(target: Target) -> dict[str, Any]:
     cluster = target.cluster
     assert cluster is not None
     leader = cluster.leader()
