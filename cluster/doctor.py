@@ -3,10 +3,11 @@ member's own `GET /v1/cluster` (no I/O here: `opscli` asks, this decides).
 
 A finding is a `problem` (the cluster cannot do part of its work, or will not soon: a member
 down, no leader, a clock off, storage that cannot write or is nearly full, a member that names
-another cluster: a node of another cluster in the members list) or a `warning`
-(something to look at: a member far behind, a log not compacted, a snapshot older than a day
-while entries came after it, mixed versions). The command
-exits non-zero when there is any finding, so it can run from cron or a monitor.
+another cluster: a node of another cluster in the members list, a state at its budget: new
+jobs refused) or a `warning` (something to look at: a member far behind, a log not compacted,
+a snapshot older than a day while entries came after it, mixed versions, a state near its
+budget). The command exits non-zero when there is any finding, so it can run from cron or a
+monitor.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class Thresholds:
     # A snapshot older than this while entries were applied after it: compaction has stopped
     # (PySyncObj makes one every raft.compaction_min_time_s, 10 min, when entries came).
     max_snapshot_age_s: float = 86_400.0
+    # The state against its budget (DESIGN.md §9.1): a warning from this share on. At the
+    # budget itself new jobs are refused once nothing finished is left to evict: a problem.
+    budget_warn_pct: float = 80.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,36 @@ def _cluster_names(answered: dict[str, dict[str, Any]]) -> list[Finding]:
                     "nodes of other clusters in the members list, or configs that disagree")]
 
 
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _budget(node: str, view: dict[str, Any], thresholds: Thresholds) -> list[Finding]:
+    """The member's state against its budget (DESIGN.md §9.1); none before the cluster is
+    finalized (`budget_bytes` None) or from a release before budgets."""
+    state = view.get("state") or {}
+    used = _int_or_none(state.get("state_bytes"))
+    budget = _int_or_none(state.get("budget_bytes"))
+    if used is None or budget is None or budget <= 0:
+        return []
+    # Whole percent, rounded down: 99.7% is "99%", never a "100%" that is only a warning.
+    figures = (f"the state is {100 * used // budget}% of its budget "
+               f"({used / 1024**2:.1f} MiB of {budget / 1024**2:.1f} MiB)")
+    if used >= budget:
+        return [Finding(PROBLEM, node, "budget",
+                        f"{figures}: new jobs are refused (507 state_full) while nothing "
+                        f"finished is left to evict; {_MAKE_ROOM}")]
+    if 100 * used >= thresholds.budget_warn_pct * budget:
+        return [Finding(WARNING, node, "budget",
+                        f"{figures}, at or over {thresholds.budget_warn_pct:g}%: at 100% new "
+                        f"jobs are refused; {_MAKE_ROOM}")]
+    return []
+
+
+_MAKE_ROOM = ("finish or cancel work, lower retention (raftcron settings retention), or raise "
+              "the budget (raftcron settings budget SIZE)")
+
+
 def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
             thresholds: Thresholds) -> list[Finding]:
     found = []
@@ -135,7 +169,7 @@ def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
                              f"the last snapshot is {_age(age_s)} old and {since} entries were "
                              f"applied since (over {_age(thresholds.max_snapshot_age_s)}): is "
                              "compaction failing? (action=snapshot_failed in its log)"))
-    return found
+    return found + _budget(node, view, thresholds)
 
 
 def rows(views: dict[str, dict[str, Any] | None]) -> list[list[Any]]:
