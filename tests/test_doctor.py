@@ -193,3 +193,47 @@ def test_the_budget_warning_share_is_a_doctor_flag():
         with pytest.raises(UsageError, match="--budget-warn-pct"):
             thresholds("--budget-warn-pct", wrong)
 
+
+# -- the upgrade gate (DESIGN.md §9.0) ---------------------------------------------------------
+
+
+def not_finalized(views):
+    for member in views.values():
+        member["state"] = {**member["state"], "level": 2, "finalized": False,
+                           "budget_bytes": None}
+    return views
+
+
+def test_a_cluster_every_member_of_which_could_be_finalized_is_a_warning():
+    views = not_finalized(healthy())
+    assert found(views) == {(WARNING, "*", "finalize")}
+    [finding] = diagnose(views)
+    assert "not finalized" in finding.detail and "raftcron cluster finalize" in finding.detail
+
+
+def test_a_cluster_mid_upgrade_is_not_told_to_finalize():
+    views = not_finalized(healthy())
+    views["n3"]["release_level"] = 2
+    assert found(views) == set()
+    views = not_finalized(healthy())
+    del views["n2"]["release_level"]  # a member of a release before the gate
+    assert found(views) == set()
+    views = not_finalized(healthy())
+    views["n3"] = None  # its release is not known: finalize would refuse too
+    assert found(views) == {(PROBLEM, "n3", "reachable")}
+
+
+def test_a_member_of_an_older_release_in_a_finalized_cluster_is_a_problem():
+    views = healthy()
+    del views["n2"]["release_level"]  # a release before the gate
+    views["n3"]["release_level"] = 2
+    assert found(views) == {(PROBLEM, "n2", "release"), (PROBLEM, "n3", "release")}
+    details = {f.node: f.detail for f in diagnose(views)}
+    assert "names no release level" in details["n2"]
+    assert "release level 2 but the cluster is finalized at level 3" in details["n3"]
+
+    # One member that applied the Finalize is enough: the log holds it, the others follow.
+    views = not_finalized(healthy())
+    views["n1"]["state"] = {**views["n1"]["state"], "level": 3, "finalized": True}
+    views["n3"]["release_level"] = 2
+    assert found(views) == {(PROBLEM, "n3", "release")}
