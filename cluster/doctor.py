@@ -161,8 +161,8 @@ def _budget(node: str, view: dict[str, Any], thresholds: Thresholds) -> list[Fin
                         f"finished is left to evict; {_MAKE_ROOM}")]
     if 100 * used >= thresholds.budget_warn_pct * budget:
         return [Finding(WARNING, node, "budget",
-                        f"{figures}, at or over {thresholds.budget_warn_pct:g}%: at 100% new "
-                        f"jobs are refused; {_MAKE_ROOM}")]
+                        f"{figures}, at or over {thresholds.budget_warn_pct:g}%: new jobs are "
+                        f"refused once they no longer fit; {_MAKE_ROOM}")]
     return []
 
 
