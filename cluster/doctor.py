@@ -3,10 +3,12 @@ member's own `GET /v1/cluster` (no I/O here: `opscli` asks, this decides).
 
 A finding is a `problem` (the cluster cannot do part of its work, or will not soon: a member
 down, no leader, a clock off, storage that cannot write or is nearly full, a member that names
-another cluster: a node of another cluster in the members list) or a `warning`
+another cluster: a node of another cluster in the members list, a state at its budget: new
+jobs refused, a member of a release older than the finalized cluster's level) or a `warning`
 (something to look at: a member far behind, a log not compacted, a snapshot older than a day
-while entries came after it, mixed versions). The command
-exits non-zero when there is any finding, so it can run from cron or a monitor.
+while entries came after it, mixed versions, a state near its budget, a cluster not finalized
+though every member runs a release that can turn it on). The command exits non-zero when there
+is any finding, so it can run from cron or a monitor.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class Thresholds:
     # A snapshot older than this while entries were applied after it: compaction has stopped
     # (PySyncObj makes one every raft.compaction_min_time_s, 10 min, when entries came).
     max_snapshot_age_s: float = 86_400.0
+    # The state against its budget (DESIGN.md §9.1): a warning from this share on. At the
+    # budget itself new jobs are refused once nothing finished is left to evict: a problem.
+    budget_warn_pct: float = 80.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ def diagnose(
     for node, view in sorted(answered.items()):
         findings += _member(node, view, leader_view, thresholds)
     findings += _cluster_names(answered)
+    findings += _upgrade_gate(answered, everyone_answered=len(answered) == len(views))
     versions = {view.get("version") for view in answered.values()}
     if len(versions) > 1:
         findings.append(Finding(WARNING, "*", "version",
@@ -98,6 +104,70 @@ def _cluster_names(answered: dict[str, dict[str, Any]]) -> list[Finding]:
                        for name in sorted(set(names.values())))
     return [Finding(PROBLEM, "*", "cluster", f"members name different clusters ({groups}): "
                     "nodes of other clusters in the members list, or configs that disagree")]
+
+
+def _upgrade_gate(answered: dict[str, dict[str, Any]], *,
+                  everyone_answered: bool) -> list[Finding]:
+    """The upgrade gate (DESIGN.md §9.0) against the releases the members run. The cluster's
+    level is the highest a member applied: a Finalize is for good, so one member that applied
+    it means the log holds it. A member of a release before the gate names no level: when no
+    member names one, there is nothing to judge."""
+    states = {node: view.get("state") or {} for node, view in answered.items()}
+    levels = [_int_or_none(state.get("level")) for state in states.values()]
+    level = max((known for known in levels if known is not None), default=None)
+    if level is None:
+        return []
+    releases = {node: _int_or_none(view.get("release_level")) for node, view in answered.items()}
+    if any(state.get("finalized") for state in states.values()):
+        return [Finding(PROBLEM, node, "release",
+                        f"runs {_release(release)} but the cluster is finalized at level {level}: "
+                        "an older release cannot follow it (it refuses the cluster's snapshots "
+                        "and entries); upgrade it")
+                for node, release in sorted(releases.items())
+                if release is None or release < level]
+    known = [release for release in releases.values() if release is not None]
+    if everyone_answered and len(known) == len(releases) and min(known) > level:
+        return [Finding(WARNING, "*", "finalize",
+                        f"the cluster is not finalized (level {level}, the previous release's "
+                        f"behaviour: no budget, fixed retention) though every member runs "
+                        f"release level {min(known)} or more: run `raftcron cluster finalize`")]
+    return []
+
+
+def _release(release: int | None) -> str:
+    if release is None:
+        return "a release before the upgrade gate (its view names no release level)"
+    return f"release level {release}"
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _budget(node: str, view: dict[str, Any], thresholds: Thresholds) -> list[Finding]:
+    """The member's state against its budget (DESIGN.md §9.1); none before the cluster is
+    finalized (`budget_bytes` None) or from a release before budgets."""
+    state = view.get("state") or {}
+    used = _int_or_none(state.get("state_bytes"))
+    budget = _int_or_none(state.get("budget_bytes"))
+    if used is None or budget is None or budget <= 0:
+        return []
+    # Whole percent, rounded down: 99.7% is "99%", never a "100%" that is only a warning.
+    figures = (f"the state is {100 * used // budget}% of its budget "
+               f"({used / 1024**2:.1f} MiB of {budget / 1024**2:.1f} MiB)")
+    if used >= budget:
+        return [Finding(PROBLEM, node, "budget",
+                        f"{figures}: new jobs are refused (507 state_full) while nothing "
+                        f"finished is left to evict; {_MAKE_ROOM}")]
+    if 100 * used >= thresholds.budget_warn_pct * budget:
+        return [Finding(WARNING, node, "budget",
+                        f"{figures}, at or over {thresholds.budget_warn_pct:g}%: new jobs are "
+                        f"refused once they no longer fit; {_MAKE_ROOM}")]
+    return []
+
+
+_MAKE_ROOM = ("finish or cancel work, lower retention (raftcron settings retention), or raise "
+              "the budget (raftcron settings budget SIZE)")
 
 
 def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
@@ -135,7 +205,7 @@ def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
                              f"the last snapshot is {_age(age_s)} old and {since} entries were "
                              f"applied since (over {_age(thresholds.max_snapshot_age_s)}): is "
                              "compaction failing? (action=snapshot_failed in its log)"))
-    return found
+    return found + _budget(node, view, thresholds)
 
 
 def rows(views: dict[str, dict[str, Any] | None]) -> list[list[Any]]:

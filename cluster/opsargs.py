@@ -127,8 +127,8 @@ def add_commands(commands: Any) -> None:
     settingscli.add_finalize(actions)
     doctor = actions.add_parser(
         "doctor",
-        help="what needs a person: members down, no leader, clocks, lag, disk, log, versions "
-        f"(exit {EXIT_ATTENTION} when anything does)",
+        help="what needs a person: members down, no leader, clocks, lag, disk, log, versions, "
+        f"the state budget, the upgrade gate (exit {EXIT_ATTENTION} when anything does)",
     )
     defaults = Thresholds()
     doctor.add_argument("--max-lag", type=int, default=defaults.max_lag_entries,
@@ -141,6 +141,9 @@ def add_commands(commands: Any) -> None:
                         default=defaults.max_snapshot_age_s / 3_600,
                         help="hours a member's last snapshot may age while entries come after "
                         "it before it is a warning")
+    doctor.add_argument("--budget-warn-pct", type=float, default=defaults.budget_warn_pct,
+                        help="percent of its budget a member's state may reach before it is a "
+                        "warning (at 100 it is a problem: new jobs are refused)")
     add_common(doctor)
 
     backup = commands.add_parser(
@@ -156,6 +159,26 @@ def add_commands(commands: Any) -> None:
     )
     audit.add_argument("--limit", type=int, default=50, help="records to show (1-1000)")
     add_common(audit)
+
+
+def doctor_thresholds(args: argparse.Namespace) -> Thresholds:
+    """`cluster doctor`'s flags as its thresholds; a flag out of range is a `UsageError`."""
+    for flag, value in (("--max-lag", args.max_lag), ("--min-free-mb", args.min_free_mb),
+                        ("--max-log-entries", args.max_log_entries),
+                        ("--max-snapshot-age-h", args.max_snapshot_age_h),
+                        ("--budget-warn-pct", args.budget_warn_pct)):
+        if value < 0:
+            raise UsageError(f"{flag} must be 0 or more, not {value}")
+    if args.budget_warn_pct > 100:
+        raise UsageError(f"--budget-warn-pct must be at most 100 (at 100 the state is full, a "
+                         f"problem), not {args.budget_warn_pct:g}")
+    return Thresholds(
+        max_lag_entries=args.max_lag,
+        min_free_bytes=args.min_free_mb * 1024**2,
+        max_log_entries=args.max_log_entries,
+        max_snapshot_age_s=args.max_snapshot_age_h * 3_600,
+        budget_warn_pct=args.budget_warn_pct,
+    )
 
 
 def _add_job_fields(parser: argparse.ArgumentParser) -> None:

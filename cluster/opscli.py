@@ -34,8 +34,9 @@ from raftcron.cluster.cliparts import duration_ms as _duration
 from raftcron.cluster.cliparts import instant_ms as _instant
 from raftcron.cluster.cliparts import print_answer as _print
 from raftcron.cluster.cliparts import table as _table
-from raftcron.cluster.doctor import Thresholds, diagnose
+from raftcron.cluster.doctor import diagnose
 from raftcron.cluster.doctor import rows as doctor_rows
+from raftcron.cluster.opsargs import doctor_thresholds as _doctor_thresholds
 from raftcron.cluster.opsargs import job_fields as _job_fields
 from raftcron.cluster.opsargs import job_ids as _ids
 from raftcron.cluster.opsargs import schedule_body as _schedule_body
@@ -271,13 +272,7 @@ def _ask_each_member(
 
 
 def _doctor(client: Client, args: argparse.Namespace) -> None:
-    for flag, value in (("--max-lag", args.max_lag), ("--min-free-mb", args.min_free_mb),
-                        ("--max-log-entries", args.max_log_entries),
-                        ("--max-snapshot-age-h", args.max_snapshot_age_h)):
-        if value < 0:
-            raise UsageError(f"{flag} must be 0 or more, not {value}")
-    thresholds = Thresholds(args.max_lag, args.min_free_mb * 1024**2, args.max_log_entries,
-                            args.max_snapshot_age_h * 3_600)
+    thresholds = _doctor_thresholds(args)
     views, errors = _ask_each_member(client, client.cluster()["members"], "/v1/cluster")
     findings = diagnose(views, thresholds, errors)
     headers = ["NODE", "ROLE", "TERM", "LAG", "CLOCK", "FREE", "LOG", "SNAPSHOT", "VERSION"]

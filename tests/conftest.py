@@ -39,6 +39,7 @@ def pytest_configure(config: object) -> None:
 # anyway fails, naming the tier, so the split cannot drift.
 PROCESS_FIXTURES = frozenset({
     "cluster", "cluster_factory", "module_cluster_factory", "shared_cluster", "fresh_clusters",
+    "budget_cluster",
     "start_worker", "node", "fresh_node", "browser", "dashboard", "lab",
 })
 

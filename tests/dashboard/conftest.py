@@ -265,6 +265,20 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         clusters.finish()
 
 
+SMALL_BUDGET_BYTES = 4 * 1024**2  # the budget_cluster's: a few dozen jobs of 60 KB fill it
+
+
+@pytest.fixture(scope="module")
+def budget_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One ready 3-node cluster (no tokens) whose state budget is SMALL_BUDGET_BYTES, for the
+    tests of the state panel (they fill it, so it is not the shared cluster)."""
+    clusters = Clusters(tmp_path_factory.mktemp("dashboard-budget-cluster"))
+    try:
+        yield clusters.open(settings={"budget": {"bytes": SMALL_BUDGET_BYTES}})
+    finally:
+        clusters.finish()
+
+
 @pytest.fixture
 def fresh_clusters(tmp_path: Path) -> Iterator[Clusters]:
     """Clusters for one test (with tokens, or one the test hurts)."""

@@ -7,6 +7,9 @@
  *   GET /v1/jobs        the jobs table (with filters), running jobs, the dead letter (failed)
  *   GET /v1/events      fires, skips, expired leases, dead letters, leader changes
  *   GET /v1/queues      queue limits, paused queues, queued/running and held-back jobs
+ *   GET /v1/settings    the state against its budget (its `usage`): bytes, finished jobs kept
+ *                       by outcome, evictions by reason, the largest queues; or that the
+ *                       cluster is not finalized, so has no budget yet
  *   GET /metrics        the job counters that rates are computed from, and the notifications'
  *                       delivery figures (pending, delivered, lost, this node's POSTs)
  * and, for each other member, that member's own GET /v1/cluster at its http_address (for its
@@ -37,6 +40,17 @@
   const WRITE_TRIES = 5;
   const COUNTERS = ["submitted", "claimed", "succeeded", "failed", "retried", "cancelled"];
   const FINAL = new Set(["succeeded", "failed", "cancelled"]);
+  // From this share of its budget the state is a warning, as for `raftcron cluster doctor` (its
+  // --budget-warn-pct default); app.css draws the mark there (.gauge-mark). At 100% new jobs
+  // are refused (507 state_full) once nothing finished is left to evict.
+  const BUDGET_WARN_PCT = 80;
+  const MiB = 1024 * 1024;
+  const STATE_QUEUES_SHOWN = 5;
+  const EVICTION_REASONS = {
+    age: "older than retention's max_age_ms",
+    count: "past retention's max_count",
+    budget: "for space: the state was over its budget (oldest first, dead letters last)",
+  };
 
   // -- page state ----------------------------------------------------------------------------
 
@@ -472,6 +486,10 @@
     renderQueues(new Map(answer.queues.map((queue) => [queue.name, queue])), counters);
   }
 
+  async function loadUsage() {
+    renderUsage(await api("GET", "/v1/settings"));
+  }
+
   /** Prometheus text format -> Map(name -> [{labels, value}]). Comments and blanks skipped. */
   function parseMetrics(text) {
     const out = new Map();
@@ -702,6 +720,111 @@
       ? "Rows marked ? or ~ could not be asked from this browser (a member's API is another origin, " +
         "and the browser needs CORS headers to read it): their figures come from this node, or are unknown."
       : "";
+  }
+
+  // -- rendering: the state against its budget -----------------------------------------------
+
+  function mib(bytes) {
+    return `${(bytes / MiB).toFixed(1)} MiB`;
+  }
+
+  /** `used` as a share of `budget`, rounded down (99.7% is "99%", never a "100%" that is not
+   * full), with one decimal under 10%. */
+  function percentText(used, budget) {
+    const exact = (100 * used) / budget;
+    return exact < 10 ? `${(Math.floor(exact * 10) / 10).toFixed(1)}%` : `${Math.floor(exact)}%`;
+  }
+
+  function renderUsage(view) {
+    const usage = view.usage;
+    const used = usage.state_bytes;
+    const budget = usage.budget_bytes;
+    const gauge = $("#budget-gauge");
+    const percent = $("#budget-percent");
+    const finalized = view.finalized && typeof budget === "number" && budget > 0;
+    const pending = usage.retention_pending ? ", evicting…" : "";
+    $("#state-note").textContent = `(cluster level ${view.level}${finalized ? "" : ", not finalized"}${pending})`;
+    if (!finalized) {
+      gauge.hidden = true;
+      percent.textContent = "";
+      percent.className = "budget-percent";
+      $("#budget-figures").replaceChildren(
+        h("strong", {dataset: {testid: "not-finalized"}}, "not finalized: no budget (previous release's behaviour)"),
+        ` · the state holds ${mib(used)}`,
+      );
+      $("#state-hint").textContent =
+        "Retention is the previous release's (7 days) and nothing is refused for space until the cluster is " +
+        "finalized: raftcron cluster finalize, once every member runs this release.";
+    } else {
+      // The same integer test as the doctor's: a share at the warning line is a warning.
+      const level = used >= budget ? "full" : 100 * used >= BUDGET_WARN_PCT * budget ? "warn" : "ok";
+      const exact = (100 * used) / budget;
+      gauge.hidden = false;
+      gauge.dataset.level = level;
+      gauge.setAttribute("aria-valuenow", String(Math.min(100, exact)));
+      gauge.title = `${used} of ${budget} bytes`;
+      $("#budget-fill").style.width = `${Math.min(100, exact)}%`; // CSSOM: allowed by the page's CSP
+      percent.textContent = percentText(used, budget);
+      percent.className = `budget-percent ${level}`;
+      const said = {
+        ok: null,
+        warn: ` · ${BUDGET_WARN_PCT}% or more: new jobs are refused once they no longer fit; finish or cancel work, lower retention, or raise the budget`,
+        full: " · full: new jobs are refused (507 state_full) while nothing finished is left to evict",
+      }[level];
+      $("#budget-figures").replaceChildren(`${mib(used)} of a ${mib(budget)} budget`, said ? h("span", {class: level}, said) : null);
+      $("#state-hint").textContent =
+        "Bytes of the state's memory model, which the budget bounds (GET /v1/settings). Change the budget with " +
+        "raftcron settings budget SIZE, retention with raftcron settings retention.";
+    }
+    if (usage.fires_refused) {
+      $("#budget-figures").append(h("span", {class: "warn"}, ` · ${usage.fires_refused} schedule fire(s) refused for space`));
+    }
+    renderUsageTables(usage);
+  }
+
+  function renderUsageTables(usage) {
+    const kept = ["succeeded", "failed", "cancelled"].map((outcome) => ({outcome, count: usage.kept[outcome] || 0}));
+    renderRows(
+      $("#kept tbody"),
+      kept,
+      (row) => row.outcome,
+      (row) => h("tr", {dataset: {outcome: row.outcome}}, h("td", {}, badge(row.outcome)), h("td", {class: "num"}, row.count)),
+      "none",
+      2,
+    );
+    const evicted = Object.entries(usage.evicted || {}).map(([reason, count]) => ({reason, count}));
+    renderRows(
+      $("#evicted tbody"),
+      evicted,
+      (row) => row.reason,
+      (row) =>
+        h(
+          "tr",
+          {dataset: {reason: row.reason}},
+          h("td", {title: EVICTION_REASONS[row.reason] || null}, row.reason),
+          h("td", {class: "num"}, row.count),
+        ),
+      "none yet",
+      2,
+    );
+    const queues = Object.entries(usage.bytes_by_queue || {})
+      .sort(([nameA, a], [nameB, b]) => b - a || (nameA < nameB ? -1 : 1))
+      .slice(0, STATE_QUEUES_SHOWN)
+      .map(([queue, bytes]) => ({queue, bytes}));
+    renderRows(
+      $("#state-queues tbody"),
+      queues,
+      (row) => row.queue,
+      (row) =>
+        h(
+          "tr",
+          {dataset: {queue: row.queue}},
+          h("td", {}, h("a", {href: "#jobs-panel", onclick: () => filterJobs({queue: row.queue})}, row.queue)),
+          h("td", {class: "num", title: `${row.bytes} bytes`}, (row.bytes / MiB).toFixed(1)),
+        ),
+      "no jobs",
+      2,
+    );
   }
 
   // -- rendering: queues ---------------------------------------------------------------------
@@ -1229,6 +1352,7 @@
     ["jobs", loadJobs],
     ["dead letter", loadDeadLetter],
     ["queues", loadQueues],
+    ["state", loadUsage],
     ["notifications", loadNotifications],
     ["events", loadEvents],
     ["job", loadJobDetail],
