@@ -179,7 +179,7 @@ def check_submit(state: BudgetState, command: SubmitJobs) -> Rejected | None:
     table = state.table
     for spec in command.jobs:
         if (spec.key is None or spec.unique is not None or spec.debounce_ms is not None
-                or table.job_for_key(spec.key) is None):
+                or not table.remembers_key(spec.key)):
             need_bytes += new_job_bytes(spec.packed_payload(), spec.key)
     if not need_bytes:
         return None

@@ -272,9 +272,11 @@ class SchedulerState:
             if spec.unique is not None or spec.debounce_ms is not None:
                 out.append(uniqueness.submit(self, spec, index, notes))
                 continue
-            existing = None if spec.key is None else self.table.job_for_key(spec.key)
-            if existing is not None:
-                out.append([existing.id, False])
+            holder = None if spec.key is None else self.table.key_holder(spec.key)
+            if holder is not None and (self.finalized or holder in self.table.jobs):
+                # First wins while the key is remembered, whatever became of its job: once
+                # finalized a job may be evicted long before its key's window ends.
+                out.append([holder, False])
                 continue
             job = self.create_job(spec, key=spec.key)
             out.append([job.id, True])

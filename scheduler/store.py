@@ -402,6 +402,11 @@ class JobTable:
         entry = self.keys.get(key)
         return None if entry is None else self.jobs.get(entry[0])
 
+    def key_holder(self, key: str) -> int | None:
+        """The id of the job a remembered key names (which may be gone since), or None."""
+        entry = self.keys.get(key)
+        return None if entry is None else entry[0]
+
     def remembers_key(self, key: str) -> bool:
         """True while the key is remembered, even if its job was removed by retention."""
         return key in self.keys

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from raftcron.scheduler import retention, sizes
-from raftcron.scheduler.errors import Ok, Result
+from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.jobs import Job, Workflow
 from raftcron.scheduler.requests import answer_bytes
 from raftcron.scheduler.settings import Settings
@@ -61,6 +61,18 @@ def submit(state: WorkflowState, spec: WorkflowSpec, request_id: str | None) -> 
         existing = state.table.job_for_key(spec.key)
         if existing is not None and existing.workflow_id is not None:
             return Ok(_answer(state.workflows[existing.workflow_id], created=False))
+        if existing is None and state.finalized and state.table.remembers_key(spec.key):
+            # Its first job was evicted (finished) while the key is still remembered: first
+            # wins, so the workflow still holding it answers, and none is created again.
+            for workflow in state.workflows.values():
+                if workflow.key == spec.key:
+                    return Ok(_answer(workflow, created=False))
+            return Rejected(
+                "conflict",
+                f"key {spec.key!r} was taken by a workflow that finished and left the state "
+                "(retention); the key stays taken for its dedupe window",
+                "key",
+            )
     if state.finalized:
         names = sum(len(node.name) for node in spec.nodes)
         need_bytes = sizes.new_workflow_bytes(spec, spec.key)

@@ -425,3 +425,53 @@ def test_a_bulk_retry_counts_the_retries_refused_for_space_and_leaves_those_jobs
     value = d.ok(BulkJobs(None, "retry", BulkFilter(status="failed")))  # no answer kept
     assert (value["matched"], value["changed"], value["state_full"]) == (1, 0, 1)
     assert d.job(dead).status == j.FAILED
+
+
+def test_a_key_stays_first_wins_after_its_job_is_evicted(d):
+    """Found by the chaos suite's budget scenario: a resubmit with the key of an evicted job
+    made a second job (the key table was asked for the job, not whether it holds the key)."""
+    d.finalize(retention={"succeeded": {"max_count": 0}})
+    first = d.submit(key="k-1", queue="default")
+    [(job_id, token)] = d.claim()
+    d.complete(job_id, token)
+    d.tick(advance_ms=1)
+    assert d.state.table.get(first) is None and d.state.table.remembers_key("k-1")
+    again = d.ok(SubmitJobs(d.request_id(), (JobSpec.parse({"task": "t", "key": "k-1"}),)))
+    assert again["jobs"] == [[first, False]]
+    assert kept(d) == []
+
+
+def test_before_the_gate_a_deleted_jobs_key_makes_a_new_job_as_it_did(d):
+    from raftcron.scheduler.flowcommands import BulkJobs
+    from raftcron.scheduler.flowspecs import BulkFilter
+
+    first = d.submit(key="k-1")
+    d.ok(BulkJobs(d.request_id(), "delete", BulkFilter()))
+    again = d.ok(SubmitJobs(d.request_id(), (JobSpec.parse({"task": "t", "key": "k-1"}),)))
+    assert again["jobs"] == [[first + 1, True]]
+
+
+def test_a_workflow_key_stays_taken_after_its_workflow_is_evicted(d):
+    d.finalize(retention={"succeeded": {"max_count": 0}})
+    spec = WorkflowSpec.parse({"key": "wf-1", "jobs": [{"name": "a", "task": "t"}]})
+    d.ok(SubmitWorkflow(d.request_id(), spec))
+    [(job_id, token)] = d.claim()
+    d.complete(job_id, token)
+    d.tick(advance_ms=1)
+    assert kept(d) == [] and not d.state.workflows
+    refused = d.apply(SubmitWorkflow(d.request_id(), spec))
+    assert (refused.code, refused.field) == ("conflict", "key")
+    assert kept(d) == []
+
+
+def test_a_workflow_whose_first_job_was_evicted_still_answers_its_key(d):
+    d.finalize(retention={"succeeded": {"max_count": 0}})
+    spec = WorkflowSpec.parse({"key": "wf-2", "jobs": [{"name": "a", "task": "t"},
+                                                      {"name": "b", "task": "t", "after": ["a"]}]})
+    first = d.ok(SubmitWorkflow(d.request_id(), spec))
+    [(job_id, token)] = d.claim()
+    d.complete(job_id, token)
+    d.tick(advance_ms=1)
+    assert d.state.table.get(job_id) is None  # a is gone, b waits
+    again = d.ok(SubmitWorkflow(d.request_id(), spec))
+    assert (again["workflow_id"], again["created"]) == (first["workflow_id"], False)

@@ -48,6 +48,7 @@ from raftcron.scheduler.commands import (
     TriggerSchedule,
 )
 from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.gate import DEFAULT_SETTINGS, RELEASE_LEVEL, Finalize
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
@@ -105,7 +106,8 @@ RETENTION_MS = limits.RETENTION_MS_DEFAULT
 class SimTicker:
     """cluster/ticker.py's Ticker on a simulated wall clock. Like it: asleep while not leader
     (checking every tick_ms, woken at once by a role change, after `wake_s`, the loop's
-    delay); on a term not yet begun, [BeginLeadership, Tick] as one entry and, once it
+    delay); on a term not yet begun, [BeginLeadership, Tick] as one entry (a new cluster's
+    first leader adds Finalize: the upgrade gate opens at once) and, once it
     commits, a Tick right away; then one Tick in flight at a time, the next after tick_ms or
     sooner when the state has something due (`_next_wait_ms`); a failed or unanswered
     (commit timeout) proposal: sleep tick_ms and start over. Every Tick's time is
@@ -159,7 +161,11 @@ class SimTicker:
             self.led_term, self.wake_s = None, now_s + run.tick_s
             return
         term = int(node.raftCurrentTerm)
-        entry = leadership_entry(self.led_term, term, self.node_id, decision.now_ms)
+        state = self.run.machine.state(node)
+        # As cluster/ticker.py's new_cluster_finalize: every simulated node runs this release.
+        finalize = (Finalize(None, RELEASE_LEVEL, DEFAULT_SETTINGS)
+                    if state.now_ms == 0 and not state.finalized else None)
+        entry = leadership_entry(self.led_term, term, self.node_id, decision.now_ms, finalize)
         if entry is not None:
             self.pending = (run.propose_entry(self.node_id, entry), term)
         else:

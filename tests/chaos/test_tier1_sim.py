@@ -65,6 +65,7 @@ from raftcron.scheduler.commands import (
 )
 from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.gate import DEFAULT_SETTINGS, RELEASE_LEVEL, Finalize
 from raftcron.scheduler.specs import JobSpec
 from raftcron.scheduler.state import SchedulerState
 from raftcron.scheduler.store import JobTable
@@ -233,7 +234,7 @@ def test_the_simulated_ticker_proposes_what_cluster_ticker_proposes(
     machine = StateMachine()
     machine.state = state
     node: Any = SimpleNamespace(is_leader=lambda: True, term=7, machine=machine,
-                                config=SimpleNamespace(node_id="n2"))
+                                config=SimpleNamespace(node_id="n2", settings=DEFAULT_SETTINGS))
     proposer: Any = FakeProposer()
     book = ClockBook("n2", ["n2"], max_skew_ms=1_000)  # alone: its own clock is the majority
     ticker = product_ticker.Ticker(node, proposer, tick_ms=1, clocks=book, bound=TickBound())
@@ -245,10 +246,14 @@ def test_the_simulated_ticker_proposes_what_cluster_ticker_proposes(
 
     asyncio.run(two_steps())
     now_ms = 1_800_000_000_000
-    begin = leadership_entry(None, 7, "n2", now_ms)
-    assert begin == [BeginLeadership(now_ms, "n2", 7), Tick(now_ms, "n2")]
+    # A new cluster (its state never ticked): its first leader opens the upgrade gate too.
+    finalize = Finalize(None, RELEASE_LEVEL, DEFAULT_SETTINGS)
+    begin = leadership_entry(None, 7, "n2", now_ms, finalize)
+    assert begin == [BeginLeadership(now_ms, "n2", 7), Tick(now_ms, "n2"), finalize]
     assert proposer.entries == [begin, [Tick(now_ms, "n2")], [Tick(now_ms, "n2")]]
     assert leadership_entry(7, 7, "n2", now_ms) is None
+    assert leadership_entry(None, 8, "n2", now_ms) == [BeginLeadership(now_ms, "n2", 8),
+                                                      Tick(now_ms, "n2")]
 
 
 # -- a fixed bug that comes back: the seeds see it ---------------------------------------------
