@@ -10,7 +10,15 @@ kind-specific fields. The kinds (the checkers and the report read these, nothing
 - `fault` with `phase` "start" or "end": `fault` (kill, pause, partition, downtime, clock,
   worker_kill, worker_pause, worker_cut...), `targets`, `leader` (who led when it started);
 - `submit` with `op` invoke | ok | fail | info: `key`, `job_id`, `status` (HTTP), `retry`;
-- `workflow` with `op`: `key`, `jobs` {name: id}, `fails` (A fails on purpose);
+  `flood` on the budget scenario's large jobs (`queue`); a 507 (state_full) is a `fail`;
+- `workflow` with `op`: `key`, `jobs` {name: id}, `fails` (A fails on purpose); a `fail`
+  carries `status` and `code`;
+- `final`: a job the harness saw in a final status (`job_id`, `status`, `source`: observer,
+  ack, cancel, read), once per job: the evidence that a job evicted later had ended;
+- `flood` with `op` cancel (the flood's operator cancels an idle job to make room), claimed,
+  ack_refused, claim_failed, settle (what its consumer did, for a human);
+- `usage`: the state against its budget (`state_bytes`, `budget_bytes`, `evicted` by reason,
+  `fires_refused`, `kept` by outcome), every few seconds in the budget scenario;
 - `stale` with `op` invoke | ok | fail | info: a completion or heartbeat sent with an old
   token on purpose (`job_id`, `token`, `newest_token`, `action`);
 - `sample`: the monitor's view of one node (`node`, `role`, `term`, `commit_index`,

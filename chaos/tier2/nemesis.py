@@ -72,9 +72,13 @@ class ChaosCluster(LocalCluster):
     offset applied at its next start."""
 
     def __init__(self, base_dir: Path, net: Namespaces | Relay, *, nodes: int = 3,
-                 raft: dict[str, object] | None = None) -> None:
+                 raft: dict[str, object] | None = None,
+                 settings: dict[str, object] | None = None) -> None:
+        # settings: the nodes' [settings] (a small state budget), which the first leader
+        # finalizes the new cluster with
         super().__init__(
-            base_dir, nodes=nodes, tokens=TOKENS, raft=raft or CHAOS_RAFT, python=sys.executable
+            base_dir, nodes=nodes, tokens=TOKENS, raft=raft or CHAOS_RAFT, python=sys.executable,
+            settings=settings,
         )
         self.net = net
         self.clock_offsets_s: dict[str, int] = {}

@@ -1,10 +1,11 @@
 """The scenarios' plans: which faults, in what order, for how long.
 
 What it owns: the plans (`plan_smoke`, `plan_partitions`, `plan_crash`, `plan_pause`,
-`plan_clock`, `plan_downtime`, `plan_mixed`, `plan_five`), each of which injects faults
-through a `Context` (chaos/tier2/context.py) until its deadline, drawn from a seeded RNG so a seed
-replays the same choices; and the worker names and readiness bound the run shares (`WORKERS`,
-`READY_TIMEOUT_S`). The scenarios that use the plans, and the run, are in chaos/tier2/scenarios.py.
+`plan_clock`, `plan_downtime`, `plan_mixed`, `plan_budget`, `plan_five`), each of which
+injects faults through a `Context` (chaos/tier2/context.py) until its deadline, drawn from a
+seeded RNG so a seed replays the same choices; and the worker names and readiness bound the
+run shares (`WORKERS`, `READY_TIMEOUT_S`). The scenarios that use the plans, and the run, are
+in chaos/tier2/scenarios.py.
 
 Rules: one fault at a time (a fault is held for a planned time, then healed); every wait on
 the cluster is a bounded poll of a condition; a node that exits by itself is recorded (the
@@ -229,6 +230,21 @@ def plan_mixed(ctx: Context) -> None:
             _pause_once(ctx)
         ctx.wait_ready(READY_TIMEOUT_S)
         ctx.hold(ctx.rng.uniform(1.0, 2.5))
+
+
+def plan_budget(ctx: Context) -> None:
+    """The leader killed first, then plan_mixed's draw (partitions, kills, pauses, workers
+    killed, frozen and cut off) until the deadline, while the flood (chaos/tier2/flood.py)
+    keeps the state at its budget: refusals and evictions meet every fault."""
+    nemesis, rng = ctx.nemesis, ctx.rng
+    ctx.hold(rng.uniform(2.0, 4.0))
+    leader = ctx.leader() or rng.choice(ctx.node_ids())
+    fault = nemesis.kill([leader])
+    ctx.hold(rng.uniform(1.0, 4.0))
+    nemesis.restart(fault, [leader])
+    ctx.wait_ready(READY_TIMEOUT_S)
+    ctx.hold(rng.uniform(1.0, 2.5))
+    plan_mixed(ctx)
 
 
 def plan_five(ctx: Context) -> None:

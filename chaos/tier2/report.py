@@ -1,7 +1,8 @@
 """The report at the end of a chaos run: one table row per scenario, then every violation.
 
 Columns (CHAOS.md): faults injected, fires expected / seen / duplicated, jobs acknowledged /
-lost, stale writes rejected / accepted, worst re-run delay, worst failover; then each checker's
+lost, stale writes rejected / accepted, worst re-run delay, worst failover, what a state
+budget refused (submits and workflows answered 507 / fire times) and evicted; then each checker's
 verdict and counts, the seed, and the folder holding the history, fault log and node logs.
 It only formats `Outcome`s; it decides nothing.
 """
@@ -15,7 +16,8 @@ from raftcron.chaos.tier2.scenarios import Outcome
 
 COLUMNS = [
     ("scenario", 10), ("faults", 6), ("fires exp/seen/dup", 18), ("jobs ack/lost", 13),
-    ("stale rej/acc", 13), ("worst rerun", 11), ("worst failover", 14), ("verdict", 9),
+    ("stale rej/acc", 13), ("worst rerun", 11), ("worst failover", 14),
+    ("refused sub/fire", 16), ("evicted", 7), ("verdict", 9),
 ]
 
 
@@ -58,6 +60,8 @@ def row(outcome: Outcome) -> list[str]:
         f"{_count(fencing, 'stale_rejected')}/{_count(fencing, 'stale_accepted')}",
         _ms(rerun, "worst_rerun_ms"),
         _ms(live, "worst_failover_ms"),
+        f"{_count(lost, 'refused')}/{_count(fires, 'refused')}",
+        _count(lost, "evictions"),
         verdict(outcome),
     ]
 

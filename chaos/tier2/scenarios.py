@@ -1,7 +1,8 @@
 """Scenarios: which plan, on how many nodes; and the run of one scenario.
 
 What it owns: `SCENARIOS` (each a plan of chaos/tier2/plans.py, which injects faults through a
-`Context` until its deadline, with the cluster's size, its clock skew and workflow rate) and
+`Context` until its deadline, with the cluster's size, its clock skew, workflow rate and
+settings, and whether a flood (chaos/tier2/flood.py) keeps its state at a small budget) and
 `run_scenario`, which builds everything one run needs (network, nodes, workers, client), runs
 warm-up -> faults -> final heal -> drain -> collection -> checkers, and always tears
 everything down.
@@ -30,6 +31,7 @@ from typing import Any
 
 from raftcron.chaos.tier2 import checkers, workload
 from raftcron.chaos.tier2.context import Context
+from raftcron.chaos.tier2.flood import Flood
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.member_faults import MemberCluster, plan_members
 from raftcron.chaos.tier2.nemesis import ADMIN, ChaosCluster, Nemesis
@@ -37,6 +39,7 @@ from raftcron.chaos.tier2.netns import Namespaces, Relay, namespaces_possible
 from raftcron.chaos.tier2.plans import (
     READY_TIMEOUT_S,
     WORKERS,
+    plan_budget,
     plan_clock,
     plan_crash,
     plan_downtime,
@@ -53,6 +56,9 @@ from raftcron.cluster.config import ClockSettings
 from raftcron.cluster.dev.localcluster import ClusterError
 
 DRAIN_BOUND_S = 60
+# The budget scenario's state budget: the flood's 60 KB jobs reach it within a minute of the
+# start and fill it with unfinished work a few times a minute (chaos/tier2/flood.py).
+BUDGET_BYTES = 6 << 20
 
 
 @dataclass
@@ -67,6 +73,8 @@ class Scenario:
     raft: dict[str, object] | None = None  # [raft] settings other than CHAOS_RAFT
     cluster_class: type[ChaosCluster] = ChaosCluster  # PowerCluster: data dirs on powerfs
     needs_namespaces: bool = False  # the relay cannot give a node one address for everyone
+    settings: dict[str, object] | None = None  # the nodes' [settings] (a new cluster's)
+    flood: bool = False  # chaos/tier2/flood.py: large jobs, the observer of final jobs
 
 
 @dataclass
@@ -108,6 +116,10 @@ SCENARIOS: dict[str, Scenario] = {
                  "restarts", plan_downtime),
         Scenario("mixed", "partitions, kills and pauses mixed; a workflow every 2 s",
                  plan_mixed, workflow_every_s=2.0),
+        Scenario("budget", f"a flood of 60 KB jobs keeps the state at a {BUDGET_BYTES >> 20} MiB "
+                 "budget (evictions) and fills it (507s, fires refused); the leader killed, "
+                 "then partitions, kills and pauses mixed", plan_budget,
+                 settings={"budget": {"bytes": BUDGET_BYTES}}, flood=True),
         Scenario("five", "5 nodes: majorities ring, bridge, isolate leader, kill two",
                  plan_five, nodes=5),
         Scenario("storage", "kill -9 of the main PID and SIGTERM of the group mid-snapshot, "
@@ -122,8 +134,8 @@ SCENARIOS: dict[str, Scenario] = {
                  plan_members, nodes=5, cluster_class=MemberCluster, needs_namespaces=True),
     ]
 }
-FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "five", "storage",
-        "power", "members"]
+FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "budget", "five",
+        "storage", "power", "members"]
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -158,6 +170,7 @@ def run_scenario(
     cluster: ChaosCluster | None = None
     pool: workload.WorkerPool | None = None
     client: workload.ClientLoad | None = None
+    flood: Flood | None = None
     try:
         if isinstance(net, Namespaces):
             net.create()
@@ -166,7 +179,7 @@ def run_scenario(
         history.record("run", seed=seed, scenario=scenario.name, transport=kind,
                        nodes=scenario.nodes, duration_s=duration_s)
         cluster = scenario.cluster_class(folder / "nodes", net, nodes=scenario.nodes,
-                                         raft=scenario.raft)
+                                         raft=scenario.raft, settings=scenario.settings)
         cluster.start()
         cluster.wait_ready(READY_TIMEOUT_S)
         for name, (period_s, policy) in workload.SCHEDULES.items():
@@ -186,6 +199,9 @@ def run_scenario(
             workflow_every_s=scenario.workflow_every_s,
         )
         client.start()
+        if scenario.flood:
+            flood = Flood(client.urls, history)
+            flood.start()
         nemesis = Nemesis(cluster, pool, history)
         history.record("phase", name="warmup")
         _wait_effects(sink, count=5, timeout_s=30)
@@ -196,8 +212,13 @@ def run_scenario(
         nemesis.heal_all()
         context.wait_ready(READY_TIMEOUT_S)
         client.stop_submitting()
+        if flood is not None:
+            flood.stop_submitting()  # and cancels its idle jobs: every flood job can end
         client.stop()  # no submit still in flight: one acknowledged after the drain started
-        _drain(cluster, history, context)  # would be missed by it (seen: a smoke in CI)
+        _drain(cluster, history, context, sink,  # would be missed by it (seen: a smoke in CI)
+               evicting=scenario.flood)
+        if flood is not None:
+            flood.stop()  # its consumer and observer ran through the drain
         pool.close()
         data = _collect(cluster, history, folder, scenario, sink)
         outcome.results = checkers.check_all(data)
@@ -207,6 +228,7 @@ def run_scenario(
     finally:
         for closing in (
             (lambda: client.stop()) if client else None,
+            (lambda: flood.stop()) if flood else None,
             (lambda: pool.close()) if pool else None,
             (lambda: cluster.close()) if cluster else None,
             net.close,
@@ -245,8 +267,10 @@ def _acknowledged(history: History) -> set[int]:
     return acked
 
 
-def _drain(cluster: ChaosCluster, history: History, context: Context) -> None:
-    """Wait until every acknowledged job is final (bounded), and record how long it took."""
+def _drain(cluster: ChaosCluster, history: History, context: Context, sink: Path, *,
+           evicting: bool = False) -> None:
+    """Wait until every acknowledged job is final (bounded), and record how long it took.
+    Where finished jobs are evicted (`evicting`), one gone that the run saw final is done."""
     healed = time.monotonic()
     remaining = len(_acknowledged(history))
     while time.monotonic() - healed < DRAIN_BOUND_S + 5:
@@ -259,6 +283,10 @@ def _drain(cluster: ChaosCluster, history: History, context: Context) -> None:
             time.sleep(0.5)
             continue
         final = {int(j["id"]) for j in jobs if j["status"] in checkers.FINAL}
+        if evicting:
+            held = {int(j["id"]) for j in jobs}
+            seen = checkers.final_evidence(history.events, workload.read_sink(sink))
+            final |= set(seen) - held
         remaining = len(acked - final)
         if remaining == 0:
             break
@@ -281,6 +309,8 @@ def _collect(
     jobs[leader.node_id] = _details(cluster, leader, [int(j["id"]) for j in jobs[leader.node_id]])
     _, schedules, _ = cluster.request(leader, "GET", "/v1/schedules", token=ADMIN)
     _, view, _ = cluster.request(leader, "GET", "/v1/cluster", token=ADMIN)
+    # After the jobs were listed: the evictions counted cover every job those lists miss.
+    _, budget, _ = cluster.request(leader, "GET", "/v1/settings?consistent=1", token=ADMIN)
     events: list[dict[str, Any]] = []
     cursor = 0
     for _ in range(1_000):
@@ -307,6 +337,8 @@ def _collect(
         "raft_alarms": _raft_alarms(folder / "nodes"),
         "leaders": _leaders(folder / "nodes"),
         "members_final": _members_final(cluster),
+        "usage": budget.get("usage") if isinstance(budget, dict) else None,
+        "budget": budget.get("budget") if isinstance(budget, dict) else None,
     }
     final = {"jobs": jobs, "schedules": schedule_list, "events": events, "digests": digests,
              "settings": settings}

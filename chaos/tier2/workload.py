@@ -7,7 +7,10 @@ What it owns:
   execution is logged (start, failed, applied, duplicate, stale) with job id, key, token,
   worker, attempt and time; an effect is applied at most once per key, and never under a token
   older than one the sink has seen for that job (the fencing a real effect target does);
-- `worker_main`: a worker process (`raftcron chaos worker`) whose handler writes to the sink;
+  and every ack the cluster answered "ok" that ended a job (acked_succeeded, acked_failed):
+  the evidence that an evicted job was final (chaos/tier2/checkers/jobs.py);
+- `worker_main`: a worker process (`raftcron chaos worker`) whose handler writes to the sink,
+  and whose client (`AckRecorder`) logs the acks that ended a job;
 - `WorkerPool`: starts those processes (each in its own namespace when there are namespaces)
   and delivers signals to them;
 - `ClientLoad`: on one asyncio thread, the submitter (idempotency keys, some retried with the
@@ -158,9 +161,62 @@ def read_sink(path: Path) -> list[dict[str, Any]]:
 
 # -- the worker process --------------------------------------------------------------------
 
+# (job id, token) -> (key, attempt) of the attempts this worker process ran, for AckRecorder.
+_ATTEMPTS: dict[tuple[int, int], tuple[str, int]] = {}
+
+
+class AckRecorder(AsyncClient):
+    """The worker's client: every ack the cluster answers "ok" that ends its job (a success, or
+    a failure not to be retried) is logged in the sink as `acked_succeeded`/`acked_failed`,
+    whichever way the worker sends it (with a claim, or alone through complete/fail). A job
+    evicted for space soon after it ended may never be seen by the observer: this is the
+    evidence that it ended. An ack whose answer never came is not logged (nothing is known)."""
+
+    sink_path: Path | None = None  # set by worker_main before the worker starts
+    worker_name = ""
+    _local = threading.local()
+
+    async def claim(self, worker: str, queues: Any, **fields: Any) -> dict[str, Any]:
+        answer = await super().claim(worker, queues, **fields)
+        sent = list(fields.get("acks") or ())
+        outcomes = answer.get("acks") or []
+        for ack, outcome in zip(sent, outcomes, strict=False):
+            if outcome.get("id") == ack.get("id") and outcome.get("outcome") == "ok":
+                self._record(ack["id"], ack["token"], ack.get("outcome"),
+                             bool(ack.get("retryable", True)))
+        return answer
+
+    async def complete(self, job_id: int, token: int, result: Any = None) -> dict[str, Any]:
+        answer = await super().complete(job_id, token, result)
+        self._record(job_id, token, "succeeded", True)
+        return answer
+
+    async def fail(self, job_id: int, token: int, error: str, *,
+                   retryable: bool = True) -> dict[str, Any]:
+        answer = await super().fail(job_id, token, error, retryable=retryable)
+        self._record(job_id, token, "failed", retryable)
+        return answer
+
+    def _record(self, job_id: int, token: int, outcome: Any, retryable: bool) -> None:
+        if outcome == "succeeded":
+            phase = "acked_succeeded"
+        elif outcome == "failed" and not retryable:
+            phase = "acked_failed"
+        else:
+            return  # a retryable failure: the job goes on, unless it ran out of attempts
+        if self.sink_path is None:
+            return
+        sink = getattr(self._local, "sink", None)
+        if sink is None:
+            sink = self._local.sink = Sink(self.sink_path)
+        key, attempt = _ATTEMPTS.get((int(job_id), int(token)), (f"job-{job_id}", 0))
+        sink.log({"job_id": int(job_id), "key": key, "token": int(token), "attempt": attempt,
+                  "worker": self.worker_name}, phase)
+
 
 def worker_main(argv: list[str]) -> int:
     from raftcron.cluster.worker import JobError, PermanentError, Worker
+    from raftcron.cluster.worker import runtime as worker_runtime
 
     parser = argparse.ArgumentParser(prog="python -m raftcron.chaos worker")
     parser.add_argument("--name", required=True)
@@ -171,6 +227,8 @@ def worker_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     Sink(args.sink).close()  # the schema exists before the first job
+    AckRecorder.sink_path, AckRecorder.worker_name = args.sink, args.name
+    worker_runtime.AsyncClient = AckRecorder  # type: ignore[attr-defined]  # its client
     local = threading.local()
     worker = Worker(
         args.urls.split(","),
@@ -196,6 +254,7 @@ def worker_main(argv: list[str]) -> int:
             "worker": args.name,
         }
         payload = ctx.payload if isinstance(ctx.payload, dict) else {}
+        _ATTEMPTS[(job["job_id"], job["token"])] = (job["key"], job["attempt"])
         sink.log(job, "start")
         if payload.get("fail") == "permanent":
             sink.log(job, "failed")
@@ -458,9 +517,13 @@ class ClientLoad:
                 answer = await self.submitter.request(
                     "POST", "/v1/workflows", body, write=True
                 )
+            except ApiError as error:  # a 507 state_full among them: definite, nothing made
+                self.history.record("workflow", op="fail", key=key, fails=fails,
+                                    status=error.status, code=error.code,
+                                    error=repr(error)[:200])
+                continue
             except (Unavailable, aiohttp.ClientError, OSError, RaftcronError) as error:
-                op = "fail" if isinstance(error, ApiError) else "info"
-                self.history.record("workflow", op=op, key=key, fails=fails,
+                self.history.record("workflow", op="info", key=key, fails=fails,
                                     error=repr(error)[:200])
                 continue
             jobs = {item["name"]: int(item["id"]) for item in answer["jobs"]}

@@ -323,6 +323,208 @@ def test_a_node_holding_two_jobs_with_one_key_fails() -> None:
     assert any("jobs with key" in v for v in violations(fresh(run), checkers.check_idempotent))
 
 
+# -- a state budget: refusals and evictions (CHAOS.md wave 3) -----------------------------
+
+
+def _remove_job(run: RunData, job_id: int) -> None:
+    """The job leaves every node (evicted), as a budget would make it."""
+    for node in run.jobs:
+        run.jobs[node] = [j for j in run.jobs[node] if j["id"] != job_id]
+    fresh(run)
+
+
+def _evictions(run: RunData, count: int) -> RunData:
+    run.settings["usage"] = {"evicted": {"budget": count}, "fires_refused": 0}
+    return run
+
+
+def _acked_id(run: RunData, key: str) -> int:
+    return next(int(e["job_id"]) for e in run.history
+                if e["kind"] == "submit" and e.get("op") == "ok" and e["key"] == key)
+
+
+def test_an_acknowledged_job_evicted_once_seen_final_is_not_lost() -> None:
+    run = _evictions(good_run(), 3)
+    job_id = _acked_id(run, "k-1")
+    _remove_job(run, job_id)
+    run.history.append({"t": BASE + 5_000, "kind": "final", "job_id": job_id,
+                        "status": "succeeded", "source": "observer"})
+    result = checkers.check_lost(run)
+    assert result.ok, result.violations
+    assert result.counts["evicted_acknowledged"] == 1 and result.counts["evictions"] == 3
+
+
+def test_an_acknowledged_job_absent_and_never_seen_final_is_lost_despite_evictions() -> None:
+    run = _evictions(good_run(), 3)
+    _remove_job(run, _acked_id(run, "k-1"))
+    found = violations(run, checkers.check_lost)
+    assert any("lost: submit k-1" in v and "never seen final" in v for v in found)
+    assert checkers.check_lost(run).counts["lost"] == 3  # on each of the three nodes
+
+
+def test_without_evictions_an_absent_job_is_lost_whatever_the_evidence() -> None:
+    run = good_run()  # no usage collected: the rule before budgets
+    job_id = _acked_id(run, "k-1")
+    _remove_job(run, job_id)
+    run.history.append({"t": BASE + 5_000, "kind": "final", "job_id": job_id,
+                        "status": "succeeded", "source": "observer"})
+    assert any("lost: submit k-1" in v for v in violations(run, checkers.check_lost))
+    assert any("lost: submit k-1" in v
+               for v in violations(_evictions(run, 0), checkers.check_lost))
+
+
+def test_more_absent_final_jobs_than_evictions_counted_fail() -> None:
+    run = _evictions(good_run(), 1)
+    for key in ("k-1", "k-2"):
+        job_id = _acked_id(run, key)
+        _remove_job(run, job_id)
+        run.history.append({"t": BASE + 90_000, "kind": "final", "job_id": job_id,
+                            "status": "succeeded", "source": "ack"})
+    found = violations(run, checkers.check_lost)
+    assert any("2 acknowledged jobs absent once final" in v and "only 1 evictions" in v
+               for v in found)
+
+
+def test_a_worker_s_accepted_ack_a_dead_letter_and_a_failed_parent_are_evidence() -> None:
+    run = _evictions(good_run(), 10)
+    submitted = _acked_id(run, "k-1")
+    failed = next(e for e in run.history if e["kind"] == "workflow" and e["key"] == "wf-2")
+    run.sink.append({"seq": 99_999, "job_id": submitted, "key": "k-1", "token": 1,
+                     "attempt": 1, "worker": "w1", "phase": "acked_succeeded",
+                     "t_ms": BASE + 1_500})
+    run.cluster_events.append({"seq": 10_000, "time_ms": BASE + 4_500,
+                               "kind": "dead_lettered", "job": failed["jobs"]["A"]})
+    for job_id in (submitted, *failed["jobs"].values()):
+        _remove_job(run, job_id)
+    result = checkers.check_lost(run)
+    assert result.ok, result.violations
+    assert result.counts["evicted_acknowledged"] == 5
+    run.cluster_events.pop()  # without the dead letter, nothing says the workflow ended
+    found = violations(fresh(run), checkers.check_lost)
+    assert {v.split(" (")[0] for v in found if "never seen final" in v} == {
+        f"lost: workflow wf-2/{name}" for name in "ABCD"}
+
+
+def test_a_worker_s_retryable_failure_is_no_evidence_of_an_end() -> None:
+    run = _evictions(good_run(), 3)
+    job_id = _acked_id(run, "k-1")
+    _remove_job(run, job_id)
+    run.sink.append({"seq": 99_999, "job_id": job_id, "key": "k-1", "token": 1,
+                     "attempt": 1, "worker": "w1", "phase": "failed", "t_ms": BASE + 1_500})
+    assert any("never seen final" in v for v in violations(run, checkers.check_lost))
+
+
+def _refused(run: RunData, kind: str, key: str) -> RunData:
+    run.history += [{"t": BASE + 20_000, "kind": kind, "op": "invoke", "key": key},
+                    {"t": BASE + 20_100, "kind": kind, "op": "fail", "key": key,
+                     "status": 507, "error": "state_full"}]
+    return run
+
+
+def test_a_refused_submit_that_created_nothing_passes_and_is_counted() -> None:
+    run = _refused(_refused(good_run(), "submit", "k-9"), "workflow", "wf-9")
+    result = checkers.check_lost(run)
+    assert result.ok, result.violations
+    assert result.counts["refused"] == 2 and result.counts["refused_created"] == 0
+
+
+def test_a_refused_submit_that_created_a_job_fails() -> None:
+    run = _refused(good_run(), "submit", "k-9")
+    ghost = {**copy.deepcopy(next(j for j in run.jobs["n1"] if j["key"] == "k-1")),
+             "id": 4_444, "key": "k-9"}
+    run.jobs["n2"].append(ghost)
+    found = violations(fresh(run), checkers.check_lost)
+    assert any("refused submit created a job: 'k-9' was answered 507, job 4444" in v
+               for v in found)
+
+
+def test_a_refused_workflow_that_created_its_jobs_fails() -> None:
+    run = _refused(good_run(), "workflow", "wf-9")
+    root = {**copy.deepcopy(_workflow_job(run, "wf-1", "A")), "id": 4_445, "key": "wf-9",
+            "workflow_id": "wf9"}
+    run.jobs["n1"].append(root)
+    assert any("'wf-9' was answered 507" in v
+               for v in violations(fresh(run), checkers.check_lost))
+
+
+def test_a_refused_retry_of_an_acknowledged_key_is_judged_by_idempotency() -> None:
+    run = _refused(good_run(), "submit", "k-1")  # k-1 was acknowledged: its job may hold it
+    assert checkers.check_lost(run).ok
+
+
+def test_an_evicted_job_of_a_worker_that_died_is_not_judged_for_re_runs() -> None:
+    run = _evictions(good_run(), 3)
+    job = _rerun_job(run)
+    _remove_job(run, job["id"])
+    run.sink = [r for r in run.sink
+                if not (r["job_id"] == job["id"] and r["token"] == job["history"][1]["token"])]
+    assert any("never claimed again" in v for v in violations(run, checkers.check_rerun))
+    run.history.append({"t": BASE + 70_000, "kind": "final", "job_id": job["id"],
+                        "status": "succeeded", "source": "observer"})
+    assert checkers.check_rerun(fresh(run)).ok
+
+
+def _refused_fire_run(*, keep_job: bool = False) -> RunData:
+    run = good_run()
+    name, fire_ms = "every2-once", BASE + 10_000
+    event = next(e for e in run.cluster_events if e["kind"] == "fired"
+                 and e["schedule"] == name and e["fire_time_ms"] == fire_ms)
+    seq, time_ms, job_id = event["seq"], event["time_ms"], int(event["job"])
+    run.cluster_events[run.cluster_events.index(event)] = {
+        "seq": seq, "time_ms": time_ms, "kind": "misfired", "schedule": name, "missed": 1,
+        "fired": 0, "policy": "fire_once", "reason": "state_full", "fire_time_ms": fire_ms}
+    if not keep_job:
+        _remove_job(run, job_id)
+        run.sink = [r for r in run.sink if r["job_id"] != job_id]
+    next(v for v in run.schedules if v["name"] == name)["misfires_state_full"] = 1
+    return run
+
+
+def test_a_time_refused_for_space_has_no_job_and_is_not_a_missed_fire() -> None:
+    result = checkers.check_fires(_refused_fire_run())
+    assert result.ok, result.violations
+    assert result.counts["refused"] == 1 and result.counts["missed"] == 0
+
+
+def test_a_time_refused_for_space_that_has_a_job_fails() -> None:
+    found = violations(_refused_fire_run(keep_job=True), checkers.check_fires)
+    assert any("every2-once@1800000010000 was refused for space but has job(s)" in v
+               for v in found)
+
+
+def test_a_time_both_fired_and_refused_by_one_tick_fails() -> None:
+    run = good_run()
+    fired = next(e for e in run.cluster_events if e["kind"] == "fired"
+                 and e["schedule"] == "every3-all" and e["fire_time_ms"] == BASE + 9_000)
+    run.cluster_events.append({"seq": fired["seq"], "time_ms": fired["time_ms"],
+                               "kind": "misfired", "schedule": "every3-all", "missed": 1,
+                               "fired": 0, "policy": "fire_all", "reason": "state_full",
+                               "fire_time_ms": BASE + 9_000})
+    next(v for v in run.schedules if v["name"] == "every3-all")["misfires_state_full"] = 1
+    found = violations(run, checkers.check_fires)
+    assert any("every3-all@1800000009000 both fired and refused" in v for v in found)
+    assert any("refused for space but has job(s)" in v for v in found)
+
+
+def test_two_jobs_for_a_time_refused_for_space_are_still_a_duplicate() -> None:
+    run = _refused_fire_run()
+    original = _fired_job(run, "every2-once")
+    for job_id in (998, 999):
+        run.jobs["n2"].append({**copy.deepcopy(original), "id": job_id,
+                               "key": f"every2-once@{BASE + 10_000}",
+                               "fire_time_ms": BASE + 10_000})
+    result = checkers.check_fires(fresh(run))
+    assert result.counts["duplicated"] == 1
+    assert any("duplicate fire: every2-once@1800000010000" in v for v in result.violations)
+
+
+def test_a_misfires_state_full_counter_that_disagrees_with_the_log_fails() -> None:
+    run = _refused_fire_run()
+    next(v for v in run.schedules if v["name"] == "every2-once")["misfires_state_full"] = 0
+    assert any("misfires_state_full counter 0, expected 1" in v
+               for v in violations(run, checkers.check_fires))
+
+
 # -- 4. fenced completion and effects ------------------------------------------------------
 
 

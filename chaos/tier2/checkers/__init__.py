@@ -11,7 +11,8 @@ The modules, each owning one part:
 - `firing`: `check_fires` (exactly-once firing, misfire decisions and their counters,
   coverage) and its oracles `nominal_times` and `expected_plan`.
 - `jobs`: `check_lost`, `check_idempotent`, `check_fencing` (fenced completion and effects)
-  and `check_rerun` (lease expiry re-runs jobs).
+  and `check_rerun` (lease expiry re-runs jobs); `final_evidence`, what the run saw of jobs
+  that ended (an evicted job's alibi; the drain reads it too).
 - `dag_liveness`: `check_dag` (DAG order), `check_convergence` and `check_liveness`.
 - `storage`: `check_storage` (snapshot writers die with their node; damage is refused).
 - `statetime`: `check_state_time` (no node's state time ahead of the majority's clocks).
@@ -43,6 +44,7 @@ from raftcron.chaos.tier2.checkers.jobs import (
     check_idempotent,
     check_lost,
     check_rerun,
+    final_evidence,
 )
 from raftcron.chaos.tier2.checkers.membership import check_membership
 from raftcron.chaos.tier2.checkers.statetime import check_state_time
@@ -71,6 +73,7 @@ __all__ = [
     "check_state_time",
     "check_storage",
     "expected_plan",
+    "final_evidence",
     "nominal_times",
 ]
 

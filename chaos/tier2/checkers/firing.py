@@ -2,9 +2,15 @@
 
 - `check_fires`: at most one job per (schedule, nominal time), only nominal times; every
   misfire decision exactly what the policy says for its window (recomputed here, and the
-  windows checked against the recorded downtimes); the schedules' `misfires` and
-  `misfire_skipped` counters equal to the sums; coverage (every nominal time fired or
-  skipped by a misfire, fires within 3 s outside fault windows, misfires only after faults).
+  windows checked against the recorded downtimes); the schedules' `misfires`,
+  `misfire_skipped` and `misfires_state_full` counters equal to the sums; coverage (every
+  nominal time fired, skipped by a misfire or refused for space, fires within 3 s outside
+  fault windows, misfires only after faults).
+
+A time refused for space (the state at its budget, DESIGN.md §9.1) is a `misfired` event with
+`"reason": "state_full"` and its `fire_time_ms`, in the tick that decided to fire it: that time
+has no job, which is not a missing fire; the tick's decision is what it fired plus what it
+refused. A time both fired and refused is a violation, and a duplicate is still a duplicate.
 
 The oracles it recomputes the decisions with, written independently of scheduler/:
 `nominal_times` (the times a schedule owes) and `expected_plan` (a tick's misfire decision);
@@ -19,6 +25,7 @@ from typing import Any
 from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
 from raftcron.chaos.tier2.history import RecordedEvent
 
+STATE_FULL = "state_full"  # the reason of a misfired event for a time refused for space
 NODE_FAULTS = frozenset({"kill", "pause", "partition", "downtime", "clock", "force_leader",
                          "kill_main", "term_group", "damage",
                          "power_one", "power_majority", "power_all"})
@@ -102,7 +109,7 @@ def check_fires(run: RunData) -> CheckResult:
     downtimes = _downtimes(run.history)
     jobs = run.jobs_by_id()
     expected_total = seen_total = missed = late_fires = unexplained = 0
-    misfire_groups = 0
+    misfire_groups = refused_total = 0
     for name, (period_s, policy) in sorted(periods.items()):
         period_ms = int(period_s) * 1000
         groups = _processing_groups(run.cluster_events, name)
@@ -112,6 +119,8 @@ def check_fires(run: RunData) -> CheckResult:
         owed: set[int] = set()  # nominal times the policy says must have a job
         caught_up: set[int] = set()  # fired by a misfire tick: late by the policy's design
         skipped_by_policy: set[int] = set()
+        refused: set[int] = set()  # decided, then refused for space: no job, by design
+        refusals = 0
         misfires = skipped = 0
         view = schedules.get(name)
         cursor_ms = _start_cursor(view, groups[0], period_ms, grace_ms, policy)
@@ -135,13 +144,19 @@ def check_fires(run: RunData) -> CheckResult:
                 result.violate(
                     f"{name}: a tick at {now_ms} fired late times {due} without a misfire event"
                 )
-            if sorted(group["fired"]) != fire:
+            for fire_ms in sorted(set(group["fired"]) & set(group["refused"])):
+                result.violate(f"{name}@{fire_ms} both fired and refused for space by the "
+                               f"tick at {now_ms}")
+            if sorted(group["fired"] + group["refused"]) != fire:
                 result.violate(
                     f"{name} tick at {now_ms} (cursor {cursor_ms}, policy {policy}): fired "
-                    f"{sorted(group['fired'])}, expected {fire}"
+                    f"{sorted(group['fired'])}, refused for space {sorted(group['refused'])}, "
+                    f"expected {fire}"
                 )
             if group["misfire"] is not None:
                 caught_up.update(fire)
+            refused.update(group["refused"])
+            refusals += len(group["refused"])
             misfires += late
             skipped += skip
             owed.update(fire)
@@ -158,17 +173,28 @@ def check_fires(run: RunData) -> CheckResult:
                     f"{name}: misfire_skipped counter {view.get('misfire_skipped')}, expected "
                     f"{skipped}"
                 )
+            if int(view.get("misfires_state_full", 0)) != refusals:
+                result.violate(
+                    f"{name}: misfires_state_full counter {view.get('misfires_state_full')}, "
+                    f"expected {refusals} (the state_full refusals in the event log)"
+                )
+        refused_total += refusals
         first_ms = min(owed | skipped_by_policy, default=0)
         for fire_ms in nominal_times(period_ms, first_ms - 1, horizon_ms):
             if fire_ms in skipped_by_policy:
                 if (name, fire_ms) in seen:
                     result.violate(f"{name}@{fire_ms} was skipped by its policy but has a job")
                 continue
+            if fire_ms in refused:
+                continue  # no job by design; one that has a job is reported below
             expected_total += 1
             if (name, fire_ms) not in seen:
                 missed += 1
                 result.violate(f"missed fire: {name}@{fire_ms} has no job and was not skipped")
         for (seen_name, fire_ms), job_ids in seen.items():
+            if seen_name == name and fire_ms in refused:
+                result.violate(f"{name}@{fire_ms} was refused for space but has job(s) "
+                               f"{sorted(job_ids)}")
             if seen_name != name or fire_ms > horizon_ms:
                 continue
             seen_total += 1
@@ -196,6 +222,7 @@ def check_fires(run: RunData) -> CheckResult:
         "missed": missed,
         "late": late_fires,
         "misfire_ticks": misfire_groups,
+        "refused": refused_total,
         "unexplained_misfires": unexplained,
         "downtimes": len(downtimes),
     }
@@ -211,7 +238,7 @@ def _matches(group: dict[str, Any], cursor_ms: int, period_ms: int, grace_ms: in
     fire, late, _ = expected_plan(due, group["now_ms"], grace_ms, policy, 100)
     event = group["misfire"]
     numbers = (0, len(fire)) if event is None else (int(event["missed"]), int(event["fired"]))
-    return sorted(group["fired"]) == fire and numbers == (late, len(fire))
+    return sorted(group["fired"] + group["refused"]) == fire and numbers == (late, len(fire))
 
 
 def _start_cursor(view: dict[str, Any] | None, first: dict[str, Any], period_ms: int,
@@ -221,7 +248,8 @@ def _start_cursor(view: dict[str, Any] | None, first: dict[str, Any], period_ms:
     nominal times may have passed (they are not owed); the candidate that explains the first
     decision is taken, created_ms when none does (and the first decision is then reported)."""
     if view is None or view.get("created_ms") is None:
-        return first["fired"][0] - 1 if first["fired"] else int(first["now_ms"])
+        decided = sorted(first["fired"] + first["refused"])
+        return decided[0] - 1 if decided else int(first["now_ms"])
     created_ms = int(view["created_ms"])
     candidates = [created_ms, *nominal_times(period_ms, created_ms, created_ms + START_SLACK_MS)]
     for cursor_ms in candidates:
@@ -232,17 +260,20 @@ def _start_cursor(view: dict[str, Any] | None, first: dict[str, Any], period_ms:
 
 def _processing_groups(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     """The ticks that processed a schedule: its fired/misfired events grouped by (time, run of
-    consecutive seq), oldest first."""
+    consecutive seq), oldest first. A group's `misfire` is the policy's decision (a late tick);
+    `refused` holds the times it decided to fire that were refused for space (state_full)."""
     groups: list[dict[str, Any]] = []
     for event in sorted(events, key=lambda e: int(e.get("seq", 0))):
         if event.get("schedule") != name or event.get("kind") not in ("fired", "misfired"):
             continue
         now_ms = int(event["time_ms"])
         if not groups or groups[-1]["now_ms"] != now_ms:
-            groups.append({"now_ms": now_ms, "fired": [], "misfire": None})
+            groups.append({"now_ms": now_ms, "fired": [], "misfire": None, "refused": []})
         group = groups[-1]
         if event["kind"] == "fired":
             group["fired"].append(int(event["fire_time_ms"]))
+        elif event.get("reason") == STATE_FULL:
+            group["refused"].append(int(event["fire_time_ms"]))
         else:
             group["misfire"] = event
     return groups

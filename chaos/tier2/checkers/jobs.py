@@ -1,24 +1,32 @@
 """Promises 2-5 of CHAOS.md: what happens to a job once it exists.
 
-- `check_lost`: every acknowledged submit and workflow present on every node and final.
+- `check_lost`: every acknowledged submit and workflow present on every node and final, or
+  evicted once final (with evidence, within the evictions the cluster counted); a submit or
+  workflow refused with a definite error (4xx, 507 `state_full`) created nothing.
 - `check_idempotent`: one job per key across every acknowledgement and every node.
 - `check_fencing`: one accepted completion per job, with its newest token; no stale write
   accepted (stale actor, sink); one applied effect per key; a completed job has its effect;
   every execution ran under a token some committed claim gave (no phantom lease).
 - `check_rerun`: a job held by a worker that died or froze is claimed again within the bound.
 
-With the helpers that read acknowledged submits and workflows, and the jobs a worker held,
-out of the recorded run.
+With the helpers that read acknowledged submits and workflows, the evidence that a job was
+final (`final_evidence`), and the jobs a worker held, out of the recorded run.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
 
 from raftcron.chaos.tier2.checkers.data import FINAL, CheckResult, RunData
 from raftcron.chaos.tier2.history import RecordedEvent
 
 HISTORY_KEPT = 20  # attempts a job's history keeps (scheduler.limits.HISTORY_ATTEMPTS_MAX)
+STATE_FULL_STATUS = 507  # a submit refused for space: definite, nothing created
+# The sink phases a worker writes when the cluster answered "ok" to an ack that ended its job
+# (chaos/tier2/workload.py): a success, or a failure it must not retry.
+ACKED_PHASES = {"acked_succeeded": "succeeded", "acked_failed": "failed"}
 
 
 # -- 2. no lost job, 3. idempotent submit --------------------------------------------------
@@ -32,11 +40,78 @@ def _acked_submits(history: list[RecordedEvent]) -> dict[str, set[int]]:
     return acked
 
 
-def _acked_workflows(history: list[RecordedEvent]) -> list[RecordedEvent]:
+def _acked_workflows(history: Sequence[RecordedEvent]) -> list[RecordedEvent]:
     return [e for e in history if e["kind"] == "workflow" and e.get("op") == "ok"]
 
 
+def evictions(run: RunData) -> int:
+    """Finished jobs the cluster evicted during the run, whatever the reason (`usage.evicted`
+    of GET /v1/settings at the end; 0 when the run did not collect it)."""
+    usage = run.setting("usage", None) or {}
+    return sum(int(count) for count in (usage.get("evicted") or {}).values())
+
+
+def definite_failure(event: RecordedEvent) -> bool:
+    """A submit or workflow the cluster answered with an error that says nothing was created:
+    a 4xx, or 507 `state_full` (a 5xx the client does not retry may be indeterminate)."""
+    status = event.get("status")
+    return (event.get("op") == "fail" and isinstance(status, int)
+            and (400 <= status < 500 or status == STATE_FULL_STATUS))
+
+
+def final_evidence(
+    history: Sequence[RecordedEvent], sink: Sequence[dict[str, Any]],
+    cluster_events: Sequence[dict[str, Any]] = (),
+) -> dict[int, str]:
+    """Job id -> the final status the run saw it reach (or "final" when it does not say which),
+    from what was recorded while it ran:
+    - `final` events of the history: the observer's reads, the flood consumer's accepted acks,
+      the harness's accepted cancels, reads that settled an ack whose answer was lost;
+    - the sink's `acked_*` rows: a worker's ack the cluster answered "ok" that ended the job;
+    - `dead_lettered` events of the cluster's log (the job failed for good);
+    - a job of an acknowledged workflow whose ancestor is known to have ended failed or
+      cancelled (its descendants were cancelled by the same command).
+    """
+    seen: dict[int, str] = {}
+    for event in history:
+        if event["kind"] == "final":
+            seen.setdefault(int(event["job_id"]), str(event.get("status") or "final"))
+    for row in sink:
+        status = ACKED_PHASES.get(str(row.get("phase")))
+        if status is not None:
+            seen.setdefault(int(row["job_id"]), status)
+    for event in cluster_events:
+        if event.get("kind") == "dead_lettered" and event.get("job") is not None:
+            seen.setdefault(int(event["job"]), "failed")
+    for event in _acked_workflows(history):
+        ids = {name: int(job_id) for name, job_id in event["jobs"].items()}
+        edges: dict[str, list[str]] = event.get("edges") or {}
+        changed = True
+        while changed:
+            changed = False
+            for child, parents in edges.items():
+                if ids.get(child) in seen or child not in ids:
+                    continue
+                if any(seen.get(ids.get(p, -1)) in ("failed", "cancelled") for p in parents):
+                    seen[ids[child]] = "cancelled"
+                    changed = True
+    return seen
+
+
 def check_lost(run: RunData) -> CheckResult:
+    """Every acknowledged submit and workflow job is on every node at the end, final.
+
+    With a state budget, finished jobs are evicted (DESIGN.md §9.1): an acknowledged job absent
+    at the end is excused only when the cluster counted evictions (`usage.evicted` at the end)
+    AND the run has evidence that the job was final before it left (`final_evidence`); and on
+    each node the excused jobs are no more than the evictions counted. An absent job never seen
+    final is lost. With no eviction counted (every scenario without a small budget) an absent
+    acknowledged job is lost whatever the evidence: the rule is the one before budgets.
+
+    Refused submits: a submit or workflow answered with a definite error (`definite_failure`:
+    4xx, 507 `state_full`) created nothing, so no job may hold its key, unless the key was
+    acknowledged by another submit (then `check_idempotent` judges which job holds it).
+    """
     result = CheckResult("no lost job", safety=True)
     acked = _acked_submits(run.history)
     expected: dict[int, str] = {}
@@ -48,14 +123,21 @@ def check_lost(run: RunData) -> CheckResult:
             expected[int(job_id)] = f"workflow {event['key']}/{name}"
     invoked = {e["key"] for e in run.history if e["kind"] == "submit"}
     info_keys = {e["key"] for e in run.history if e["kind"] == "submit" and e.get("op") == "info"}
-    lost = not_final = 0
+    evicted_total = evictions(run)
+    evidence = final_evidence(run.history, run.sink, run.cluster_events) if evicted_total else {}
+    lost = not_final = excused_max = 0
     for node, jobs in sorted(run.jobs.items()):
         held = {int(job["id"]): job for job in jobs}
+        excused = 0
         for job_id, what in sorted(expected.items()):
             job = held.get(job_id)
-            if job is None:
+            if job is None and job_id in evidence:
+                excused += 1  # evicted once final (counted against the evictions below)
+            elif job is None:
                 lost += 1
-                result.violate(f"lost: {what} (job {job_id}) acknowledged, absent on {node}")
+                never = ", never seen final" if evicted_total else ""
+                result.violate(f"lost: {what} (job {job_id}) acknowledged, absent on {node}"
+                               f"{never}")
             elif job.get("status") not in FINAL:
                 not_final += 1
                 result.violate(f"{what} (job {job_id}) still {job.get('status')} on {node}")
@@ -68,6 +150,11 @@ def check_lost(run: RunData) -> CheckResult:
                 and job_key not in invoked
             ):
                 result.violate(f"unexpected job {job['id']} with key {job_key!r} on {node}")
+        if excused > evicted_total:
+            result.violate(f"{node}: {excused} acknowledged jobs absent once final, but the "
+                           f"cluster counted only {evicted_total} evictions")
+        excused_max = max(excused_max, excused)
+    refused, refused_created = _check_refused(run, result)
     final_keys = {job.get("key") for jobs in run.jobs.values() for job in jobs}
     result.counts = {
         "acknowledged": len(expected),
@@ -75,8 +162,36 @@ def check_lost(run: RunData) -> CheckResult:
         "not_final": not_final,
         "indeterminate": len(info_keys),
         "recovered": len(info_keys & final_keys),
+        "refused": refused,
+        "refused_created": refused_created,
+        "evictions": evicted_total,
+        "evicted_acknowledged": excused_max,
     }
     return result
+
+
+def _check_refused(run: RunData, result: CheckResult) -> tuple[int, int]:
+    """(submits and workflows refused for space, refused ones that created a job anyway)."""
+    failed: dict[str, int] = {}
+    acked_keys: set[str] = set()
+    refused = 0
+    for event in run.history:
+        if event["kind"] not in ("submit", "workflow"):
+            continue
+        if event.get("op") == "ok":
+            acked_keys.add(event["key"])
+        elif definite_failure(event):
+            failed.setdefault(event["key"], int(event["status"]))
+            refused += event["status"] == STATE_FULL_STATUS
+    created = 0
+    for node, jobs in sorted(run.jobs.items()):
+        for job in jobs:
+            key = job.get("key")
+            if key in failed and key not in acked_keys:
+                created += 1
+                result.violate(f"refused submit created a job: {key!r} was answered "
+                               f"{failed[key]}, job {job['id']} holds it on {node}")
+    return refused, created
 
 
 def check_idempotent(run: RunData) -> CheckResult:
@@ -203,10 +318,12 @@ def check_rerun(run: RunData) -> CheckResult:
     """A job whose worker died, froze or was cut off is claimed again within the bound of the
     later of the fault and the last leader change before the re-run: a new leader gives every
     existing lease one more lease period (DESIGN.md section 3), so the clock restarts there.
-    The raw delay from the fault is reported too."""
+    The raw delay from the fault is reported too. A job gone at the end (evicted for space)
+    that the run saw final is not judged: its attempts left with it."""
     result = CheckResult("lease re-run bound", safety=False)
     bound_ms = int(run.setting("rerun_bound_s", 10) * 1000)
     jobs = run.jobs_by_id()
+    evidence = final_evidence(run.history, run.sink, run.cluster_events) if evictions(run) else {}
     leader_changes = sorted(
         int(e["time_ms"]) for e in run.cluster_events if e.get("kind") == "leader_changed"
     )
@@ -217,6 +334,8 @@ def check_rerun(run: RunData) -> CheckResult:
         worker = event["targets"][0]
         for job_id, token in _held(run, worker, start):
             job = jobs.get(job_id)
+            if job is None and job_id in evidence:
+                continue
             attempts = [] if job is None else job.get("history") or []
             mine = [a for a in attempts if int(a["token"]) == token]
             if mine and mine[0].get("outcome") in ("succeeded", "failed"):
