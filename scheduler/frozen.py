@@ -83,17 +83,19 @@ class FrozenJob:
         raise AttributeError(f"job {self._id} is frozen ({self._status}); {name!r} needs it live")
 
 
-def freeze(job: Job) -> FrozenJob:
+def freeze(job: Job, *, compact: bool = False) -> FrozenJob:
     assert job.final, f"freezing job {job.id} in {job.status}"
-    return FrozenJob(*row(job))
+    return FrozenJob(*row(job, compact=compact))
 
 
-def row(job: Job | FrozenJob) -> list[Any]:
+def row(job: Job | FrozenJob, *, compact: bool = False) -> list[Any]:
     """The job as a snapshot writes it, and a frozen job holds it: the fields indexes read,
-    then the packed record. A frozen job gives its bytes as they are."""
+    then the packed record (`compact`: the record format of a finalized cluster). A frozen job
+    gives its bytes as they are."""
     if isinstance(job, FrozenJob):
         return [job._id, job._status, job._finished_ms, job._queue, job._schedule, job._packed]
-    return [job.id, job.status, job.finished_ms, job.queue, job.schedule, pack(job)]
+    return [job.id, job.status, job.finished_ms, job.queue, job.schedule,
+            pack(job, compact=compact)]
 
 
 def readable(job: Job | FrozenJob) -> Job:
@@ -101,8 +103,9 @@ def readable(job: Job | FrozenJob) -> Job:
     return job.thawed() if isinstance(job, FrozenJob) else job
 
 
-def pack(job: Job) -> bytes:
-    data: bytes = msgpack.packb(job_to_list(job), use_bin_type=True)
+def pack(job: Job, *, compact: bool = False) -> bytes:
+    fields = job_to_compact_list(job) if compact else job_to_list(job)
+    data: bytes = msgpack.packb(fields, use_bin_type=True)
     return data
 
 
@@ -148,8 +151,75 @@ def job_to_list(job: Job) -> list[Any]:
 
 _BASE_FIELDS = 30  # the fields of the first record format; later ones follow when set
 
+# The compact record format (written once the cluster is finalized, scheduler/gate.py: the
+# previous release reads only the first one). It starts with COMPACT_MARK where the first
+# format starts with the job's id (>= 1). The same fields, cheaper: statuses and outcomes as
+# small numbers, times as differences (from created_ms; an attempt's end from its start),
+# which msgpack writes in 1-5 bytes where a Unix time in ms takes 9. A finished job's record
+# went from 122 to 79 bytes (a claimed and completed job of a small payload).
+COMPACT_MARK = -2
+STATUS_CODE = {status: code for code, status in enumerate(j.STATUSES)}
+OUTCOMES = (j.OUTCOME_SUCCEEDED, j.OUTCOME_FAILED, j.OUTCOME_LEASE_EXPIRED, j.OUTCOME_CANCELLED)
+OUTCOME_CODE = {outcome: code for code, outcome in enumerate(OUTCOMES)}
+
+
+def job_to_compact_list(job: Job) -> list[Any]:
+    base = job.created_ms
+    fields = [
+        COMPACT_MARK,
+        job.id,
+        job.key,
+        job.task,
+        job.queue,
+        job.payload,
+        job.priority,
+        STATUS_CODE[job.status],
+        job.attempts,
+        job.max_attempts,
+        job.attempt_limit,
+        base,
+        job.run_at_ms - base,
+        None if job.backoff == DEFAULT_BACKOFF else job.backoff.to_wire(),
+        job.timeout_ms,
+        job.schedule,
+        None if job.fire_time_ms is None else job.fire_time_ms - base,
+        job.workflow_id,
+        job.workflow_node,
+        list(job.depends_on),
+        job.waiting_on,
+        job.children,
+        job.result,
+        job.error,
+        None if job.finished_ms is None else job.finished_ms - base,
+        job.token,
+        None if job.lease_until_ms is None else job.lease_until_ms - base,
+        job.lease_ms,
+        job.worker,
+        [_compact_attempt(a, base) for a in job.history],
+        job.cancel_reason,
+        job.concurrency_key,
+        job.concurrency_max,
+    ]
+    return fields
+
+
+def _compact_attempt(attempt: Attempt, base_ms: int) -> list[Any]:
+    start = attempt.start_ms
+    return [
+        attempt.number,
+        attempt.token,
+        attempt.worker,
+        attempt.node,
+        start - base_ms,
+        None if attempt.end_ms is None else attempt.end_ms - start,
+        None if attempt.outcome is None else OUTCOME_CODE[attempt.outcome],
+        attempt.error,
+    ]
+
 
 def job_from_list(item: list[Any]) -> Job:
+    if item[0] == COMPACT_MARK:
+        return _job_from_compact_list(item)
     extra = item[_BASE_FIELDS:]
     (
         job_id,
@@ -223,6 +293,93 @@ def job_from_list(item: list[Any]) -> Job:
 
 
 STATUS = {status: status for status in j.STATUSES}  # also rejects an unknown status (KeyError)
+
+
+def _job_from_compact_list(item: list[Any]) -> Job:
+    (
+        _,
+        job_id,
+        key,
+        task,
+        queue,
+        payload,
+        priority,
+        status,
+        attempts,
+        max_attempts,
+        attempt_limit,
+        base,
+        run_at_d,
+        backoff,
+        timeout_ms,
+        schedule,
+        fire_time_d,
+        workflow_id,
+        workflow_node,
+        depends_on,
+        waiting_on,
+        children,
+        result,
+        error,
+        finished_d,
+        token,
+        lease_until_d,
+        lease_ms,
+        worker,
+        history,
+        cancel_reason,
+        concurrency_key,
+        concurrency_max,
+    ) = item
+    job = Job.__new__(Job)  # every field is set below
+    job.id = job_id
+    job.task = intern(task)
+    job.created_ms = base
+    job.key = key
+    job.queue = intern(queue)
+    job.payload = payload
+    job.priority = priority
+    job.status = j.STATUSES[status]
+    job.attempts = attempts
+    job.max_attempts = max_attempts
+    job.attempt_limit = attempt_limit
+    job.run_at_ms = base + run_at_d
+    job.backoff = DEFAULT_BACKOFF if backoff is None else BackoffSpec.parse(backoff)
+    job.timeout_ms = timeout_ms
+    job.schedule = None if schedule is None else intern(schedule)
+    job.fire_time_ms = None if fire_time_d is None else base + fire_time_d
+    job.workflow_id = workflow_id
+    job.workflow_node = workflow_node
+    job.depends_on = tuple(depends_on)
+    job.waiting_on = waiting_on
+    job.children = children
+    job.result = result
+    job.error = error
+    job.finished_ms = None if finished_d is None else base + finished_d
+    job.token = token
+    job.lease_until_ms = None if lease_until_d is None else base + lease_until_d
+    job.lease_ms = lease_ms
+    job.worker = None if worker is None else intern(worker)
+    job.history = tuple(_compact_attempt_from(a, base) for a in history)
+    job.cancel_reason = cancel_reason
+    job.concurrency_key, job.concurrency_max = concurrency_key, concurrency_max
+    job.counted = 0  # the table counts it when it takes it
+    return job
+
+
+def _compact_attempt_from(data: list[Any], base_ms: int) -> Attempt:
+    number, token, worker, node, start_d, end_d, outcome, error = data
+    start_ms = base_ms + start_d
+    return Attempt(
+        number,
+        token,
+        intern(worker),
+        None if node is None else intern(node),
+        start_ms,
+        None if end_d is None else start_ms + end_d,
+        None if outcome is None else OUTCOMES[outcome],
+        error,
+    )
 
 
 def intern(text: str, _seen: dict[str, str] = {}) -> str:  # noqa: B006 - a deliberate cache

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.settings import SECTIONS, Budget, Retention, Settings, parse_section
+from raftcron.scheduler.store import JobTable
 
 LEVEL_BEFORE = 2  # the previous release (wave 2): retention is 7 days, nothing is refused
 LEVEL_BOUNDED = 3  # wave 3: retention and budget settings, eviction, refusals for space
@@ -83,6 +84,7 @@ class GateState(Protocol):
     now_ms: int
     level: int
     settings: Settings
+    table: JobTable
     keys_forgotten_ms: int
     retention_pending: bool
 
@@ -93,6 +95,7 @@ def apply(state: GateState, command: GateCommand) -> Result:
             return Ok({"level": state.level, "finalized_now": False})
         state.level = command.level
         state.settings = command.settings
+        state.table.compact_records = True
         # What the previous behaviour forgot already: its last cutoff of fire keys.
         state.keys_forgotten_ms = max(0, state.now_ms - limits.RETENTION_MS_DEFAULT)
         state.retention_pending = True  # the new retention applies from the next Tick

@@ -68,9 +68,9 @@ class RetentionState(BudgetState, Protocol):
     @property
     def finalized(self) -> bool: ...
 
-    def remove_job(self, job: Job | FrozenJob) -> None: ...
+    counters: dict[str, dict[str, int]]
 
-    def count(self, name: str, label: str, by: int = 1) -> None: ...
+    def remove_job(self, job: Job | FrozenJob) -> None: ...
 
 
 def collect_garbage(state: RetentionState) -> int:
@@ -167,9 +167,13 @@ def _oldest_for_space(state: RetentionState) -> tuple[int, int, str, str] | None
 
 def _evict(state: RetentionState, job_id: int, reason: str, status: str, queue: str) -> None:
     """Remove the job at the front of its (status, queue) FIFO."""
-    state.remove_job(state.table.jobs[job_id])
-    state.table.finished.drop_front(status, queue)
-    state.count("evicted", reason)
+    table = state.table
+    state.remove_job(table.jobs[job_id])
+    table.finished.drop_front(status, queue)
+    evicted = state.counters.get("evicted")
+    if evicted is None:
+        evicted = state.counters["evicted"] = {}
+    evicted[reason] = evicted.get(reason, 0) + 1
 
 
 def check_submit(state: BudgetState, command: SubmitJobs) -> Rejected | None:

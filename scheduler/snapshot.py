@@ -80,10 +80,11 @@ def snapshot_pieces(state: SchedulerState) -> Iterator[bytes | memoryview]:
     for value in head:
         packer.pack(value)
     jobs = list(state.table.jobs.values())
+    compact = state.table.compact_records
     packer.pack_array_header(len(jobs))
     yield packer.bytes()
     for start in range(0, len(jobs), ROWS_PER_PIECE):
-        rows = [row(job) for job in jobs[start:start + ROWS_PER_PIECE]]
+        rows = [row(job, compact=compact) for job in jobs[start:start + ROWS_PER_PIECE]]
         packed = msgpack.packb(rows, use_bin_type=True)
         yield memoryview(packed)[_array_header_bytes(len(rows)):]  # the rows, not their list
     tail = [
@@ -254,6 +255,7 @@ def _restore(blob: bytes) -> SchedulerState:
     gate_section = sections.get("settings")
     if gate_section is not None:
         state.level = gate_section["level"]
+        table.compact_records = True
         state.settings = Settings.parse(gate_section["settings"])
         state.keys_forgotten_ms = gate_section["keys_forgotten_ms"]
         state.retention_pending = gate_section["retention_pending"]

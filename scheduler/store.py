@@ -95,6 +95,9 @@ class JobTable:
         # A job was ever given a concurrency key: its record has fields a previous release
         # cannot read, so snapshots are written in the newer format from then on.
         self.keyed_seen = False
+        # Finished jobs are frozen in the compact record format (scheduler/frozen.py) once
+        # the cluster is finalized: the previous release reads only the first one.
+        self.compact_records = False
         # The memory model (scheduler/sizes.py): every job's bytes as counted now (a live job
         # keeps its count in `counted`; a frozen one is counted from its packed record), the
         # finished jobs' share (what eviction can free), per queue, and the keys'.
@@ -131,7 +134,7 @@ class JobTable:
         queue: str | None = None
         for job in self.finished_now:
             if job.final and jobs.get(job.id) is job:
-                frozen = jobs[job.id] = freeze(job)
+                frozen = jobs[job.id] = freeze(job, compact=self.compact_records)
                 if job.queue != queue and queue is not None:
                     self._recount(queue, delta, final=True)  # a batch is mostly one queue
                     delta = 0
@@ -176,14 +179,19 @@ class JobTable:
     def remove(self, job: Job | FrozenJob) -> None:
         """Forget a finished job (retention); its key entry expires on its own schedule."""
         assert job.final, f"removing job {job.id} in status {job.status}"
-        del self.jobs[job.id]
-        self.count_by_status[job.status] -= 1
-        index = self.by_status.get(job.status)
+        # Every finished job comes this way once (eviction): its fields read once, as locals.
+        if isinstance(job, FrozenJob):
+            job_id, status, queue = job._id, job._status, job._queue
+            counted = frozen_job_bytes(job)
+        else:
+            job_id, status, queue, counted = job.id, job.status, job.queue, job.counted
+        del self.jobs[job_id]
+        self.count_by_status[status] -= 1
+        index = self.by_status.get(status)
         if index is not None:
-            del index[job.id]
-        self.finished.discount(job.status, job.queue)
-        counted = frozen_job_bytes(job) if isinstance(job, FrozenJob) else job.counted
-        self._recount(job.queue, -counted, final=True)
+            del index[job_id]
+        self.finished.discount(status, queue)
+        self._recount(queue, -counted, final=True)
 
     # -- status moves --------------------------------------------------------------------
 

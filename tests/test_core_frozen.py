@@ -155,3 +155,46 @@ def test_a_job_without_a_concurrency_key_packs_as_the_first_record_format(driver
     assert len(fields) == len(Job.__slots__) - 3  # no concurrency key, and `counted`
     copy = job_from_list(fields)
     assert (copy.concurrency_key, copy.concurrency_max) == (None, 0)
+
+
+# -- the compact record format, once finalized (scheduler/gate.py) ------------------------------
+
+
+def test_a_finalized_cluster_freezes_jobs_in_the_compact_format_holding_every_field(driver):
+    from raftcron.scheduler.frozen import (
+        COMPACT_MARK,
+        job_from_list,
+        job_to_compact_list,
+        job_to_list,
+    )
+
+    before = finished(driver)
+    old_bytes = driver.state.table.jobs[before]._packed
+    driver.finalize()
+    assert driver.state.table.jobs[before]._packed == old_bytes  # a record is never rewritten
+    driver.submit(concurrency={"key": "acct-1", "max": 2}, payload={"n": 1}, key="k-9",
+                  backoff={"initial_ms": 7}, timeout_ms=900)
+    [(job_id, token)] = driver.claim()
+    driver.fail(job_id, token, "first")
+    driver.tick(advance_ms=10_000)
+    [(job_id, token)] = driver.claim()
+    driver.complete(job_id, token, result={"ok": True})
+    record = driver.state.table.jobs[job_id]._packed
+    fields = msgpack.unpackb(record, raw=False)
+    assert fields[0] == COMPACT_MARK
+    job = job_from_list(fields)
+    assert job_to_list(job) == job_to_list(driver.job(job_id))  # every field, as it was
+    assert job_to_compact_list(job) == fields
+    assert len(record) < len(msgpack.packb(job_to_list(job)))
+    # Restored, the records are kept as their bytes, and live jobs are written compact too.
+    restored = restore(snapshot(driver.state))
+    assert snapshot(restored) == snapshot(driver.state)
+    assert restored.table.compact_records and violations(restored) == []
+
+
+def test_a_plain_finished_job_record_shrinks_by_a_third_in_the_compact_format(driver):
+    from raftcron.scheduler.frozen import pack
+
+    job_id = finished(driver)
+    frozen = driver.state.table.jobs[job_id]
+    assert len(pack(frozen.thawed(), compact=True)) <= len(frozen._packed) * 2 // 3
