@@ -104,6 +104,20 @@ class FinishedJobs:
         self._filed.pop(where, None)
         return None
 
+    def only_fifo(
+        self, statuses: Iterable[str], skip: Mapping[str, object] | None = None
+    ) -> Fifo | None:
+        """The one FIFO of these statuses (outside `skip`) when there is exactly one: most
+        clusters have one busy queue, and then the oldest is its front, no merge needed."""
+        wanted = tuple(statuses)
+        found: Fifo | None = None
+        for where in self.fifos:
+            if where[0] in wanted and not (skip and where[1] in skip):
+                if found is not None:
+                    return None
+                found = where
+        return found
+
     def oldest(
         self, statuses: Iterable[str], skip: Mapping[str, object] | None = None
     ) -> tuple[int, int, str, str] | None:

@@ -129,8 +129,13 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
     rule = retention.rule(outcome)
     cutoff_ms = now_ms - rule.max_age_ms
     kept = finished.total(outcome) - sum(finished.count(outcome, q) for q in overrides)
+    only = finished.only_fifo((outcome,), skip=overrides)
     while True:
-        oldest = finished.oldest((outcome,), skip=overrides)
+        if only is not None:  # one FIFO: its front is the oldest (the merge, skipped)
+            front = finished.front(*only)
+            oldest = None if front is None else (front[0], front[1], only[0], only[1])
+        else:
+            oldest = finished.oldest((outcome,), skip=overrides)
         if oldest is None or (oldest[0] > cutoff_ms and kept <= rule.max_count):
             break
         if removed == work:
@@ -159,6 +164,12 @@ def _by_budget(state: RetentionState, work: int) -> tuple[int, bool]:
 def _oldest_for_space(state: RetentionState) -> tuple[int, int, str, str] | None:
     finished = state.table.finished
     for statuses in BUDGET_ORDER:
+        only = finished.only_fifo(statuses)
+        if only is not None:  # one FIFO: its front is the oldest (the merge, skipped)
+            front = finished.front(*only)
+            if front is not None:
+                return front[0], front[1], only[0], only[1]
+            continue
         oldest = finished.oldest(statuses)
         if oldest is not None:
             return oldest
