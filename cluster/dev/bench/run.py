@@ -101,6 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="soak: the local cluster's state budget ([settings] budget; default the product's)",
     )
+    parser.add_argument(
+        "--soak-empty",
+        action="store_true",
+        help="soak: ramp (or hold --rate) from the empty state; by default the state is first "
+        "filled until it evicts (its retention or budget reached), as after months of running",
+    )
     # One record per minute; a smoke test asks for one every few seconds.
     parser.add_argument("--report-s", type=float, default=60.0, help=argparse.SUPPRESS)
 
@@ -229,6 +235,7 @@ async def _measure(
                     workers=args.workers,
                     report_s=args.report_s,
                     folder=folder,
+                    empty_state=args.soak_empty,
                 )
     finally:
         await target.close()

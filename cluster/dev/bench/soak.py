@@ -27,7 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from raftcron.cluster.dev.bench import scale, scrape, soakrecord
-from raftcron.cluster.dev.bench.soakload import HOLD_SHARE, Probe, Producer, find_rate, settle
+from raftcron.cluster.dev.bench.soakload import (
+    HOLD_SHARE,
+    RAMP_START_PER_S,
+    Evictions,
+    Probe,
+    Producer,
+    fill,
+    find_rate,
+    settle,
+)
 from raftcron.cluster.dev.bench.soakrecord import CLAIM_LATENCY_SOURCE, Reading
 from raftcron.cluster.dev.bench.target import Target
 from raftcron.cluster.dev.bench.workers import (
@@ -85,7 +94,10 @@ async def measure(
     workers: int | None,
     report_s: float,
     folder: Path,
+    empty_state: bool = False,
 ) -> dict[str, Any]:
+    """`empty_state`: ramp (or hold `rate`) from the empty state rather than fill it first
+    until it evicts (`--soak-empty`)."""
     queue = f"bench-soak-{uuid.uuid4().hex[:8]}"
     workers = workers or (FLOOD_WORKERS if flood else STEADY_WORKERS)
     concurrency = FLOOD_CONCURRENCY if flood else STEADY_CONCURRENCY
@@ -112,6 +124,12 @@ async def measure(
         producer = Producer(target, queue, rate=None if flood else rate or 0.0,
                             payload_kb=payload_kb, until=time.monotonic() + 3_600 + minutes * 60)
         task = asyncio.create_task(producer.run())
+        if not flood and not empty_state:
+            filled_s = await fill(producer, _evictions(target),
+                                  rate=rate or RAMP_START_PER_S, say=say)
+            figures["soak_fill_s"] = round(filled_s, 1)
+            if rate is None:
+                producer.rate = 0.0
         if not flood and rate is None:
             found, windows = await find_rate(producer, _probe(target, queue), say=say)
             rate = HOLD_SHARE * (found or windows[-1]["rate_per_s"])
@@ -249,6 +267,18 @@ async def _cancel_queued(target: Target, queue: str) -> int:
         if not answer.get("more"):
             break
     return cancelled
+
+
+def _evictions(target: Target) -> Evictions:
+    """Finished jobs evicted so far (GET /v1/settings, its usage), from the leader."""
+
+    async def evictions() -> int:
+        status, view = await target.call("GET", "/v1/settings")
+        if status != 200:
+            raise RuntimeError(f"GET /v1/settings answered {status}: {view}")
+        return int(sum(view.get("usage", {}).get("evicted", {}).values()))
+
+    return evictions
 
 
 def _probe(target: Target, queue: str) -> Probe:

@@ -27,6 +27,7 @@ REFUSED_PAUSE_S = 1.0  # a flood client's pause after a 507 (Retry-After asks 5 
 CREDIT_MAX_S = 1.0  # a paced producer that fell behind catches up at most this much at once
 
 RAMP_START_PER_S = 3_000
+FILL_S_MAX = 1_200.0  # the fill before the ramp: a million small jobs at 3,000/s take ~6 min
 RAMP_WINDOW_S = 10.0
 RAMP_WINDOWS_MAX = 12
 RAMP_RAISE = 1.25
@@ -174,6 +175,26 @@ async def _window(producer: Producer, probe: Probe, rate: float) -> dict[str, An
         and submit_per_s >= HOLD_SHARE * rate
         and succeeded_per_s >= RAMP_DONE_SHARE * submit_per_s,
     }
+
+
+Evictions = Callable[[], Awaitable[int]]  # () -> finished jobs evicted so far, by any reason
+
+
+async def fill(producer: Producer, evictions: Evictions, *, rate: float,
+               say: Callable[[str], None]) -> float:
+    """Run at `rate` until the state evicts (its retention or its budget is reached: the
+    steady state of a cluster that runs for months), bounded by FILL_S_MAX; the seconds it
+    took. A ramp on an empty state finds a rate it cannot hold once every finished job must
+    also be evicted."""
+    producer.rate = rate
+    started = time.monotonic()
+    while time.monotonic() - started < FILL_S_MAX:
+        if await evictions() > 0:
+            break
+        await asyncio.sleep(2.0)
+    took = time.monotonic() - started
+    say(f"filled: the state evicts after {took:.0f} s at {round(rate):,}/s")
+    return took
 
 
 async def settle(producer: Producer, probe: Probe) -> float:
