@@ -225,7 +225,8 @@ def usage(state: SchedulerState) -> dict[str, Any]:
         "parts": retention.parts(state),
         "bytes_by_queue": dict(sorted(table.bytes_by_queue.items())),
         "kept": {status: table.count_by_status[status] for status in sorted(j.FINAL)},
-        "evicted": dict(sorted(state.counters.get("evicted", {}).items())),
+        "evicted": {reason: state.counters.get("evicted", {}).get(reason, 0)
+                    for reason in ("age", "count", "budget")},
         "fires_refused": sum(s.misfires_state_full for s in state.schedules.values()),
         "retention_pending": state.retention_pending,
     }
