@@ -6,8 +6,8 @@ same state, and an old log entry keeps its old meaning on replay.
 `Finalize` raises it, for good. The shell proposes `Finalize` only when every member reports
 this release (`POST /v1/cluster/finalize`; a new cluster's first leader before its first
 Tick), because a node that does not know the command answers "unknown tag" and changes
-nothing. From then on the snapshot carries a `settings` section that older releases refuse to
-load, so they can no longer join. `Finalize` also seeds the settings (retention, budget) from
+nothing. From then on the snapshot is of version 4 (compact job records, a `settings`
+section), which older releases refuse to load, naming the version: they can no longer join. `Finalize` also seeds the settings (retention, budget) from
 the config of the node that proposed it, once: a second one changes nothing.
 
 `PutSettings` changes one section of the settings; it is refused (`not_finalized`) before the

@@ -50,8 +50,12 @@ from raftcron.scheduler.state import SchedulerState
 # version 2 cannot read 3, so a state that has none of these sections is written as version 2
 # (byte for byte what the previous release wrote): a rolling upgrade stays possible until the
 # new features are used.
-SNAPSHOT_VERSION = 3
-SNAPSHOT_VERSIONS_READ = (1, 2, 3)
+# 4: the snapshot of a finalized cluster (DESIGN.md §9.0): its job records may be in the compact
+# format (scheduler/frozen.py) and it has the "settings" section. The fields are those of 3; the
+# number changes because a release that reads 3 would meet a compact record before the section
+# list and fail on it with a bare KeyError, where a version it does not read is named.
+SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSIONS_READ = (1, 2, 3, 4)
 
 
 ROWS_PER_PIECE = 10_000  # about 2.5 MB of rows: what a writer compresses at a time
@@ -69,7 +73,7 @@ def snapshot_pieces(state: SchedulerState) -> Iterator[bytes | memoryview]:
     sections = _sections(state)
     spec_wires: dict[int, Any] = {}  # alive only while the specs it names are
     head = [
-        SNAPSHOT_VERSION if sections else 2,
+        _version(state, sections),
         state.now_ms,
         state.fence,
         state.next_job_id,
@@ -102,6 +106,12 @@ def snapshot_pieces(state: SchedulerState) -> Iterator[bytes | memoryview]:
     yield b"".join(msgpack.packb(value, use_bin_type=True) for value in tail)
 
 
+def _version(state: SchedulerState, sections: dict[str, Any]) -> int:
+    if state.table.compact_records:
+        return SNAPSHOT_VERSION
+    return 3 if sections else 2
+
+
 def _array_header_bytes(count: int) -> int:
     """How long msgpack's header of an array of `count` items is (fixarray, array 16, 32)."""
     return 1 if count < 16 else 3 if count < 1 << 16 else 5
@@ -131,7 +141,7 @@ def _sections(state: SchedulerState) -> dict[str, Any]:
     return sections
 
 
-_SNAPSHOT_FIELDS = {1: 14, 2: 14, 3: 15}
+_SNAPSHOT_FIELDS = {1: 14, 2: 14, 3: 15, 4: 15}
 _SECTIONS = frozenset({"queues", "held", "keyed", "notifications", "settings"})
 
 
@@ -253,6 +263,9 @@ def _restore(blob: bytes) -> SchedulerState:
     if "notifications" in sections:
         state.notifications = Notifications.from_list(sections["notifications"])
     gate_section = sections.get("settings")
+    if (gate_section is not None) != (version >= 4):
+        raise ValueError(f"a snapshot of version {version} "
+                         + ("has no" if version >= 4 else "has a") + " settings section")
     if gate_section is not None:
         state.level = gate_section["level"]
         table.compact_records = True

@@ -6,7 +6,7 @@ way round) and loads its own data dir written by the other. While releases are m
 cluster cannot be finalized (the upgrade gate names the members still on the previous
 release) and settings are refused; once every member runs this release it is finalized, the
 settings take effect on every member, and a node of the previous release can no longer join
-(it refuses the snapshot of a finalized cluster, naming what it does not know). At the end:
+(it refuses the snapshot of a finalized cluster, naming the version it does not read). At the end:
 nothing acknowledged is lost and every member's digest is equal.
 
 A wheel build (pip fetches the build backend from PyPI) and a cluster, 10-30 s: `make
@@ -126,7 +126,7 @@ def refuse_to_rejoin_with_the_previous_release(cluster: MixedCluster, node: Loca
     cluster.start_node(node)
     cluster.wait_for(lambda: not node.running, 60, f"{node.node_id} of the previous release "
                      "stopping on the finalized snapshot")
-    assert any("sections this release does not know" in line and "settings" in line
+    assert any("snapshot version 4 is not one this release reads" in line
                for line in cluster.log_lines(node)), cluster.log_lines(node)[-20:]
     cluster.release[node.node_id] = "this"
 
