@@ -7,8 +7,9 @@ same state, and an old log entry keeps its old meaning on replay.
 this release (`POST /v1/cluster/finalize`; a new cluster's first leader before its first
 Tick), because a node that does not know the command answers "unknown tag" and changes
 nothing. From then on the snapshot is of version 4 (compact job records, a `settings`
-section), which older releases refuse to load, naming the version: they can no longer join. `Finalize` also seeds the settings (retention, budget) from
-the config of the node that proposed it, once: a second one changes nothing.
+section), which older releases refuse to load, naming the version: they can no longer join.
+`Finalize` also seeds the settings (retention, budget) from the config of the node that
+proposed it, once: a second one changes nothing.
 
 `PutSettings` changes one section of the settings; it is refused (`not_finalized`) before the
 gate opens, by this release as the previous one would (it does not know the tag).
