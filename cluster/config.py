@@ -74,9 +74,12 @@ DURABILITY_MODES = ("fsync", "os")
 class StorageSettings:
     """How the node keeps its log (DESIGN.md §8.1). ``fsync``: every write is on disk before
     the node acts on it (acks, votes, counting itself); ``os``: the page cache only, faster,
-    and a power loss can cost the writes of the last seconds (a process crash costs nothing)."""
+    and a power loss can cost the writes of the last seconds (a process crash costs nothing).
+    ``archive``: finished jobs that leave the state are kept in the node's archive on disk
+    (DESIGN.md §9.2; cluster/archive)."""
 
     durability: str = "fsync"
+    archive: bool = True
 
 
 @dataclass(frozen=True)
@@ -415,12 +418,15 @@ def _add_token(token: str, role: object, name: object, where: str,
 def _storage(value: object) -> StorageSettings:
     if not isinstance(value, dict):
         raise ConfigError("storage", "must be a table")
-    _no_unknown(value, {"durability"}, "storage.")
+    _no_unknown(value, {"durability", "archive"}, "storage.")
     durability = value.get("durability", StorageSettings.durability)
     if durability not in DURABILITY_MODES:
         raise ConfigError("storage.durability",
                           f"must be one of {', '.join(DURABILITY_MODES)}, not {durability!r}")
-    return StorageSettings(durability=durability)
+    archive = value.get("archive", StorageSettings.archive)
+    if not isinstance(archive, bool):
+        raise ConfigError("storage.archive", f"must be true or false, not {archive!r}")
+    return StorageSettings(durability=durability, archive=archive)
 
 
 def _cluster(value: object) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from raftcron.cluster import notifier
 from raftcron.cluster.clocks import ClockBook, ClockView
@@ -106,6 +106,7 @@ def render(
     stats: NodeStats,
     proposer: Proposer,
     storage: RaftStorage | None = None,
+    archive: dict[str, Any] | None = None,
     claims_waiting: int = 0,
 ) -> str:
     proposals, proposal_failures = proposer.proposals, proposer.failures
@@ -246,6 +247,8 @@ def render(
     )
     if storage is not None:
         _storage_metrics(out, storage, node_id)
+    if archive is not None:
+        _archive_metrics(out, archive, node_id)
     requests = sorted(stats.http_requests.items())
     out.metric(
         "raftcron_http_requests_total",
@@ -334,6 +337,30 @@ def _clock_metrics(out: Writer, view: ClockView | None, node_id: str) -> None:
                "A member's wall clock minus this node's, as last read",
                [({"node": node_id, "member": member}, offset_ms / 1000)
                 for member, offset_ms in sorted(view.offsets_ms.items())])
+
+
+def _archive_metrics(out: Writer, archive: dict[str, Any], node_id: str) -> None:
+    """The node's archive (cluster/archive/node.py `summary`); figures it could not read
+    are left out (the writer's backlog and health are always there)."""
+    labels = {"node": node_id}
+    if "rows" in archive:
+        out.metric("raftcron_archive_rows", "gauge",
+                   "Finished jobs kept in this node's archive", [(labels, archive["rows"])])
+        out.metric("raftcron_archive_bytes", "gauge",
+                   "Bytes of the archive's rows as archive retention counts them",
+                   [(labels, archive["row_bytes"])])
+        out.metric("raftcron_archive_file_bytes", "gauge",
+                   "Bytes of the archive's files on disk", [(labels, archive["file_bytes"])])
+        oldest = archive["oldest_finished_ms"]
+        out.metric("raftcron_archive_oldest_finished_seconds", "gauge",
+                   "When the oldest archived job finished (Unix seconds; absent when empty)",
+                   [] if oldest is None else [(labels, oldest / 1000)])
+    out.metric("raftcron_archive_pending_jobs", "gauge",
+               "Jobs that left the state and wait for the archive's writer",
+               [(labels, archive["pending_jobs"])])
+    out.metric("raftcron_archive_healthy", "gauge",
+               "1 while the archive can be written; 0: the storage is unhealthy",
+               [(labels, 1 if archive["problem"] is None else 0)])
 
 
 def _storage_metrics(out: Writer, storage: RaftStorage, node_id: str) -> None:

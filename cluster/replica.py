@@ -40,6 +40,8 @@ import msgpack
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from raftcron.cluster import leaderloss, raftguard, raftpatch
+from raftcron.cluster.archive.node import NodeArchive, open_archive
+from raftcron.cluster.archive.writer import ArchiveWriter
 from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.membership import book as member_book
 from raftcron.cluster.membership import directory
@@ -111,6 +113,8 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         self.audits: dict[str, tuple[int, str]] = {}
         # Commands this node proposed, by their bytes, until applied or given up (`expect`).
         self._proposed: dict[bytes, tuple[Command, int | None]] = {}
+        # Takes the jobs each entry removed from the state, to archive them (`attach_archive`).
+        self.archive: ArchiveWriter | None = None
         super().__init__()
         self.state = SchedulerState()
         self.members = member_book.MemberBook()  # immutable: replaced whole by each change
@@ -139,6 +143,12 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                         AUDIT_PREFIX
                     ):
                         self._record_audit(command.request_id or "")
+                leaving = self.state.leaving
+                if leaving:
+                    self.state.leaving = []
+            if leaving and self.archive is not None:
+                # Outside the lock: a full hand-over waits for the archive's disk.
+                self.archive.put(self._applying_index(), leaving)
             if self.on_applied is not None:
                 self.on_applied(self.state)
             return results
@@ -188,8 +198,18 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         with self.lock:
             return self.audits.get(audit_id)
 
+    def attach_archive(self, archive: ArchiveWriter) -> None:
+        """From now on every job an entry removes is handed to `archive` (before any entry is
+        applied: the node attaches it before PySyncObj starts)."""
+        self.archive = archive
+        self.state.leaving = []
+
+    def _applying_index(self) -> int:
+        """The log index of the entry being applied (PySyncObj counts it applied after)."""
+        return int(getattr(self._syncObj, "raftLastApplied", 0)) + 1
+
     def _record_audit(self, audit_id: str) -> None:
-        index = int(getattr(self._syncObj, "raftLastApplied", 0)) + 1
+        index = self._applying_index()
         self.audits[audit_id] = (index, self.digest())
         while len(self.audits) > AUDITS_KEPT:
             del self.audits[next(iter(self.audits))]
@@ -233,6 +253,7 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
             raise ValueError("full dump holds no raftcron snapshot")
         with gc_paused():
             state = restore(blob)
+        state.leaving = [] if self.archive is not None else None
         # The restored records are long-lived: keep them out of every future GC pass.
         gc.freeze()
         with self.lock:
@@ -331,6 +352,10 @@ class RaftNode:
             storage.log.config_indexes)
         self.storage.may_vote = self.is_voter
         self.storage.may_lead = self.may_lead
+        self.archive: NodeArchive | None = None
+        if config.storage.archive:
+            self.archive = open_archive(config, self.storage)
+            self.machine.attach_archive(self.archive.writer)
         conf.journalFile = conf.fullDumpFile = self.storage
         others = [peer.raft_address for peer in config.peers]
         try:
@@ -342,6 +367,8 @@ class RaftNode:
                 transportClass=raftguard.GuardedTransport,
             )
         except BaseException:
+            if self.archive is not None:
+                self.archive.close()
             self.storage.close()
             raise
         self._raft_thread_calls: deque[Callable[[], None]] = deque()
@@ -443,3 +470,5 @@ class RaftNode:
         """Stop the Raft thread and wait for it: it closes the storage (a clean stop's mark,
         which tells later damage from a torn write) before the process exits."""
         self.sync.destroy_synchronous()
+        if self.archive is not None:  # after the Raft thread: nothing more is handed over
+            self.archive.close()

@@ -94,6 +94,11 @@ class SchedulerState:
         self.retention_pending = False  # the last Tick left eviction work for the next one
         self.schedules_bytes = 0  # the memory model's count of the schedules and workflows
         self.workflows_bytes = 0
+        # Not replicated state: when the shell sets a list here, every job that leaves the
+        # state (retention, eviction, delete, a schedule's `retain`) is appended to it, for the
+        # shell to take after each applied entry and archive (cluster/archive). None: nobody
+        # takes them, so none are kept.
+        self.leaving: list[Job | FrozenJob] | None = None
 
     @property
     def finalized(self) -> bool:
@@ -564,6 +569,8 @@ class SchedulerState:
 
     def remove_job(self, job: Job | FrozenJob) -> None:
         self.table.remove(job)
+        if self.leaving is not None:
+            self.leaving.append(job)
         workflow_id = self.workflow_of.pop(job.id, None)
         if workflow_id is not None:
             workflow = self.workflows.get(workflow_id)

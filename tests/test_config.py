@@ -144,10 +144,17 @@ def test_storage_durability_defaults_to_fsync_and_takes_os():
     assert loaded.storage.durability == "os"
 
 
+def test_the_archive_is_on_by_default_and_can_be_turned_off():
+    assert config.parse(with_changes(), base_dir=ROOT).storage.archive is True
+    off = config.parse(with_changes(storage={"archive": False}), base_dir=ROOT)
+    assert off.storage.archive is False
+
+
 @pytest.mark.parametrize(
     "storage, key",
     [({"durability": "none"}, "storage.durability"), ({"durability": 1}, "storage.durability"),
-     ({"fsync": True}, "storage.fsync"), ("fsync", "storage")],
+     ({"fsync": True}, "storage.fsync"), ("fsync", "storage"),
+     ({"archive": "yes"}, "storage.archive")],
 )
 def test_a_bad_storage_setting_names_its_key(storage, key):
     with pytest.raises(ConfigError) as error:

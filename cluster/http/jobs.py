@@ -105,7 +105,10 @@ async def submit_workflow(request: web.Request) -> web.Response:
 async def get_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     await maybe_consistent(request)
-    view = services(request).node.machine.read(lambda state: views.find_job(state, job_id))
+    node = services(request).node
+    view = node.machine.read(lambda state: views.find_job(state, job_id))
+    if view is None and node.archive is not None:  # left the state: archived, if kept
+        view = await node.archive.get(job_id)
     if view is None:
         raise HttpError(404, "not_found", f"no job {job_id}", "id")
     return json_response(view)

@@ -210,7 +210,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = services(request).node
     leader = node.leader_id()
-    storage_problem = node.storage.write_error
+    storage_problem = node.storage.problem
     # Until the first Tick every write is refused not_ready: so is readiness. One attribute,
     # read without the apply lock: a health check must not wait out a long apply.
     clock_started = node.machine.clock_started
@@ -238,6 +238,8 @@ async def get_metrics(request: web.Request) -> web.Response:
     svc = services(request)
     node = svc.node
     role = _status(node).get("state", 0)
+    # Read before the apply lock is taken, off the event loop: the archive is on disk.
+    archive = None if node.archive is None else await asyncio.to_thread(node.archive.summary)
     text = node.machine.read(
         lambda state: metrics.render(
             state,
@@ -249,6 +251,7 @@ async def get_metrics(request: web.Request) -> web.Response:
             stats=svc.stats,
             proposer=svc.proposer,
             storage=node.storage,
+            archive=archive,
             claims_waiting=svc.claims.waiting,
         )
     )

@@ -91,6 +91,9 @@ class RaftStorage(os.PathLike[str]):
         self.request_compaction: Callable[[], None] = lambda: None
         self._compaction_asked_s = -COMPACTION_ASK_EVERY_S
         self.write_error: str | None = None
+        # What keeps the node's archive from writing, if anything (cluster/archive): the
+        # storage is unhealthy then too, as for the log.
+        self.archive_problem: Callable[[], str | None] = lambda: None
         self._unhealthy_logged_at = -UNHEALTHY_LOG_EVERY_S
         self._closed = False
         # Whether this node may vote now, as the node sees its membership (a node that is not
@@ -181,8 +184,16 @@ class RaftStorage(os.PathLike[str]):
         return self.log.report
 
     @property
+    def problem(self) -> str | None:
+        """What keeps this node's storage from writing: its log, or its archive."""
+        if self.write_error is not None:
+            return self.write_error
+        archive_problem = self.archive_problem()
+        return None if archive_problem is None else f"archive: {archive_problem}"
+
+    @property
     def healthy(self) -> bool:
-        return self.write_error is None
+        return self.problem is None
 
     def free_bytes(self) -> int:
         return self.disk.free_bytes(self.directory)
@@ -200,7 +211,7 @@ class RaftStorage(os.PathLike[str]):
             free = None
         return {
             "healthy": self.healthy,
-            "problem": self.write_error,
+            "problem": self.problem,
             "free_bytes": free,
             "log_entries": len(self.log),
             "snapshot_index": 0 if current is None else current.index,
@@ -215,7 +226,13 @@ class RaftStorage(os.PathLike[str]):
             self.request_compaction()
 
     def sync(self) -> bool:
-        """Make every buffered change durable; False (and unhealthy) if it cannot."""
+        """Make every buffered change durable; False (and unhealthy) if it cannot. An archive
+        that cannot write counts as the log would: the node acknowledges, votes and leads
+        again once it can (its snapshots wait for the archive meanwhile)."""
+        archive_problem = self.archive_problem()
+        if archive_problem is not None:
+            self._log_unhealthy(f"archive: {archive_problem}")
+            return False
         if not self.log.dirty and self.write_error is None:
             return True
         started = self.monotonic()
@@ -233,6 +250,9 @@ class RaftStorage(os.PathLike[str]):
 
     def failed(self, problem: str) -> None:
         self.write_error = problem
+        self._log_unhealthy(problem)
+
+    def _log_unhealthy(self, problem: str) -> None:
         now = self.monotonic()
         if now - self._unhealthy_logged_at >= UNHEALTHY_LOG_EVERY_S:
             self._unhealthy_logged_at = now

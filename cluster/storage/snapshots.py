@@ -218,6 +218,11 @@ class SnapshotStore:
         # The voters as of an index, from the voters now (set by RaftStorage: PySyncObj hands
         # over its current configuration, which may hold changes after the snapshot's index).
         self.cluster_at: Callable[[list[str], int], list[str]] | None = None
+        # Whether a snapshot at this index may become current: the node's archive has made
+        # durable every job the entries up to it removed (cluster/archive/writer.py). A written
+        # snapshot waits here until it may; the log it would cover stays until then.
+        self.may_cover: Callable[[int], bool] = lambda index: True
+        self._awaiting_cover = False
         self._load()
 
     def _load(self) -> None:
@@ -231,6 +236,11 @@ class SnapshotStore:
     # --- PySyncObj's Serializer interface --------------------------------------------------
 
     def checkSerializing(self) -> tuple[int, int | None]:
+        if self._awaiting_cover:
+            if not self.may_cover(self._child_meta[0][1]):
+                return SERIALIZER_STATE.SERIALIZING, self._child_id
+            self._awaiting_cover = False
+            return self._adopt(self._child_path, self._child_meta, self._child_id)
         if self._inline_done is not None:
             state, done_id = self._inline_done
             self._inline_done = None
@@ -249,10 +259,13 @@ class SnapshotStore:
                                                        "status": status})
             self._discard(self._child_path)
             return SERIALIZER_STATE.FAILED, self._child_id
+        if not self.may_cover(self._child_meta[0][1]):
+            self._awaiting_cover = True
+            return SERIALIZER_STATE.SERIALIZING, self._child_id
         return self._adopt(self._child_path, self._child_meta, self._child_id)
 
     def serialize(self, data: Any, serialize_id: int) -> None:
-        if self._child_pid or self._inline_done is not None:
+        if self._child_pid or self._inline_done is not None or self._awaiting_cover:
             return
         last, prev, cluster = _entry(data[1]), _entry(data[2]), sorted(
             str(getattr(node, "id", node)) for node in data[3])
@@ -267,6 +280,10 @@ class SnapshotStore:
                 log.error("snapshot write failed: %s", error, extra={"action": "snapshot_failed"})
                 self._discard(path)
                 self._inline_done = (SERIALIZER_STATE.FAILED, serialize_id)
+                return
+            if not self.may_cover(last[1]):
+                self._child_path, self._child_meta = path, (last, prev, cluster)
+                self._child_id, self._awaiting_cover = serialize_id, True
                 return
             self._inline_done = self._adopt(path, (last, prev, cluster), serialize_id)
             return

@@ -115,8 +115,10 @@ def test_retention_by_count_and_by_age_evicts_exactly_what_it_says(
     assert drain(cluster, "kept") == 12
 
     def kept() -> list[int]:
-        return [job_id for job_id in ids
-                if cluster.call("GET", f"/v1/jobs/{job_id}")[0] == 200]
+        """Those still in the state: an evicted job is answered from the archive."""
+        answers = [(job_id, cluster.call("GET", f"/v1/jobs/{job_id}")) for job_id in ids]
+        assert all(status == 200 for _, (status, _, _) in answers)
+        return [job_id for job_id, (_, view, _) in answers if "archived" not in view]
 
     survivors = cluster.wait_for(lambda: kept() if len(kept()) == 5 else None, 10,
                                  "the newest 5 kept")

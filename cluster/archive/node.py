@@ -1,0 +1,70 @@
+"""A node's archive as the node composes it: the store in the data dir, its writer thread fed
+by the state machine, a reader for the API, and the two ties to the storage (a snapshot waits
+for the archive; an archive that cannot write makes the storage unhealthy)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from raftcron.cluster.archive.store import ArchiveError, ArchiveStore
+from raftcron.cluster.archive.writer import ArchiveWriter
+from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.storage.node import RaftStorage
+
+log = logging.getLogger("raftcron.archive")
+T = TypeVar("T")
+
+
+class NodeArchive:
+    def __init__(self, store: ArchiveStore, writer: ArchiveWriter, reader: ArchiveStore) -> None:
+        self.store = store
+        self.writer = writer
+        self.reader = reader
+        self._read_lock = threading.Lock()  # the reader is one SQLite connection
+
+    async def get(self, job_id: int) -> dict[str, Any] | None:
+        """An archived job's view with `"archived": true`, or None. Off the event loop: a
+        lookup by id is a few pages, but a disk may be slow."""
+        view = await asyncio.to_thread(self._locked, self.reader.get, job_id)
+        if view is not None:
+            view["archived"] = True
+        return view
+
+    def summary(self) -> dict[str, Any]:
+        """Rows, bytes, the oldest finish time and the file's size (from the totals kept
+        beside the rows, and an index: cheap enough for every scrape), and the writer's
+        backlog and problem."""
+        try:
+            totals = self._locked(self.reader.totals)
+        except ArchiveError as error:
+            totals = {"problem_reading": str(error)}
+        return totals | self.writer.summary()
+
+    def _locked(self, read: Callable[..., T], *args: Any) -> T:
+        with self._read_lock:
+            return read(*args)
+
+    def close(self) -> None:
+        self.writer.stop()
+        self.reader.close()
+        self.store.close()
+
+
+def open_archive(config: NodeConfig, storage: RaftStorage) -> NodeArchive:
+    """The archive of the node whose storage is `storage` (its data dir open and locked)."""
+    durable = config.storage.durability == "fsync"
+    try:
+        store = ArchiveStore(storage.directory, durable=durable)
+        reader = ArchiveStore(storage.directory, readonly=True)
+    except ArchiveError as error:
+        storage.fatal(str(error))
+        raise
+    writer = ArchiveWriter(store)
+    writer.start()
+    storage.snapshots.may_cover = writer.durable_through
+    storage.archive_problem = lambda: writer.problem
+    return NodeArchive(store, writer, reader)

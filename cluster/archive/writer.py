@@ -1,0 +1,151 @@
+"""The archive's writer: takes the jobs each applied entry removed from the state and writes
+them to the node's `ArchiveStore`, on a thread of its own (DESIGN.md §9.2).
+
+The Raft thread only hands over the records it removed (`put`, a list append under a lock):
+decoding them into the API's view, encoding the JSON and the SQLite commit with its sync all
+happen here, batched. `durable_through(index)` says whether every job removed by the entries
+up to `index` is committed; the snapshot store waits for it before it makes a snapshot current
+(a snapshot must never cover an eviction the archive has not made durable: after a crash the
+node replays only the entries after its snapshot, so an eviction before it would be lost).
+
+The hand-over is bounded (`PENDING_JOBS_MAX`): when the disk is slower than evictions for long,
+`put` waits, so the Raft thread slows to what the archive can take (as it does for the log's
+own fsync) rather than let memory grow. A write that fails (disk full, EIO) is retried; until
+one succeeds `problem` names it and the node's storage reports unhealthy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from raftcron.cluster.archive.store import ArchiveError, ArchiveStore, Row
+from raftcron.scheduler.frozen import FrozenJob
+from raftcron.scheduler.jobs import Job
+from raftcron.scheduler.views import job_view
+
+log = logging.getLogger("raftcron.archive")
+
+PENDING_JOBS_MAX = 50_000  # removed jobs waiting for the writer (tens of MB at most)
+BATCH_JOBS_MAX = 5_000  # jobs per transaction
+RETRY_S = 1.0  # after a failed write
+PUT_WAIT_LOG_S = 5.0  # a Raft thread held longer than this by a full hand-over is logged
+
+
+class ArchiveWriter:
+    def __init__(self, store: ArchiveStore, *, pending_max: int = PENDING_JOBS_MAX,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.pending_max = pending_max
+        self.monotonic = monotonic
+        self._cond = threading.Condition()
+        self._pending: deque[tuple[int, Sequence[Job | FrozenJob]]] = deque()
+        self._pending_jobs = 0
+        self._unwritten: deque[int] = deque()  # the indexes handed over, not yet committed
+        self._durable_index = store.through_index()  # the last index committed
+        self._stopping = False
+        self.problem: str | None = None
+        self.rows_written = 0
+        self._thread = threading.Thread(target=self._run, name="archive-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, index: int, jobs: Sequence[Job | FrozenJob]) -> None:
+        """The jobs the entry at `index` removed (the Raft thread, after applying it)."""
+        with self._cond:
+            waited_from = None
+            while self._pending_jobs >= self.pending_max and not self._stopping:
+                waited_from = waited_from or self.monotonic()
+                self._cond.wait(0.5)
+            if waited_from is not None and self.monotonic() - waited_from > PUT_WAIT_LOG_S:
+                log.warning("the archive held applying for %.1f s: its disk is slower than "
+                            "evictions", self.monotonic() - waited_from,
+                            extra={"action": "archive_behind"})
+            self._pending.append((index, jobs))
+            self._pending_jobs += len(jobs)
+            self._unwritten.append(index)
+            self._cond.notify_all()
+
+    def durable_through(self, index: int) -> bool:
+        """Every job removed by an entry at or before `index` that was handed over is
+        committed (entries that removed nothing are never handed over)."""
+        with self._cond:
+            return self._covered(index)
+
+    def _covered(self, index: int) -> bool:
+        return not self._unwritten or self._unwritten[0] > index
+
+    def wait_durable(self, index: int, timeout_s: float) -> bool:
+        deadline = self.monotonic() + timeout_s
+        with self._cond:
+            while not self._covered(index):
+                left = deadline - self.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
+            return True
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Write what is pending (for at most `timeout_s`), then stop the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _take(self) -> tuple[list[tuple[int, Sequence[Job | FrozenJob]]], bool]:
+        with self._cond:
+            while not self._pending and not self._stopping:
+                self._cond.wait(1.0)
+            taken: list[tuple[int, Sequence[Job | FrozenJob]]] = []
+            count = 0
+            while self._pending and count < BATCH_JOBS_MAX:
+                item = self._pending.popleft()
+                taken.append(item)
+                count += len(item[1])
+            return taken, self._stopping and not self._pending
+
+    def _run(self) -> None:
+        while True:
+            taken, last = self._take()
+            if taken:
+                self._write(taken)
+            if last:
+                return
+
+    def _write(self, taken: list[tuple[int, Sequence[Job | FrozenJob]]]) -> None:
+        rows = [Row.of_view(job_view(job), index) for index, jobs in taken for job in jobs]
+        through = taken[-1][0]
+        while True:
+            try:
+                self.store.write(rows, through)
+                break
+            except ArchiveError as error:
+                if self.problem is None:
+                    log.error("%s; retrying every %.0f s", error, RETRY_S,
+                              extra={"action": "archive_unavailable"})
+                self.problem = str(error)
+                with self._cond:
+                    if self._stopping:
+                        return
+                    self._cond.wait(RETRY_S)
+        if self.problem is not None:
+            log.warning("the archive is writable again", extra={"action": "archive_recovered"})
+            self.problem = None
+        with self._cond:
+            self._durable_index = max(self._durable_index, through)
+            for _ in taken:
+                self._unwritten.popleft()
+            self._pending_jobs -= sum(len(jobs) for _, jobs in taken)
+            self.rows_written += len(rows)
+            self._cond.notify_all()
+
+    def summary(self) -> dict[str, Any]:
+        with self._cond:
+            return {"pending_jobs": self._pending_jobs, "durable_index": self._durable_index,
+                    "problem": self.problem}

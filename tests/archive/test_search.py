@@ -1,0 +1,120 @@
+"""A job search means the same over the state and over the archive: `JobFilter.matches` on job
+views and the archive's SQL (cluster/archive/query.py) find the same jobs, for random jobs and
+random filters (hypothesis); and a filter that cannot be read is refused naming its
+parameter."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from raftcron.cluster.archive.store import ArchiveStore, Row
+from raftcron.scheduler import jobs as j
+from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.search import JobFilter, PayloadFilter
+
+NAMES = ["a", "b", "Bé", "c-d"]
+scalars = st.one_of(
+    st.integers(-5, 5), st.floats(-5, 5, allow_nan=False, allow_infinity=False).map(
+        lambda x: round(x, 1)),
+    st.sampled_from(["x", "y", "5", "Ünï", ""]), st.booleans(), st.none())
+payloads = st.recursive(
+    scalars, lambda inner: st.dictionaries(st.sampled_from(NAMES), inner, max_size=3),
+    max_leaves=6)
+
+
+@st.composite
+def views(draw: Any, job_id: int) -> dict[str, Any]:
+    status = draw(st.sampled_from(j.STATUSES))
+    created = draw(st.integers(0, 100))
+    finished = draw(st.one_of(st.none(), st.integers(created, 200)))
+    workers = draw(st.lists(st.sampled_from(["w1", "w2"]), max_size=2))
+    return {
+        "id": job_id, "task": draw(st.sampled_from(["t1", "t2"])),
+        "queue": draw(st.sampled_from(["q1", "q2"])), "status": status,
+        "schedule": draw(st.sampled_from([None, "s1"])), "key": draw(st.sampled_from([None, "k"])),
+        "error": draw(st.sampled_from([None, "Boom at Ünï", "timeout", "BOOM"])),
+        "created_ms": created, "finished_ms": finished,
+        "payload": draw(payloads),
+        "history": [{"worker": worker} for worker in workers],
+    }
+
+
+@st.composite
+def filters(draw: Any) -> JobFilter:
+    def maybe(values: Any) -> Any:
+        return draw(st.one_of(st.none(), values))
+
+    payload = draw(st.lists(st.builds(
+        PayloadFilter,
+        st.lists(st.sampled_from(NAMES), min_size=1, max_size=2).map(tuple),
+        st.sampled_from(["eq", "eq", "gte", "lte"]), scalars,
+    ).filter(lambda f: f.op == "eq" or not (isinstance(f.value, bool) or f.value is None)),
+        max_size=2))
+    return JobFilter(
+        status=maybe(st.sampled_from(j.STATUSES)), task=maybe(st.just("t1")),
+        queue=maybe(st.just("q2")), schedule=maybe(st.just("s1")), key=maybe(st.just("k")),
+        worker=maybe(st.sampled_from(["w1", "w2"])),
+        created_from_ms=maybe(st.integers(0, 100)), created_to_ms=maybe(st.integers(0, 100)),
+        finished_from_ms=maybe(st.integers(0, 200)), finished_to_ms=maybe(st.integers(0, 200)),
+        error=maybe(st.sampled_from(["boom", "ÜNÏ", "ünï", "out"])), payload=tuple(payload))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_archive_finds_what_the_filter_matches(data: st.DataObject) -> None:
+    jobs = [data.draw(views(job_id)) for job_id in range(1, data.draw(st.integers(0, 25)) + 1)]
+    query = data.draw(filters())
+    before = data.draw(st.one_of(st.none(), st.integers(1, 30)))
+    limit = data.draw(st.integers(1, 30))
+    with tempfile.TemporaryDirectory() as folder:
+        store = ArchiveStore(folder, durable=False)
+        store.write([Row.of_view(view, 1) for view in jobs], 1)
+        found = [view["id"] for view in store.search(query, before_id=before, limit=limit)]
+        store.close()
+    expected = [view["id"] for view in sorted(jobs, key=lambda v: -v["id"])
+                if query.matches(view) and (before is None or view["id"] < before)][:limit]
+    assert found == expected
+
+
+def test_a_query_string_reads_as_the_filter_it_names() -> None:
+    query = JobFilter.parse([
+        ("status", "failed"), ("task", "invoice"), ("payload.customer.id", "42"),
+        ("payload.name", '"42"'), ("payload.total.gte", "9.5"), ("payload.vip", "true"),
+        ("payload.note", "late"), ("finished_from_ms", "1000"), ("limit", "5")],
+        ignore=("limit",))
+    assert query.status == "failed" and query.task == "invoice"
+    assert query.finished_from_ms == 1000 and query.has_time_range
+    assert query.payload == (
+        PayloadFilter(("customer", "id"), "eq", 42), PayloadFilter(("name",), "eq", "42"),
+        PayloadFilter(("total",), "gte", 9.5), PayloadFilter(("vip",), "eq", True),
+        PayloadFilter(("note",), "eq", "late"))
+    view = {"id": 1, "task": "invoice", "queue": "q", "status": "failed", "schedule": None,
+            "key": None, "error": None, "created_ms": 5, "finished_ms": 1500, "history": [],
+            "payload": {"customer": {"id": 42}, "name": "42", "total": 10, "vip": True,
+                        "note": "late"}}
+    assert query.matches(view)
+    assert not query.matches({**view, "payload": {**view["payload"], "name": 42}})
+
+
+@pytest.mark.parametrize("pairs, field", [
+    ([("status", "done")], "status"),
+    ([("colour", "red")], "colour"),
+    ([("task", "a"), ("task", "b")], "task"),
+    ([("created_from_ms", "yesterday")], "created_from_ms"),
+    ([("finished_to_ms", "-1")], "finished_to_ms"),
+    ([("payload.", "1")], "payload."),
+    ([("payload.a b", "1")], "payload.a b"),
+    ([("payload." + ".".join("x" * 9), "1")], "payload." + ".".join("x" * 9)),
+    ([("payload.vip.gte", "true")], "payload.vip.gte"),
+    ([("error", "x" * 257)], "error"),
+])
+def test_a_filter_it_cannot_read_is_refused_naming_the_parameter(
+        pairs: list[tuple[str, str]], field: str) -> None:
+    with pytest.raises(Invalid) as refused:
+        JobFilter.parse(pairs)
+    assert refused.value.field == field
