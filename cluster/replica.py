@@ -144,11 +144,12 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                     ):
                         self._record_audit(command.request_id or "")
                 leaving = self.state.leaving
-                if leaving:
+                if leaving and self.archive is not None:
+                    # Under the lock: a reader finds each job in the state or the hand-over.
                     self.state.leaving = []
+                    self.archive.put(self._applying_index(), leaving)
             if leaving and self.archive is not None:
-                # Outside the lock: a full hand-over waits for the archive's disk.
-                self.archive.put(self._applying_index(), leaving)
+                self.archive.wait_for_room()  # outside the lock: the archive's disk sets the pace
             if self.on_applied is not None:
                 self.on_applied(self.state)
             return results

@@ -9,6 +9,7 @@ never a live record. Nothing here changes the state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from raftcron.scheduler import calendar, retention
@@ -18,6 +19,7 @@ from raftcron.scheduler.jobs import RUNNING, Attempt, Job
 from raftcron.scheduler.queues import claim_budgets
 from raftcron.scheduler.schedules import Schedule, next_fire_ms
 from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.search import JobFilter
 from raftcron.scheduler.state import SchedulerState
 
 
@@ -137,43 +139,6 @@ def preview(schedule_spec: Any, *, from_ms: int, count: int) -> list[dict[str, A
     return fires
 
 
-def list_jobs(
-    state: SchedulerState,
-    *,
-    status: str | None = None,
-    queue: str | None = None,
-    schedule: str | None = None,
-    limit: int = 100,
-    before_id: int | None = None,
-    scan_max: int = 200_000,
-) -> tuple[list[Job | FrozenJob], int | None]:
-    """Jobs newest first, filtered; returns (jobs, cursor for the next page or None)."""
-    table = state.table
-    if status is not None and status in table.by_status:
-        candidates: Any = sorted(table.by_status[status], reverse=True)
-    else:
-        candidates = reversed(table.jobs)
-    found: list[Job | FrozenJob] = []
-    scanned = 0
-    for job_id in candidates:
-        if before_id is not None and job_id >= before_id:
-            continue
-        scanned += 1
-        if scanned > scan_max:
-            return found, job_id + 1
-        job = table.jobs[job_id]
-        if status is not None and job.status != status:
-            continue
-        if queue is not None and job.queue != queue:
-            continue
-        if schedule is not None and job.schedule != schedule:
-            continue
-        found.append(job)
-        if len(found) == limit:
-            return found, job.id
-    return found, None
-
-
 def queues_with_work(state: SchedulerState, queues: tuple[str, ...]) -> list[str]:
     """The queues among `queues` that a claim would hand a job out of now (a job in line, and
     the queue's limits leave room), in the order given: a long-polling claim waits while a
@@ -281,20 +246,65 @@ def fired_jobs(state: SchedulerState, fires: list[list[Any]]) -> list[dict[str, 
     return out
 
 
-def job_page(
+SEARCH_SCAN_MAX = 5_000  # jobs one search read examines in the state (under the apply lock)
+
+
+def search_jobs(
     state: SchedulerState,
+    query: JobFilter,
     *,
-    status: str | None,
-    queue: str | None,
-    schedule: str | None,
-    limit: int,
     before_id: int | None,
-) -> tuple[list[dict[str, Any]], int | None]:
-    """A page of `list_jobs` as views, with the cursor for the next page."""
-    found, next_cursor = list_jobs(
-        state, status=status, queue=queue, schedule=schedule, limit=limit, before_id=before_id
-    )
-    return [job_view(job, history=False) for job in found], next_cursor
+    limit: int,
+    extra: Iterable[Job | FrozenJob] = (),
+    in_state: bool = True,
+    scan_max: int = SEARCH_SCAN_MAX,
+) -> tuple[list[dict[str, Any]], int]:
+    """The state's jobs (and `extra`'s: the archive's hand-over) that `query` matches, newest
+    first, below `before_id`, as views with their history; and the floor: every job with an
+    id from the floor up to `before_id` was examined (0: all were). At most `limit` found,
+    at most `scan_max` examined: a search never holds the apply lock long; the next read
+    goes on below the floor. `extra`'s jobs have left the state: their views say
+    `"archived": true`. `in_state` False: only `extra`'s."""
+    table = state.table
+    if not in_state:
+        candidates: Iterable[int] = ()
+    elif query.status is not None and query.status in table.by_status:
+        candidates = sorted(table.by_status[query.status], reverse=True)
+    else:
+        candidates = reversed(table.jobs)
+    found: list[dict[str, Any]] = []
+    floor = 0
+    scanned = 0
+    for job_id in candidates:
+        if before_id is not None and job_id >= before_id:
+            continue
+        if scanned == scan_max or len(found) == limit:
+            floor = job_id + 1
+            break
+        scanned += 1
+        view = _searched(table.jobs[job_id], query)
+        if view is not None:
+            found.append(view)
+    for job in extra:
+        if floor <= job.id and (before_id is None or job.id < before_id):
+            view = _searched(job, query)
+            if view is not None:
+                found.append(view | {"archived": True})
+    found.sort(key=lambda view: -int(view["id"]))
+    return found, floor
+
+
+def _searched(job: Job | FrozenJob, query: JobFilter) -> dict[str, Any] | None:
+    """The job's view if it matches; the fields a frozen job keeps outside its record are
+    tested first, so most jobs a search passes over are never decoded."""
+    if query.status is not None and job.status != query.status:
+        return None
+    if query.queue is not None and job.queue != query.queue:
+        return None
+    if query.schedule is not None and job.schedule != query.schedule:
+        return None
+    view = job_view(job)
+    return view if query.matches(view) else None
 
 
 def claimed_jobs(state: SchedulerState, claimed: list[list[int]]) -> list[dict[str, Any]]:

@@ -8,12 +8,15 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from raftcron.cluster.archive.store import ArchiveError, ArchiveStore
 from raftcron.cluster.archive.writer import ArchiveWriter
 from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.storage.node import RaftStorage
+from raftcron.scheduler.search import JobFilter
+from raftcron.scheduler.views import job_view
 
 log = logging.getLogger("raftcron.archive")
 T = TypeVar("T")
@@ -26,6 +29,12 @@ class NodeArchive:
         self.reader = reader
         self._read_lock = threading.Lock()  # the reader is one SQLite connection
 
+    def pending_view(self, job_id: int) -> dict[str, Any] | None:
+        """A job that left the state and waits for the writer (read it under the apply lock
+        with the state: then `get` finds the rest)."""
+        job = self.writer.pending_job(job_id)
+        return None if job is None else job_view(job) | {"archived": True}
+
     async def get(self, job_id: int) -> dict[str, Any] | None:
         """An archived job's view with `"archived": true`, or None. Off the event loop: a
         lookup by id is a few pages, but a disk may be slow."""
@@ -33,6 +42,16 @@ class NodeArchive:
         if view is not None:
             view["archived"] = True
         return view
+
+    async def search(self, query: JobFilter, *, before_id: int | None, limit: int,
+                     min_id: int) -> list[dict[str, Any]]:
+        """Archived jobs `query` matches (newest first, `min_id` <= id < `before_id`), each
+        with `"archived": true`."""
+        found = await asyncio.to_thread(self._locked, partial(
+            self.reader.search, query, before_id=before_id, limit=limit, min_id=min_id))
+        for view in found:
+            view["archived"] = True
+        return found
 
     def summary(self) -> dict[str, Any]:
         """Rows, bytes, the oldest finish time and the file's size (from the totals kept

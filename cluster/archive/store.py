@@ -174,13 +174,17 @@ class ArchiveStore:
         found = self._one("SELECT doc FROM jobs WHERE id = ?", (job_id,))
         return None if found is None else dict(json.loads(found[0]))
 
-    def search(self, query: JobFilter, *, before_id: int | None, limit: int) -> list[
-            dict[str, Any]]:
-        """The archived jobs `query` matches, newest (highest id) first, below `before_id`."""
+    def search(self, query: JobFilter, *, before_id: int | None, limit: int,
+               min_id: int = 0) -> list[dict[str, Any]]:
+        """The archived jobs `query` matches, newest (highest id) first, from `min_id` up to
+        below `before_id`."""
         clause, params = where(query)
         if before_id is not None:
             clause += " AND id < ?"
             params.append(before_id)
+        if min_id > 0:
+            clause += " AND id >= ?"
+            params.append(min_id)
         try:
             found = self.db.execute(
                 f"SELECT doc FROM jobs WHERE {clause} ORDER BY id DESC LIMIT ?",

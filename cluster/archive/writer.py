@@ -8,10 +8,15 @@ up to `index` is committed; the snapshot store waits for it before it makes a sn
 (a snapshot must never cover an eviction the archive has not made durable: after a crash the
 node replays only the entries after its snapshot, so an eviction before it would be lost).
 
+Handed-over jobs stay readable here (`pending_job`, `pending_jobs`) until their commit: a
+reader that looks in the state and here under the apply lock, then in the archive, finds every
+job once (a job leaves this list only once the archive has it).
+
 The hand-over is bounded (`PENDING_JOBS_MAX`): when the disk is slower than evictions for long,
-`put` waits, so the Raft thread slows to what the archive can take (as it does for the log's
-own fsync) rather than let memory grow. A write that fails (disk full, EIO) is retried; until
-one succeeds `problem` names it and the node's storage reports unhealthy.
+`wait_for_room` holds the Raft thread (outside the apply lock), so applying slows to what the
+archive can take (as it does for the log's own fsync) rather than let memory grow. A write
+that fails (disk full, EIO) is retried; until one succeeds `problem` names it and the node's
+storage reports unhealthy.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class ArchiveWriter:
         self._cond = threading.Condition()
         self._pending: deque[tuple[int, Sequence[Job | FrozenJob]]] = deque()
         self._pending_jobs = 0
-        self._unwritten: deque[int] = deque()  # the indexes handed over, not yet committed
+        self._by_id: dict[int, Job | FrozenJob] = {}  # the jobs in `_pending`
         self._durable_index = store.through_index()  # the last index committed
         self._stopping = False
         self.problem: str | None = None
@@ -56,20 +61,38 @@ class ArchiveWriter:
         self._thread.start()
 
     def put(self, index: int, jobs: Sequence[Job | FrozenJob]) -> None:
-        """The jobs the entry at `index` removed (the Raft thread, after applying it)."""
+        """The jobs the entry at `index` removed (the Raft thread, under the apply lock, so a
+        reader sees each job in the state or here, never in neither). Never waits: see
+        `wait_for_room`."""
+        with self._cond:
+            self._pending.append((index, jobs))
+            self._pending_jobs += len(jobs)
+            for job in jobs:
+                self._by_id[job.id] = job
+            self._cond.notify_all()
+
+    def wait_for_room(self) -> None:
+        """Hold the Raft thread (outside the apply lock) while the hand-over is over its
+        bound: applying slows to what the archive's disk takes, as it does to the log's."""
         with self._cond:
             waited_from = None
             while self._pending_jobs >= self.pending_max and not self._stopping:
                 waited_from = waited_from or self.monotonic()
                 self._cond.wait(0.5)
-            if waited_from is not None and self.monotonic() - waited_from > PUT_WAIT_LOG_S:
-                log.warning("the archive held applying for %.1f s: its disk is slower than "
-                            "evictions", self.monotonic() - waited_from,
-                            extra={"action": "archive_behind"})
-            self._pending.append((index, jobs))
-            self._pending_jobs += len(jobs)
-            self._unwritten.append(index)
-            self._cond.notify_all()
+        if waited_from is not None and self.monotonic() - waited_from > PUT_WAIT_LOG_S:
+            log.warning("the archive held applying for %.1f s: its disk is slower than "
+                        "evictions", self.monotonic() - waited_from,
+                        extra={"action": "archive_behind"})
+
+    def pending_job(self, job_id: int) -> Job | FrozenJob | None:
+        """A job handed over and not yet committed (call under the apply lock with the state
+        read: together they hold every job the archive does not)."""
+        with self._cond:
+            return self._by_id.get(job_id)
+
+    def pending_jobs(self) -> list[Job | FrozenJob]:
+        with self._cond:
+            return list(self._by_id.values())
 
     def durable_through(self, index: int) -> bool:
         """Every job removed by an entry at or before `index` that was handed over is
@@ -78,7 +101,7 @@ class ArchiveWriter:
             return self._covered(index)
 
     def _covered(self, index: int) -> bool:
-        return not self._unwritten or self._unwritten[0] > index
+        return not self._pending or self._pending[0][0] > index
 
     def wait_durable(self, index: int, timeout_s: float) -> bool:
         deadline = self.monotonic() + timeout_s
@@ -99,16 +122,18 @@ class ArchiveWriter:
             self._thread.join(timeout_s)
 
     def _take(self) -> tuple[list[tuple[int, Sequence[Job | FrozenJob]]], bool]:
+        """The oldest entries' jobs, left in `_pending` (readers see them) until committed."""
         with self._cond:
             while not self._pending and not self._stopping:
                 self._cond.wait(1.0)
             taken: list[tuple[int, Sequence[Job | FrozenJob]]] = []
             count = 0
-            while self._pending and count < BATCH_JOBS_MAX:
-                item = self._pending.popleft()
+            for item in self._pending:
+                if count >= BATCH_JOBS_MAX:
+                    break
                 taken.append(item)
                 count += len(item[1])
-            return taken, self._stopping and not self._pending
+            return taken, self._stopping and len(taken) == len(self._pending)
 
     def _run(self) -> None:
         while True:
@@ -139,8 +164,11 @@ class ArchiveWriter:
             self.problem = None
         with self._cond:
             self._durable_index = max(self._durable_index, through)
-            for _ in taken:
-                self._unwritten.popleft()
+            for _, jobs in taken:
+                self._pending.popleft()
+                for job in jobs:
+                    if self._by_id.get(job.id) is job:
+                        del self._by_id[job.id]
             self._pending_jobs -= sum(len(jobs) for _, jobs in taken)
             self.rows_written += len(rows)
             self._cond.notify_all()

@@ -23,7 +23,6 @@ from raftcron.cluster.http.common import (
     services,
     take_request_id,
 )
-from raftcron.scheduler import jobs as j
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import (
     CancelJob,
@@ -34,7 +33,10 @@ from raftcron.scheduler.commands import (
     SubmitJobs,
     SubmitWorkflow,
 )
+from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.search import JobFilter
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.state import SchedulerState
 
 
 def render_jobs(
@@ -106,42 +108,78 @@ async def get_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     await maybe_consistent(request)
     node = services(request).node
-    view = node.machine.read(lambda state: views.find_job(state, job_id))
-    if view is None and node.archive is not None:  # left the state: archived, if kept
-        view = await node.archive.get(job_id)
+    archive = node.archive
+
+    def find(state: SchedulerState) -> dict[str, Any] | None:
+        # The state and the archive's hand-over together, under the apply lock: a job in
+        # neither is in the archive's file (it leaves the hand-over once written there).
+        view = views.find_job(state, job_id)
+        return view if view is not None or archive is None else archive.pending_view(job_id)
+
+    view = node.machine.read(find)
+    if view is None and archive is not None:  # left the state: archived, if still kept
+        view = await archive.get(job_id)
     if view is None:
         raise HttpError(404, "not_found", f"no job {job_id}", "id")
     return json_response(view)
 
 
+PAGING = ("limit", "cursor", "consistent", "archived")
+
+
 async def get_jobs(request: web.Request) -> web.Response:
-    status = request.query.get("status") or None
-    if status is not None and status not in j.STATUSES:
-        raise HttpError(400, "invalid", f"must be one of {', '.join(j.STATUSES)}", "status")
-    queue = request.query.get("queue") or None
-    schedule = request.query.get("schedule") or None
-    limit = query_int(request, "limit", default=100, low=1, high=bounds.PAGE_MAX)
+    """Live and archived jobs alike (DESIGN.md §9.2), newest first, one id cursor: the state's
+    (and the archive's hand-over) under the apply lock, a bounded number per read, then the
+    archive's file over the same range of ids; merged, each job once."""
+    try:
+        query = JobFilter.parse(request.query.items(), ignore=PAGING)
+    except Invalid as error:
+        raise HttpError(400, error.code, error.message, error.field) from None
+    if query.payload and not query.has_time_range:
+        raise HttpError(400, "invalid", f"a filter on {query.payload[0].name} (not a search "
+                        "attribute) needs a created or finished range: created_from_ms, "
+                        "created_to_ms, finished_from_ms or finished_to_ms", "created_from_ms")
+    limit = query_int(request, "limit", default=100, low=1, high=bounds.PAGE_MAX) or 100
     cursor = query_int(request, "cursor", default=None, low=1, high=bounds.CURSOR_MAX)
+    sources = _sources(request.query.get("archived"))
     await maybe_consistent(request)
     node = services(request).node
-    page, next_cursor = node.machine.read(
-        lambda state: views.job_page(
-            state,
-            status=status,
-            queue=queue,
-            schedule=schedule,
-            limit=limit or 100,
-            before_id=cursor,
-        )
-    )
+    archive = node.archive if "archive" in sources else None
+
+    def live(state: SchedulerState) -> tuple[list[dict[str, Any]], int]:
+        # The hand-over under the same lock as the state: a job is in one or the other.
+        pending = () if archive is None else archive.writer.pending_jobs()
+        return views.search_jobs(state, query, before_id=cursor, limit=limit, extra=pending,
+                                 in_state="state" in sources)
+
+    page, floor = node.machine.read(live)
+    if archive is not None:
+        page += await archive.search(query, before_id=cursor, limit=limit, min_id=floor)
+    merged: dict[int, dict[str, Any]] = {}
+    for view in page:
+        merged.setdefault(int(view["id"]), view)  # the state's first: it may not have left yet
+    jobs = sorted(merged.values(), key=lambda view: -int(view["id"]))[:limit]
+    next_cursor = jobs[-1]["id"] if len(jobs) == limit else (floor or None)
+    for view in jobs:
+        view.pop("history", None)  # lists leave out the attempts, as they always did
     return json_response(
         {
-            "jobs": page,
+            "jobs": jobs,
             "next_cursor": next_cursor,
             "node": node.config.node_id,
             "applied_index": node.applied_index,
         }
     )
+
+
+def _sources(archived: str | None) -> tuple[str, ...]:
+    if archived in (None, ""):
+        return ("state", "archive")
+    if archived == "false":
+        return ("state",)
+    if archived == "true":
+        return ("archive",)
+    raise HttpError(400, "invalid", f"must be true or false, not {archived!r}", "archived")
 
 
 async def _optional_body(request: web.Request) -> dict[str, Any]:

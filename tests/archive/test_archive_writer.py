@@ -131,12 +131,19 @@ def test_durable_through_counts_only_the_entries_handed_over(tmp_path: Path, d: 
     writer.store.write = slow_write  # type: ignore[method-assign]
     writer.start()
     try:
-        writer.put(20, leave_after(d, 2))
+        leaving = leave_after(d, 2)
+        writer.put(20, leaving)
         assert writer.durable_through(19)
         assert not writer.durable_through(20) and not writer.durable_through(25)
+        # Until committed, the jobs are read from the hand-over (they are in no state now).
+        assert writer.pending_job(leaving[0].id) is leaving[0]
+        assert writer.pending_jobs() == leaving
+        assert writer.store.get(leaving[0].id) is None
         gate.set()
         assert writer.wait_durable(25, 10)
         assert writer.durable_through(25)
+        assert writer.pending_job(leaving[0].id) is None and writer.pending_jobs() == []
+        assert writer.store.get(leaving[0].id) is not None
     finally:
         gate.set()
         writer.stop()
@@ -176,6 +183,7 @@ def test_a_full_hand_over_holds_the_applying_thread_until_the_writer_catches_up(
     done = threading.Event()
 
     def hand_over() -> None:
+        writer.wait_for_room()
         writer.put(2, leave_after(Driver(), 1))
         done.set()
 

@@ -102,3 +102,57 @@ def test_an_evicted_job_is_found_archived_on_every_member_and_after_restarts(
     for job_id in more:
         view = job_on(cluster, victim, job_id)
         assert view is not None and "archived" not in view
+
+
+def search(cluster: LocalCluster, node: LocalNode, **params: Any) -> list[dict[str, Any]]:
+    """Every page of a search on one node, following next_cursor (bounded)."""
+    found: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(200):
+        query = {**params, **({"cursor": cursor} if cursor else {})}
+        path = "/v1/jobs?" + "&".join(f"{name}={value}" for name, value in query.items())
+        status, body, _ = cluster.request(node, "GET", path, token=cluster.admin_token)
+        assert status == 200, body
+        found += body["jobs"]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return found
+    raise AssertionError("a search that never ends")
+
+
+def test_one_search_finds_live_and_archived_jobs_by_payload_field_each_once(
+        cluster_factory: ClusterKeeper) -> None:
+    cluster = cluster_factory.open()
+    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
+                                   {"succeeded": {"max_count": 6}}, token=cluster.admin_token)
+    assert status == 200, body
+    ids = submit(cluster, "search", 15)  # customer ids 0..14
+    drain(cluster, "search")
+    waiting = submit(cluster, "search-later", 3)  # queued, never claimed: live
+    cluster.wait_for(lambda: (job_on(cluster, cluster.nodes[0], ids[8]) or {}).get(
+        "archived") or None, 15, "the oldest 9 archived")
+    for node in cluster.nodes:
+        cluster.wait_for(lambda node=node: (job_on(cluster, node, ids[8]) or {}).get(
+            "archived") or None, 15, f"archived on {node.node_id}")
+        # Every job once, newest first, whatever the page size, across the boundary.
+        for limit in (1, 4, 100):
+            every = search(cluster, node, task="invoice", limit=limit)
+            assert [job["id"] for job in every] == sorted(ids + waiting, reverse=True)
+            assert [job["id"] for job in every if job.get("archived")] == ids[8::-1]
+        by_field = search(cluster, node, **{"payload.customer.id.gte": 3,
+                                            "payload.customer.id.lte": 10,
+                                            "created_from_ms": 0})
+        # The waiting jobs' customers are 0..2: none in range.
+        assert sorted(job["id"] for job in by_field) == ids[3:11]
+        one = search(cluster, node, **{"payload.customer.id": 2, "created_from_ms": 0,
+                                       "status": "succeeded"})
+        assert [job["id"] for job in one] == [ids[2]] and one[0]["archived"] is True
+        live_only = search(cluster, node, queue="search", archived="false")
+        assert [job["id"] for job in live_only] == ids[:8:-1]
+    status, refused, _ = cluster.request(cluster.nodes[0], "GET",
+                                         "/v1/jobs?payload.customer.id=2",
+                                         token=cluster.admin_token)
+    assert status == 400 and refused["error"]["field"] == "created_from_ms", refused
+    status, refused, _ = cluster.request(cluster.nodes[0], "GET", "/v1/jobs?colour=red",
+                                         token=cluster.admin_token)
+    assert status == 400 and refused["error"]["field"] == "colour", refused
