@@ -286,16 +286,27 @@ class AsyncClient:
         limit: int | None = None,
         cursor: int | None = None,
         consistent: bool = False,
+        archived: bool | None = None,
+        payload: Mapping[str, Any] | None = None,
+        **filters: str | int | None,
     ) -> dict[str, Any]:
-        """One page: `{"jobs": [...], "next_cursor": id or None, "node", "applied_index"}`."""
-        params = {
+        """One page of a search over live and archived jobs: `{"jobs": [...], "next_cursor":
+        id or None, "node", "applied_index"}`. `filters`: task, key, worker, error,
+        created_from_ms, created_to_ms, finished_from_ms, finished_to_ms. `payload`: a path
+        (`"customer.id"`, `"total.gte"`) -> the value it must have, JSON-typed (42 matches
+        the number, "42" the string). `archived`: True only archived jobs, False only live."""
+        params: dict[str, Any] = {
             "status": status,
             "queue": queue,
             "schedule": schedule,
             "limit": limit,
             "cursor": cursor,
             "consistent": 1 if consistent else None,
+            "archived": None if archived is None else str(archived).lower(),
+            **filters,
         }
+        for path, value in (payload or {}).items():
+            params[f"payload.{path}"] = json.dumps(value)
         return await self._object("GET", "/v1/jobs", params=params)
 
     async def cancel(self, job_id: int, reason: str | None = None) -> dict[str, Any]:

@@ -13,6 +13,8 @@ is any finding, so it can run from cron or a monitor.
 
 from __future__ import annotations
 
+import time
+
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -31,6 +33,8 @@ class Thresholds:
     # The state against its budget (DESIGN.md §9.1): a warning from this share on. At the
     # budget itself new jobs are refused once nothing finished is left to evict: a problem.
     budget_warn_pct: float = 80.0
+    # Jobs that left the state and wait for the archive's writer: a few batches is normal.
+    max_archive_pending_jobs: int = 20_000
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,13 @@ def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
                              f"the last snapshot is {_age(age_s)} old and {since} entries were "
                              f"applied since (over {_age(thresholds.max_snapshot_age_s)}): is "
                              "compaction failing? (action=snapshot_failed in its log)"))
+    archive = view.get("archive") or {}
+    pending = archive.get("pending_jobs") or 0
+    if pending > thresholds.max_archive_pending_jobs:
+        found.append(Finding(WARNING, node, "archive",
+                             f"{pending:,} jobs wait for its archive's writer (over "
+                             f"{thresholds.max_archive_pending_jobs:,}): is its disk slow? "
+                             "applying slows to what the archive can write"))
     return found + _budget(node, view, thresholds)
 
 
@@ -215,7 +226,7 @@ def rows(views: dict[str, dict[str, Any] | None]) -> list[list[Any]]:
     out = []
     for node, view in sorted(views.items()):
         if view is None:
-            out.append([node, "unreachable", "-", "-", "-", "-", "-", "-", "-"])
+            out.append([node, "unreachable", "-", "-", "-", "-", "-", "-", "-", "-"])
             continue
         storage = view.get("storage") or {}
         clock = view.get("clock") or {}
@@ -230,9 +241,19 @@ def rows(views: dict[str, dict[str, Any] | None]) -> list[list[Any]]:
             "-" if free is None else f"{free / 1024**3:.1f} GiB",
             storage.get("log_entries", "-"),
             "-" if age is None else _age(age),
+            _archive_cell(view.get("archive")),
             view.get("version", "-"),
         ])
     return out
+
+
+def _archive_cell(archive: dict[str, Any] | None) -> str:
+    """Rows, size on disk and the oldest row's age: `1,204,311 / 310 MiB / 6.0d`."""
+    if archive is None or "rows" not in archive:
+        return "off" if archive is None else "?"
+    oldest = archive.get("oldest_finished_ms")
+    age = "-" if oldest is None else _age(max(0.0, time.time() - oldest / 1000))
+    return f"{archive['rows']:,} / {archive['file_bytes'] / 1024**2:.0f} MiB / {age}"
 
 
 def _age(seconds: float) -> str:

@@ -52,6 +52,20 @@ def add_commands(commands: Any) -> None:
     )
     listing.add_argument("--queue")
     listing.add_argument("--schedule")
+    listing.add_argument("--task")
+    listing.add_argument("--key", help="the job's idempotency key")
+    listing.add_argument("--worker", help="the worker of the job's last attempt")
+    listing.add_argument("--error", help="a part of the job's error text")
+    for edge in ("created-from", "created-to", "finished-from", "finished-to"):
+        listing.add_argument(f"--{edge}", type=int, metavar="MS", help="Unix ms, inclusive")
+    listing.add_argument(
+        "--payload", action="append", default=[], metavar="PATH=VALUE",
+        help="a payload field (customer.id=42, total.gte=10, name='\"42\"' for a string "
+             "that looks like a number); with --created-from/--finished-from or their -to",
+    )
+    where = listing.add_mutually_exclusive_group()
+    where.add_argument("--archived", action="store_true", help="only jobs that left the state")
+    where.add_argument("--live", action="store_true", help="only jobs in the state")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--cursor", type=int, help="continue from a previous page's next_cursor")
     for name, text in (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -139,8 +140,7 @@ def _jobs(client: Client, args: argparse.Namespace) -> None:
     if args.action in ("cancel", "retry") and flowcli.has_filters(args):
         raise UsageError("give a job id or filters, not both")
     if args.action == "list":
-        filters = {k: getattr(args, k) for k in ("status", "queue", "schedule", "limit", "cursor")}
-        page = client.jobs(**{k: v for k, v in filters.items() if v is not None})
+        page = client.jobs(**_search(args))
         more = f"\nnext page: --cursor {page['next_cursor']}\n" if page.get("next_cursor") else ""
         _print(args, page, lambda: _job_table(page["jobs"]) + more)
     elif args.action == "show":
@@ -159,6 +159,33 @@ def _jobs(client: Client, args: argparse.Namespace) -> None:
     else:
         answer = client.retry(args.id)
         _print(args, answer, lambda: f"job {args.id} is {answer.get('status')} again\n")
+
+
+SEARCH_FIELDS = ("status", "queue", "schedule", "task", "key", "worker", "error",
+                 "created_from", "created_to", "finished_from", "finished_to", "limit", "cursor")
+
+
+def _search(args: argparse.Namespace) -> dict[str, Any]:
+    """`jobs list`'s filters as the client's `jobs` takes them."""
+    filters: dict[str, Any] = {}
+    for name in SEARCH_FIELDS:
+        value = getattr(args, name)
+        if value is not None:
+            filters[f"{name}_ms" if name.endswith(("_from", "_to")) else name] = value
+    payload: dict[str, Any] = {}
+    for item in args.payload:
+        path, sep, raw = item.partition("=")
+        if not sep or not path:
+            raise UsageError(f"--payload takes PATH=VALUE, not {item!r}")
+        try:
+            payload[path] = json.loads(raw)
+        except ValueError:
+            payload[path] = raw  # plain text: a string
+    if payload:
+        filters["payload"] = payload
+    if args.archived or args.live:
+        filters["archived"] = bool(args.archived)
+    return filters
 
 
 def _schedules(client: Client, args: argparse.Namespace) -> None:
@@ -275,7 +302,8 @@ def _doctor(client: Client, args: argparse.Namespace) -> None:
     thresholds = _doctor_thresholds(args)
     views, errors = _ask_each_member(client, client.cluster()["members"], "/v1/cluster")
     findings = diagnose(views, thresholds, errors)
-    headers = ["NODE", "ROLE", "TERM", "LAG", "CLOCK", "FREE", "LOG", "SNAPSHOT", "VERSION"]
+    headers = ["NODE", "ROLE", "TERM", "LAG", "CLOCK", "FREE", "LOG", "SNAPSHOT",
+               "ARCHIVE (ROWS / DISK / OLDEST)", "VERSION"]
 
     def report() -> str:
         lines = [f"{f.severity}: {f.node}: {f.check}: {f.detail}" for f in findings]

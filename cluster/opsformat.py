@@ -26,7 +26,7 @@ def job_table(jobs: list[dict[str, Any]]) -> str:
         [
             [
                 j["id"],
-                j.get("status", "?"),
+                j.get("status", "?") + (" (archived)" if j.get("archived") else ""),
                 j.get("task", ""),
                 j.get("queue", ""),
                 f"{j.get('attempts', 0)}/{j.get('max_attempts', '?')}",

@@ -24,6 +24,9 @@ def view(node: str, *, role: str = "follower", leader: str | None = "n1", applie
         "clock": {"skew_ms": 4, "skewed": False, "max_skew_ms": 1_000, "majority_ms": 1},
         "storage": {"healthy": True, "problem": None, "free_bytes": 50 * GiB,
                     "log_entries": 1_200, "snapshot_index": 90, "snapshot_age_s": 3_700.0},
+        "archive": {"rows": 1_204_311, "row_bytes": 400 * MiB, "file_bytes": 310 * MiB,
+                    "oldest_finished_ms": None, "pending_jobs": 12, "durable_index": 99,
+                    "problem": None},
     }
     for key, value in changes.items():
         if isinstance(value, dict):
@@ -46,6 +49,17 @@ def test_a_healthy_cluster_needs_nothing():
     table = rows(healthy())
     assert [row[0] for row in table] == ["n1", "n2", "n3"]
     assert table[0][1:4] == ["leader", 3, 0] and table[0][7] == "1.0h"
+    assert table[0][8] == "1,204,311 / 310 MiB / -"
+
+
+def test_the_archive_is_shown_and_a_writer_far_behind_is_named():
+    views = healthy()
+    views["n2"]["archive"] = None
+    views["n3"]["archive"] = {**views["n3"]["archive"], "pending_jobs": 50_000}
+    assert found(views) == {(WARNING, "n3", "archive")}
+    assert "50,000 jobs wait" in diagnose(views)[0].detail
+    table = rows(views)
+    assert table[1][8] == "off"
 
 
 def test_each_kind_of_trouble_is_named_with_its_member():

@@ -53,6 +53,10 @@ class NodeArchive:
             view["archived"] = True
         return found
 
+    async def holds(self, job_id: int) -> bool:
+        """Whether the job left the state into this archive (written, or on its way)."""
+        return self.writer.pending_job(job_id) is not None or await self.get(job_id) is not None
+
     def summary(self) -> dict[str, Any]:
         """Rows, bytes, the oldest finish time and the file's size (from the totals kept
         beside the rows, and an index: cheap enough for every scrape), and the writer's

@@ -11,6 +11,7 @@ from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     HttpError,
     commit,
+    commit_result,
     json_response,
     maybe_consistent,
     object_body,
@@ -19,6 +20,7 @@ from raftcron.cluster.http.common import (
     path_int,
     query_int,
     read_json,
+    rejected,
     requires,
     services,
     take_request_id,
@@ -33,7 +35,7 @@ from raftcron.scheduler.commands import (
     SubmitJobs,
     SubmitWorkflow,
 )
-from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.errors import Invalid, Ok, Rejected
 from raftcron.scheduler.search import JobFilter
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.state import SchedulerState
@@ -205,8 +207,16 @@ async def retry_job(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
     request_id = take_request_id(only(await _optional_body(request), {"request_id"}), request)
     command = parse_or_400(lambda: RetryJob.from_wire({"job_id": job_id, "request_id": request_id}))
-    value = await commit(request, command)
-    return json_response({"id": job_id, **value})
+    result = await commit_result(request, command)
+    if isinstance(result, Rejected) and result.code == "not_found":
+        archive = services(request).node.archive
+        if archive is not None and await archive.holds(job_id):
+            raise HttpError(409, "conflict", f"job {job_id} is archived: it left the state and "
+                            "cannot run again; submit a new job", "id")
+    if isinstance(result, Rejected):
+        raise rejected(result)
+    assert isinstance(result, Ok)
+    return json_response({"id": job_id, **result.value})
 
 
 @requires("work")

@@ -111,6 +111,9 @@ def cluster_view(request: web.Request) -> dict[str, Any]:
 @requires("status")
 async def get_cluster(request: web.Request) -> web.Response:
     view = cluster_view(request)
+    archive = services(request).node.archive
+    # Off the event loop: the archive's figures are read from its file.
+    view["archive"] = None if archive is None else await asyncio.to_thread(archive.summary)
     if query_flag(request, "members"):
         caller = request.get(CALLER)
         if caller is not None and caller.role == PEER_ROLE:

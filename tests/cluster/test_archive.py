@@ -5,6 +5,8 @@ applied it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -74,6 +76,10 @@ def test_an_evicted_job_is_found_archived_on_every_member_and_after_restarts(
         for job_id in ids[7:]:
             view = job_on(cluster, node, job_id)
             assert view is not None and "archived" not in view
+
+    status, refused, _ = cluster.call("POST", f"/v1/jobs/{evicted[0]}/retry", {},
+                                      token=cluster.admin_token)
+    assert status == 409 and "archived" in refused["error"]["message"], refused
 
     # A snapshot covers the evictions, the log before it goes: restarted from it, a member
     # still finds them (the snapshot waited for the archive to make them durable).
@@ -149,6 +155,15 @@ def test_one_search_finds_live_and_archived_jobs_by_payload_field_each_once(
         assert [job["id"] for job in one] == [ids[2]] and one[0]["archived"] is True
         live_only = search(cluster, node, queue="search", archived="false")
         assert [job["id"] for job in live_only] == ids[:8:-1]
+    connect = ",".join(node.url for node in cluster.nodes)
+    listed = subprocess.run(
+        [sys.executable, "-m", "raftcron.cluster.cli", "jobs", "list", "--payload",
+         "customer.id=2", "--created-from", "0", "--task", "invoice", "--archived",
+         "--connect", connect], capture_output=True, text=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()[1:] if line.strip()]
+    assert [(int(row[0]), row[1], row[2]) for row in rows] == [
+        (ids[2], "succeeded", "(archived)")], listed.stdout
     status, refused, _ = cluster.request(cluster.nodes[0], "GET",
                                          "/v1/jobs?payload.customer.id=2",
                                          token=cluster.admin_token)
