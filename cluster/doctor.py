@@ -14,7 +14,6 @@ is any finding, so it can run from cron or a monitor.
 from __future__ import annotations
 
 import time
-
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
