@@ -94,10 +94,8 @@ class SchedulerState:
         self.retention_pending = False  # the last Tick left eviction work for the next one
         self.schedules_bytes = 0  # the memory model's count of the schedules and workflows
         self.workflows_bytes = 0
-        # Not replicated state: when the shell sets a list here, every job that leaves the
-        # state (retention, eviction, delete, a schedule's `retain`) is appended to it, for the
-        # shell to take after each applied entry and archive (cluster/archive). None: nobody
-        # takes them, so none are kept.
+        # Not replicated: a list the shell sets gets every job that leaves (`remove_job`), to
+        # take after each entry and archive (cluster/archive); None keeps none.
         self.leaving: list[Job | FrozenJob] | None = None
 
     @property
@@ -108,14 +106,9 @@ class SchedulerState:
     def state_bytes(self) -> int:
         """The state's size in the memory model (scheduler/sizes.py), what the budget bounds."""
         table = self.table
-        return (
-            table.bytes
-            + table.key_bytes
-            + self.schedules_bytes
-            + self.workflows_bytes
-            + self.requests.bytes
-            + sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox))
-        )
+        return (table.bytes + table.key_bytes + self.schedules_bytes + self.workflows_bytes
+                + self.requests.bytes
+                + sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox)))
 
     @property
     def clock_started(self) -> bool:
