@@ -1,7 +1,8 @@
 """The archive on a real cluster (DESIGN.md §9.2): a job that retention evicts is still found
-by id on every member, as it was when it finished, with `"archived": true`; across a restart
-from a snapshot that covers the eviction, and after a `kill -9` of a member that had just
-applied it."""
+by id on every member, as it was when it finished, with `"archived": true`; across a `kill -9`
+and restart from a snapshot that covers the eviction (the snapshot waited for the archive) and
+one whose log still holds it (replayed, written again); retried, it is 409. One search finds
+live and archived jobs by any field, each once across pages."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def test_an_evicted_job_is_found_archived_on_every_member_and_after_restarts(
         assert view is not None and view["archived"] is True and view["payload"] == {
             "customer": {"id": ids.index(job_id)}}
 
-    # Evictions applied just before a kill -9: replayed from the log, written again.
+    # Evictions after the snapshot, then a kill -9: replayed from the log, written again.
     more = submit(cluster, "billing", 5)
     drain(cluster, "billing")
     victim = cluster.nodes[1]
