@@ -9,9 +9,9 @@ is in the table with that status and finish time.
 
 "The oldest finished job of these statuses, outside these queues" is a k-way merge: each FIFO's
 front is filed in a heap per status (`filed` names the front filed for each FIFO, so an older
-filing is recognised and dropped; a heap holding many is rebuilt). Everything is ordered by `(finished_ms, id)`, never by
-arrival, so a replica restored from a snapshot (which sorts what it reads) evicts exactly the
-jobs a replica that never stopped evicts.
+filing is recognised and dropped; a heap holding many is rebuilt). Everything is ordered by
+`(finished_ms, id)`, never by arrival, so a replica restored from a snapshot (which sorts what
+it reads) evicts exactly the jobs a replica that never stopped evicts.
 """
 
 from __future__ import annotations
