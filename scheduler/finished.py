@@ -9,9 +9,9 @@ is in the table with that status and finish time.
 
 "The oldest finished job of these statuses, outside these queues" is a k-way merge: each FIFO's
 front is filed in a heap per status (`filed` names the front filed for each FIFO, so an older
-filing is recognised and dropped). Everything is ordered by `(finished_ms, id)`, never by
-arrival, so a replica restored from a snapshot (which sorts what it reads) evicts exactly the
-jobs a replica that never stopped evicts.
+filing is recognised and dropped; a heap holding many is rebuilt). Everything is ordered by
+`(finished_ms, id)`, never by arrival, so a replica restored from a snapshot (which sorts what
+it reads) evicts exactly the jobs a replica that never stopped evicts.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from raftcron.scheduler import jobs as j
 
 Place = tuple[int, int]  # (finished_ms, job id)
+FILINGS_SLACK = 64  # stale filings a heap may hold beyond twice the FIFOs before a rebuild
 Fifo = tuple[str, str]  # (status, queue)
 
 
@@ -167,7 +168,16 @@ class FinishedJobs:
 
     def _file(self, where: Fifo, entry: Place) -> None:
         self._filed[where] = entry
-        heapq.heappush(self._heaps[where[0]], (entry[0], entry[1], where[1]))
+        heap = self._heaps[where[0]]
+        heapq.heappush(heap, (entry[0], entry[1], where[1]))
+        if len(heap) > 2 * len(self._filed) + FILINGS_SLACK:
+            # Filings replaced since are dropped only when a merge reaches them, and one busy
+            # queue never merges (`only_fifo`): rebuilt from the current ones, the heap stays
+            # bounded (the order it gives depends on the filings, not on the heap's shape).
+            status = where[0]
+            heap[:] = [(place[0], place[1], queue)
+                       for (kept, queue), place in self._filed.items() if kept == status]
+            heapq.heapify(heap)
 
     def entries(self) -> int:
         """Entries held, stale ones included (for the invariant checks)."""
