@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.archive.paging import merge_page
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     HttpError,
@@ -154,14 +155,10 @@ async def get_jobs(request: web.Request) -> web.Response:
         return views.search_jobs(state, query, before_id=cursor, limit=limit, extra=pending,
                                  in_state="state" in sources)
 
-    page, floor = node.machine.read(live)
-    if archive is not None:
-        page += await archive.search(query, before_id=cursor, limit=limit, min_id=floor)
-    merged: dict[int, dict[str, Any]] = {}
-    for view in page:
-        merged.setdefault(int(view["id"]), view)  # the state's first: it may not have left yet
-    jobs = sorted(merged.values(), key=lambda view: -int(view["id"]))[:limit]
-    next_cursor = jobs[-1]["id"] if len(jobs) == limit else (floor or None)
+    live_page, floor = node.machine.read(live)
+    archived = [] if archive is None else await archive.search(
+        query, before_id=cursor, limit=limit, min_id=floor)
+    jobs, next_cursor = merge_page((live_page, archived), floor=floor, limit=limit)
     for view in jobs:
         view.pop("history", None)  # lists leave out the attempts, as they always did
     return json_response(

@@ -12,10 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from raftcron.cluster.archive.paging import merge_page
 from raftcron.cluster.archive.store import ArchiveStore, Row
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler.commands import Ack
+from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.search import JobFilter, PayloadFilter
+from raftcron.scheduler.views import job_view, search_jobs
 
 NAMES = ["a", "b", "Bé", "c-d"]
 scalars = st.one_of(
@@ -118,3 +122,42 @@ def test_a_filter_it_cannot_read_is_refused_naming_the_parameter(
     with pytest.raises(Invalid) as refused:
         JobFilter.parse(pairs)
     assert refused.value.field == field
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_paging_across_the_boundary_finds_every_job_once_as_jobs_leave_between_pages(
+        data: st.DataObject) -> None:
+    """Jobs finish and are evicted into the archive between (and before) the pages; a walk
+    down the pages finds each job once, whatever the page size and the state's scan bound."""
+    d = Driver()
+    d.finalize()
+    total = data.draw(st.integers(1, 40))
+    ids = d.submit_many(total, queue="q", max_attempts=1)
+    query = JobFilter(queue="q")
+    limit = data.draw(st.integers(1, 7))
+    scan_max = data.draw(st.integers(1, 9))
+    seen: list[int] = []
+    cursor: int | None = None
+    with tempfile.TemporaryDirectory() as folder:
+        store = ArchiveStore(folder, durable=False)
+        d.state.leaving = []
+        for _ in range(200):
+            finishing = data.draw(st.integers(0, 5))
+            claimed = d.claim(queues=("q",), max=finishing)
+            d.claim(queues=("q",), max=0, acks=tuple(
+                Ack(job_id, token, "succeeded") for job_id, token in claimed))
+            kept = data.draw(st.integers(0, 10))
+            d.put_settings("retention", {"succeeded": {"max_count": kept}})
+            d.tick(advance_ms=1)
+            store.write([Row.of_view(job_view(job), 1) for job in d.state.leaving], 1)
+            d.state.leaving = []
+            live, floor = search_jobs(d.state, query, before_id=cursor, limit=limit,
+                                      scan_max=scan_max)
+            archived = store.search(query, before_id=cursor, limit=limit, min_id=floor)
+            page, cursor = merge_page((live, archived), floor=floor, limit=limit)
+            seen += [view["id"] for view in page]
+            if cursor is None:
+                break
+        store.close()
+    assert seen == sorted(ids, reverse=True)
