@@ -28,7 +28,7 @@ def fake_node(state: SchedulerState, *, leader: str | None = "n1",
     return SimpleNamespace(
         leader_id=lambda: leader,
         sync=SimpleNamespace(isReady=lambda: True),
-        storage=SimpleNamespace(write_error=write_error),
+        storage=SimpleNamespace(problem=write_error),
         applied_index=7,
         config=SimpleNamespace(node_id="n1"),
         machine=machine,

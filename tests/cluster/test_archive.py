@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -23,7 +24,8 @@ def drain(cluster: LocalCluster, queue: str) -> None:
     for round_number in range(100):
         status, answer, _ = cluster.call("POST", "/v1/claims", {
             "worker": "archiver", "queues": [queue], "max": 50, "lease_ms": 30_000,
-            "request_id": f"drain-{queue}-{round_number}", "acks": acks})
+            "request_id": f"drain-{queue}-{round_number}-{time.monotonic_ns()}",
+            "acks": acks})
         assert status == 200, answer
         acks = [{"id": job["id"], "token": job["token"], "outcome": "succeeded",
                  "result": {"done": job["payload"]["customer"]}} for job in answer["jobs"]]
