@@ -148,8 +148,10 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                     # Under the lock: a reader finds each job in the state or the hand-over.
                     self.state.leaving = []
                     self.archive.put(self._applying_index(), leaving)
-            if leaving and self.archive is not None:
-                self.archive.wait_for_room()  # outside the lock: the archive's disk sets the pace
+            if self.archive is not None:
+                self.archive.set_floor(self.state.archive_ledger.floor)
+                if leaving:  # outside the lock: the archive's disk sets the pace
+                    self.archive.wait_for_room()
             if self.on_applied is not None:
                 self.on_applied(self.state)
             return results

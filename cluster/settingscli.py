@@ -27,7 +27,8 @@ _UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB"
 
 def add_commands(commands: Any) -> None:
     settings = commands.add_parser(
-        "settings", help="retention and the state budget: show, or change them (admin)")
+        "settings", help="retention, the state budget and archive retention: show, or change "
+        "them (admin)")
     actions = settings.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_common(actions.add_parser(
         "show", help="every setting, and the state against its budget"))
@@ -45,6 +46,11 @@ def add_commands(commands: Any) -> None:
     budget = actions.add_parser("budget", help="the state budget, in bytes of the memory model")
     add_common(budget)
     budget.add_argument("size", help="e.g. 512MiB, 2GiB, or a number of bytes")
+    archive = actions.add_parser(
+        "archive", help="how long and how much every member's archive keeps (replaces it whole)")
+    add_common(archive)
+    archive.add_argument("--age", metavar="AGE", help="keep archived jobs this long (e.g. 30d)")
+    archive.add_argument("--size", metavar="SIZE", help="keep at most this much (e.g. 10GiB)")
 
 
 def add_finalize(actions: Any) -> None:
@@ -60,7 +66,16 @@ def handle(client: Client, args: argparse.Namespace) -> None:
         view = client.request("GET", "/v1/settings")
         _print(args, view, lambda: describe(view))
         return
-    body = retention_body(args) if args.action == "retention" else {"bytes": size_bytes(args.size)}
+    if args.action == "retention":
+        body = retention_body(args)
+    elif args.action == "budget":
+        body = {"bytes": size_bytes(args.size)}
+    else:
+        body = {}
+        if args.age is not None:
+            body["max_age_ms"] = _duration(args.age, "--age")
+        if args.size is not None:
+            body["max_bytes"] = size_bytes(args.size)
     view = client.request("PUT", f"/v1/settings/{args.action}", body, write=True)
     _print(args, view, lambda: describe(view))
 
@@ -135,6 +150,11 @@ def describe(view: dict[str, Any]) -> str:
         for outcome, rule in rules.items():
             rows.append([queue, outcome, _age(rule["max_age_ms"]), rule["max_count"], "-"])
     evicted = ", ".join(f"{reason} {n}" for reason, n in usage.get("evicted", {}).items())
+    archive = view.get("archive")
+    if archive is not None:
+        kept = usage.get("archive", {}).get("bytes", 0)
+        lines.append(f"archive: keeps {_age(archive['max_age_ms'])} or "
+                     f"{_mib(archive['max_bytes'])}, whichever first; holds {_mib(kept)}")
     return ("\n".join(lines) + "\n"
             + _table(["QUEUE", "OUTCOME", "MAX AGE", "MAX COUNT", "KEPT"], rows)
             + f"evicted: {evicted or 'none'}; fires refused for space: "

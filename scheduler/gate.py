@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Ok, Rejected, Result
-from raftcron.scheduler.settings import SECTIONS, Budget, Retention, Settings, parse_section
+from raftcron.scheduler.settings import SECTIONS, Section, Settings, parse_section
 from raftcron.scheduler.store import JobTable
 
 LEVEL_BEFORE = 2  # the previous release (wave 2): retention is 7 days, nothing is refused
@@ -58,12 +58,12 @@ class Finalize:
 
 @dataclass(frozen=True, slots=True)
 class PutSettings:
-    """Replace one section of the settings (`retention`, `budget`) whole."""
+    """Replace one section of the settings (`retention`, `budget`, `archive`) whole."""
 
     TAG: ClassVar[int] = 51
     request_id: str | None
     section: str
-    value: Retention | Budget
+    value: Section
 
     def to_wire(self) -> dict[str, Any]:
         wire = {"section": self.section, "value": self.value.to_wire()}

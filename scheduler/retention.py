@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import limits, sizes
+from raftcron.scheduler.archiving import ArchiveLedger
 from raftcron.scheduler.commands import SubmitJobs
 from raftcron.scheduler.errors import Rejected
 from raftcron.scheduler.events import EventLog
@@ -64,6 +65,7 @@ class RetentionState(BudgetState, Protocol):
     now_ms: int
     keys_forgotten_ms: int
     retention_pending: bool
+    archive_ledger: ArchiveLedger
 
     @property
     def finalized(self) -> bool: ...
@@ -80,6 +82,8 @@ def collect_garbage(state: RetentionState) -> int:
     now_ms = state.now_ms
     if state.finalized:
         removed, state.retention_pending = collect(state)
+        if state.archive_ledger.trim(now_ms, state.settings.archive):
+            state.retention_pending = True
         long_cutoff_ms = now_ms - state.settings.retention.longest_age_ms()
         state.keys_forgotten_ms = max(state.keys_forgotten_ms, long_cutoff_ms)
         state.table.expire_keys(now_ms - limits.KEY_WINDOW_MS_DEFAULT, state.keys_forgotten_ms)

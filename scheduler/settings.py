@@ -164,19 +164,57 @@ class Budget:
 
 _BUDGET_FIELDS = frozenset({"bytes"})
 
+# Archive retention (DESIGN.md §9.2): how long and how much of what left the state each
+# member's archive keeps, in the archive's own accounting (scheduler/archiving.py).
+ARCHIVE_AGE_MS_DEFAULT = 30 * limits.DAY_MS
+ARCHIVE_BYTES_DEFAULT = 10 << 30
+ARCHIVE_AGE_MS_MIN = limits.HOUR_MS
+ARCHIVE_AGE_MS_MAX = 3_650 * limits.DAY_MS
+ARCHIVE_BYTES_MIN = 1 << 20
+ARCHIVE_BYTES_MAX = 1 << 46  # 64 TiB
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveRetention:
+    max_age_ms: int = ARCHIVE_AGE_MS_DEFAULT
+    max_bytes: int = ARCHIVE_BYTES_DEFAULT
+
+    def to_wire(self) -> dict[str, int]:
+        return {"max_age_ms": self.max_age_ms, "max_bytes": self.max_bytes}
+
+    @classmethod
+    def parse(cls, data: object, where: str = "archive") -> ArchiveRetention:
+        data = parse.as_mapping(data, where)
+        parse.reject_unknown(data, _ARCHIVE_FIELDS, where)
+        return cls(
+            max_age_ms=parse.integer(data.get("max_age_ms", ARCHIVE_AGE_MS_DEFAULT),
+                                     f"{where}.max_age_ms", low=ARCHIVE_AGE_MS_MIN,
+                                     high=ARCHIVE_AGE_MS_MAX),
+            max_bytes=parse.integer(data.get("max_bytes", ARCHIVE_BYTES_DEFAULT),
+                                    f"{where}.max_bytes", low=ARCHIVE_BYTES_MIN,
+                                    high=ARCHIVE_BYTES_MAX),
+        )
+
+
+_ARCHIVE_FIELDS = frozenset({"max_age_ms", "max_bytes"})
+Section = Retention | Budget | ArchiveRetention
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     retention: Retention = Retention()
     budget: Budget = Budget()
+    archive: ArchiveRetention = ArchiveRetention()
 
     def to_wire(self) -> dict[str, Any]:
         return {name: getattr(self, name).to_wire() for name in SECTIONS}
 
-    def with_section(self, name: str, value: Retention | Budget) -> Settings:
+    def with_section(self, name: str, value: Section) -> Settings:
         if isinstance(value, Retention):
             return replace(self, retention=value)
-        return replace(self, budget=value)
+        if isinstance(value, Budget):
+            return replace(self, budget=value)
+        return replace(self, archive=value)
 
     @classmethod
     def parse(cls, data: object, where: str = "settings") -> Settings:
@@ -191,14 +229,16 @@ class Settings:
         return settings
 
 
-SECTIONS = ("retention", "budget")
+SECTIONS = ("retention", "budget", "archive")
 _SECTION_NAMES = frozenset(SECTIONS)
 
 
-def parse_section(name: str, data: object, where: str | None = None) -> Retention | Budget:
+def parse_section(name: str, data: object, where: str | None = None) -> Section:
     if name == "retention":
         return Retention.parse(data, where or name)
     if name == "budget":
         return Budget.parse(data, where or name)
+    if name == "archive":
+        return ArchiveRetention.parse(data, where or name)
     raise Invalid("section", f"must be one of {', '.join(SECTIONS)}, not {name!r}",
                   code="not_found")

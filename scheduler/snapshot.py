@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler.archiving import ArchiveLedger
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.events import EventLog
 from raftcron.scheduler.frozen import STATUS, FrozenJob, job_from_list, row
@@ -137,6 +138,7 @@ def _sections(state: SchedulerState) -> dict[str, Any]:
             "settings": state.settings.to_wire(),
             "keys_forgotten_ms": state.keys_forgotten_ms,
             "retention_pending": state.retention_pending,
+            "archive_ledger": state.archive_ledger.to_list(),
         }
     return sections
 
@@ -272,6 +274,7 @@ def _restore(blob: bytes) -> SchedulerState:
         state.settings = Settings.parse(gate_section["settings"])
         state.keys_forgotten_ms = gate_section["keys_forgotten_ms"]
         state.retention_pending = gate_section["retention_pending"]
+        state.archive_ledger = ArchiveLedger.from_list(gate_section["archive_ledger"])
     return state
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from raftcron.scheduler import (
+    archiving,
     bulk,
     claiming,
     events,
@@ -28,6 +29,7 @@ from raftcron.scheduler import (
     workflows,
 )
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler.archiving import ArchiveLedger
 from raftcron.scheduler.commands import (
     Ack,
     Barrier,
@@ -94,9 +96,10 @@ class SchedulerState:
         self.retention_pending = False  # the last Tick left eviction work for the next one
         self.schedules_bytes = 0  # the memory model's count of the schedules and workflows
         self.workflows_bytes = 0
+        self.archive_ledger = ArchiveLedger()  # archive retention (scheduler/archiving.py)
         # Not replicated: a list the shell sets gets every job that leaves (`remove_job`), to
         # take after each entry and archive (cluster/archive); None keeps none.
-        self.leaving: list[Job | FrozenJob] | None = None
+        self.leaving: list[tuple[int, Job | FrozenJob]] | None = None
 
     @property
     def finalized(self) -> bool:
@@ -561,9 +564,7 @@ class SchedulerState:
         )
 
     def remove_job(self, job: Job | FrozenJob) -> None:
-        self.table.remove(job)
-        if self.leaving is not None:
-            self.leaving.append(job)
+        archiving.leave(self, job, self.table.remove(job))
         workflow_id = self.workflow_of.pop(job.id, None)
         if workflow_id is not None:
             workflow = self.workflows.get(workflow_id)

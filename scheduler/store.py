@@ -176,8 +176,9 @@ class JobTable:
             if key in self.held:
                 self._release(key)
 
-    def remove(self, job: Job | FrozenJob) -> None:
-        """Forget a finished job (retention); its key entry expires on its own schedule."""
+    def remove(self, job: Job | FrozenJob) -> int:
+        """Forget a finished job (retention); its key entry expires on its own schedule. What
+        it was counted for (its bytes in the memory model)."""
         assert job.final, f"removing job {job.id} in status {job.status}"
         # Every finished job comes this way once (eviction): its fields read once, as locals.
         if isinstance(job, FrozenJob):
@@ -192,6 +193,7 @@ class JobTable:
             del index[job_id]
         self.finished.discount(status, queue)
         self._recount(queue, -counted, final=True)
+        return counted
 
     # -- status moves --------------------------------------------------------------------
 

@@ -194,6 +194,10 @@ def usage(state: SchedulerState) -> dict[str, Any]:
                     for reason in ("age", "count", "budget")},
         "fires_refused": sum(s.misfires_state_full for s in state.schedules.values()),
         "retention_pending": state.retention_pending,
+        # Archive retention's accounting (scheduler/archiving.py): what every member's archive
+        # keeps, in the memory model's bytes, and the first sequence number kept.
+        "archive": {"bytes": state.archive_ledger.bytes, "floor": state.archive_ledger.floor,
+                    "next_seq": state.archive_ledger.next_seq},
     }
 
 
@@ -203,7 +207,7 @@ def settings_view(state: SchedulerState) -> dict[str, Any]:
     if state.finalized:
         view.update(state.settings.to_wire())
     else:
-        view.update(retention=None, budget=None)
+        view.update(retention=None, budget=None, archive=None)
     view["usage"] = usage(state)
     return view
 

@@ -8,8 +8,9 @@ of `views.job_view`, payload and result included) beside the columns searches fi
 
 A row is written by job id with `INSERT OR REPLACE`: a node that replays its log after a
 restart writes the same rows again and ends with the same archive. `left_index` is the log
-index of the entry that removed the job from the state, so rows are also ordered as every
-member applied them (what archive retention drops, oldest first).
+index of the entry that removed the job from the state; `seq` the number the state gave it
+for archive retention (scheduler/archiving.py), which drops the rows below a floor on every
+member alike (0: archived before the cluster was finalized, never dropped by it).
 
 In `fsync` durability a commit is synced (`synchronous = FULL` with the write-ahead log); in
 `os` durability it is left to the page cache (`NORMAL`), as the Raft log is.
@@ -44,10 +45,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_ms INTEGER NOT NULL,
     finished_ms INTEGER,
     left_index INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
     bytes INTEGER NOT NULL,
     doc TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS jobs_left ON jobs (left_index, id);
+CREATE INDEX IF NOT EXISTS jobs_seq ON jobs (seq) WHERE seq > 0;
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_ms);
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_ms);
 CREATE INDEX IF NOT EXISTS jobs_task ON jobs (task);
@@ -77,10 +79,11 @@ class Row:
     created_ms: int
     finished_ms: int | None
     left_index: int
+    seq: int
     doc: str
 
     @classmethod
-    def of_view(cls, view: dict[str, Any], left_index: int) -> Row:
+    def of_view(cls, view: dict[str, Any], left_index: int, seq: int = 0) -> Row:
         """`view` with its history (`views.job_view`): the worker searched for is the last
         attempt's (a finished job's view names none of its own)."""
         history = view.get("history") or ()
@@ -96,6 +99,7 @@ class Row:
             created_ms=view["created_ms"],
             finished_ms=view["finished_ms"],
             left_index=left_index,
+            seq=seq,
             doc=json.dumps(view, separators=(",", ":"), ensure_ascii=False),
         )
 
@@ -159,9 +163,10 @@ class ArchiveStore:
                 "UPDATE meta SET value = value + ? WHERE name = 'bytes'",
                 (sum({r.id: r.bytes for r in rows}.values()) - replaced_bytes,))
             self.db.executemany(
-                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(r.id, r.task, r.queue, r.status, r.schedule, r.key, r.worker, r.error,
-                  r.created_ms, r.finished_ms, r.left_index, r.bytes, r.doc) for r in rows])
+                  r.created_ms, r.finished_ms, r.left_index, r.seq, r.bytes, r.doc)
+                 for r in rows])
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('through_index', ?)",
                             (through_index,))
             self.db.execute("COMMIT")
@@ -169,6 +174,32 @@ class ArchiveStore:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
             raise ArchiveError(f"cannot write the archive {self.path}: {error}") from None
+
+    def trim(self, floor: int, *, rows_max: int = 10_000) -> int:
+        """Delete at most `rows_max` rows numbered below `floor` (archive retention, the same
+        rows on every member: scheduler/archiving.py), with the totals; how many went. Rows
+        archived before the cluster was finalized have no number and stay."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            ids = [row_id for (row_id,) in self.db.execute(
+                "SELECT id FROM jobs WHERE seq > 0 AND seq < ? ORDER BY seq LIMIT ?",
+                (floor, rows_max))]
+            if ids:
+                marks = ",".join("?" * len(ids))
+                count, size = self.db.execute(
+                    f"SELECT count(*), coalesce(sum(bytes), 0) FROM jobs WHERE id IN ({marks})",
+                    ids).fetchone()
+                self.db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", ids)
+                self.db.execute("UPDATE meta SET value = value - ? WHERE name = 'rows'",
+                                (count,))
+                self.db.execute("UPDATE meta SET value = value - ? WHERE name = 'bytes'",
+                                (size,))
+            self.db.execute("COMMIT")
+            return len(ids)
+        except sqlite3.Error as error:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise ArchiveError(f"cannot trim the archive {self.path}: {error}") from None
 
     def get(self, job_id: int) -> dict[str, Any] | None:
         found = self._one("SELECT doc FROM jobs WHERE id = ?", (job_id,))

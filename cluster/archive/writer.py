@@ -38,6 +38,7 @@ log = logging.getLogger("raftcron.archive")
 PENDING_JOBS_MAX = 50_000  # removed jobs waiting for the writer (tens of MB at most)
 BATCH_JOBS_MAX = 5_000  # jobs per transaction
 RETRY_S = 1.0  # after a failed write
+TRIM_ROWS_MAX = 5_000  # rows one trim transaction deletes
 PUT_WAIT_LOG_S = 5.0  # a Raft thread held longer than this by a full hand-over is logged
 
 
@@ -48,9 +49,13 @@ class ArchiveWriter:
         self.pending_max = pending_max
         self.monotonic = monotonic
         self._cond = threading.Condition()
-        self._pending: deque[tuple[int, Sequence[Job | FrozenJob]]] = deque()
+        self._pending: deque[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]] = deque()
         self._pending_jobs = 0
         self._by_id: dict[int, Job | FrozenJob] = {}  # the jobs in `_pending`
+        # Archive retention (scheduler/archiving.py): rows numbered below `_floor` go; every
+        # row below `_trimmed` is gone already.
+        self._floor = 1
+        self._trimmed = 1
         self._durable_index = store.through_index()  # the last index committed
         self._stopping = False
         self.problem: str | None = None
@@ -60,16 +65,23 @@ class ArchiveWriter:
     def start(self) -> None:
         self._thread.start()
 
-    def put(self, index: int, jobs: Sequence[Job | FrozenJob]) -> None:
+    def put(self, index: int, jobs: Sequence[tuple[int, Job | FrozenJob]]) -> None:
         """The jobs the entry at `index` removed (the Raft thread, under the apply lock, so a
         reader sees each job in the state or here, never in neither). Never waits: see
         `wait_for_room`."""
         with self._cond:
             self._pending.append((index, jobs))
             self._pending_jobs += len(jobs)
-            for job in jobs:
+            for _, job in jobs:
                 self._by_id[job.id] = job
             self._cond.notify_all()
+
+    def set_floor(self, floor: int) -> None:
+        """The state's archive floor after an entry (the Raft thread): rows below it go."""
+        if floor > self._floor:
+            with self._cond:
+                self._floor = max(self._floor, floor)
+                self._cond.notify_all()
 
     def wait_for_room(self) -> None:
         """Hold the Raft thread (outside the apply lock) while the hand-over is over its
@@ -121,12 +133,12 @@ class ArchiveWriter:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
-    def _take(self) -> tuple[list[tuple[int, Sequence[Job | FrozenJob]]], bool]:
+    def _take(self) -> tuple[list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]], bool]:
         """The oldest entries' jobs, left in `_pending` (readers see them) until committed."""
         with self._cond:
-            while not self._pending and not self._stopping:
+            while not self._pending and not self._stopping and self._trimmed >= self._floor:
                 self._cond.wait(1.0)
-            taken: list[tuple[int, Sequence[Job | FrozenJob]]] = []
+            taken: list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]] = []
             count = 0
             for item in self._pending:
                 if count >= BATCH_JOBS_MAX:
@@ -140,11 +152,28 @@ class ArchiveWriter:
             taken, last = self._take()
             if taken:
                 self._write(taken)
+            self._trim()
             if last:
                 return
 
-    def _write(self, taken: list[tuple[int, Sequence[Job | FrozenJob]]]) -> None:
-        rows = [Row.of_view(job_view(job), index) for index, jobs in taken for job in jobs]
+    def _trim(self) -> None:
+        """Drop what archive retention let go, a bounded number of rows per transaction."""
+        floor = self._floor
+        if self._trimmed >= floor:
+            return
+        try:
+            while self.store.trim(floor, rows_max=TRIM_ROWS_MAX) == TRIM_ROWS_MAX:
+                if self._stopping:
+                    return
+        except ArchiveError as error:
+            log.error("%s; retrying after the next write", error,
+                      extra={"action": "archive_trim_failed"})
+            return
+        self._trimmed = floor
+
+    def _write(self, taken: list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]]) -> None:
+        rows = [Row.of_view(job_view(job), index, seq)
+                for index, jobs in taken for seq, job in jobs]
         through = taken[-1][0]
         while True:
             try:
@@ -162,11 +191,13 @@ class ArchiveWriter:
         if self.problem is not None:
             log.warning("the archive is writable again", extra={"action": "archive_recovered"})
             self.problem = None
+        if any(0 < row.seq < self._trimmed for row in rows):
+            self._trimmed = 1  # written after their retention passed them: trimmed again
         with self._cond:
             self._durable_index = max(self._durable_index, through)
             for _, jobs in taken:
                 self._pending.popleft()
-                for job in jobs:
+                for _, job in jobs:
                     if self._by_id.get(job.id) is job:
                         del self._by_id[job.id]
             self._pending_jobs -= sum(len(jobs) for _, jobs in taken)

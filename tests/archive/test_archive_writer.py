@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,9 @@ def test_the_state_hands_over_the_jobs_it_removes_only_when_asked(d: Driver) -> 
     views = {job_id: job_view(d.state.job(job_id)) for job_id in ids}
     assert d.state.leaving is None
     leaving = leave(d)
-    assert sorted(job.id for job in leaving) == ids
-    assert {job.id: job_view(job) for job in leaving} == views
+    assert sorted(job.id for _, job in leaving) == ids
+    assert {job.id: job_view(job) for _, job in leaving} == views
+    assert {seq for seq, _ in leaving} == {0}  # not finalized: numbered for nothing
     assert len(d.state.table) == 0
 
 
@@ -77,7 +79,7 @@ def test_an_archived_job_is_found_by_id_as_the_api_showed_it(tmp_path: Path, d: 
 def test_a_replayed_eviction_writes_the_same_row_again(tmp_path: Path, d: Driver) -> None:
     leaving = leave_after(d, 4)
     store = ArchiveStore(str(tmp_path))
-    rows = [Row.of_view(job_view(job), 9) for job in leaving]
+    rows = [Row.of_view(job_view(job), 9, seq) for seq, job in leaving]
     store.write(rows, 9)
     store.write(rows, 9)  # the node restarted and replayed the entry
     dump = sorted(store.db.execute("SELECT * FROM jobs").fetchall())
@@ -136,14 +138,15 @@ def test_durable_through_counts_only_the_entries_handed_over(tmp_path: Path, d: 
         assert writer.durable_through(19)
         assert not writer.durable_through(20) and not writer.durable_through(25)
         # Until committed, the jobs are read from the hand-over (they are in no state now).
-        assert writer.pending_job(leaving[0].id) is leaving[0]
-        assert writer.pending_jobs() == leaving
-        assert writer.store.get(leaving[0].id) is None
+        first = leaving[0][1]
+        assert writer.pending_job(first.id) is first
+        assert writer.pending_jobs() == [job for _, job in leaving]
+        assert writer.store.get(first.id) is None
         gate.set()
         assert writer.wait_durable(25, 10)
         assert writer.durable_through(25)
-        assert writer.pending_job(leaving[0].id) is None and writer.pending_jobs() == []
-        assert writer.store.get(leaving[0].id) is not None
+        assert writer.pending_job(first.id) is None and writer.pending_jobs() == []
+        assert writer.store.get(first.id) is not None
     finally:
         gate.set()
         writer.stop()
@@ -207,3 +210,33 @@ def test_an_archive_of_another_schema_is_refused_naming_both(tmp_path: Path) -> 
     db.close()
     with pytest.raises(ArchiveError, match="of schema 99; this release reads 1"):
         ArchiveStore(str(tmp_path))
+
+
+def test_rows_below_the_floor_go_with_their_totals_even_those_written_late(
+        tmp_path: Path) -> None:
+    d = Driver()
+    d.finalize(retention={"succeeded": {"max_count": 0}})
+    d.state.leaving = []
+    finished(d, 6)
+    d.tick(advance_ms=1)
+    leaving, d.state.leaving = d.state.leaving, []
+    assert [seq for seq, _ in leaving] == [1, 2, 3, 4, 5, 6]
+    writer = ArchiveWriter(ArchiveStore(str(tmp_path)))
+    writer.start()
+    try:
+        writer.put(5, leaving[:4])
+        assert writer.wait_durable(5, 10)
+        writer.set_floor(3)  # rows 1 and 2 go
+        # Rows 5 and 6 arrive after a floor that passed them already (a tiny archive).
+        writer.set_floor(7)
+        writer.put(6, leaving[4:])
+        assert writer.wait_durable(6, 10)
+        deadline = time.monotonic() + 10
+        while writer.store.totals()["rows"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        writer.stop()
+    assert writer.store.totals()["rows"] == 0 and writer.store.totals()["row_bytes"] == 0
+    pre_gate = Row.of_view(job_view(leaving[0][1]), 1, seq=0)
+    writer.store.write([pre_gate], 7)
+    assert writer.store.trim(10**9) == 0  # archived before the gate: no number, kept

@@ -150,7 +150,7 @@ def test_paging_across_the_boundary_finds_every_job_once_as_jobs_leave_between_p
             kept = data.draw(st.integers(0, 10))
             d.put_settings("retention", {"succeeded": {"max_count": kept}})
             d.tick(advance_ms=1)
-            store.write([Row.of_view(job_view(job), 1) for job in d.state.leaving], 1)
+            store.write([Row.of_view(job_view(job), 1, seq) for seq, job in d.state.leaving], 1)
             d.state.leaving = []
             live, floor = search_jobs(d.state, query, before_id=cursor, limit=limit,
                                       scan_max=scan_max)
