@@ -174,3 +174,45 @@ def test_one_search_finds_live_and_archived_jobs_by_payload_field_each_once(
     status, refused, _ = cluster.request(cluster.nodes[0], "GET", "/v1/jobs?colour=red",
                                          token=cluster.admin_token)
     assert status == 400 and refused["error"]["field"] == "colour", refused
+
+
+def test_archive_retention_drops_the_same_rows_on_every_member(
+        cluster_factory: ClusterKeeper) -> None:
+    cluster = cluster_factory.open()
+    admin = cluster.admin_token
+    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
+                                   {"succeeded": {"max_count": 0}}, token=admin)
+    assert status == 200, body
+    status, created, _ = cluster.call("POST", "/v1/jobs/batch", {"jobs": [
+        {"task": "big", "queue": "big", "payload": {"customer": {"id": n}, "blob": "x" * 60_000}}
+        for n in range(20)]})
+    assert status == 201, created
+    ids = [job["id"] for job in created["jobs"]]
+    drain(cluster, "big")
+    for node in cluster.nodes:
+        cluster.wait_for(lambda node=node: all(
+            (job_on(cluster, node, job_id) or {}).get("archived") for job_id in ids) or None,
+            15, f"20 jobs of 60 KB archived on {node.node_id}")
+    status, body, _ = cluster.call("GET", "/v1/settings", token=admin)
+    assert body["usage"]["archive"]["bytes"] > 1 << 20  # 1.2 MB: more than the least allowed
+    status, body, _ = cluster.call("PUT", "/v1/settings/archive", {"max_bytes": 1 << 20},
+                                   token=admin)
+    assert status == 200 and body["archive"]["max_bytes"] == 1 << 20, body
+    # The oldest minute's rows go together (all 20, unless they left across a minute's
+    # edge), and every member keeps exactly the same ones: the newest.
+    usage = cluster.wait_for(lambda: (lambda u: u if u["archive"]["floor"] > 1 else None)(
+        cluster.call("GET", "/v1/settings", token=admin)[1]["usage"]), 15, "the floor moved")
+    assert usage["archive"]["bytes"] <= 1 << 20
+
+    def kept_on(node: LocalNode) -> list[int]:
+        return [job_id for job_id in ids if job_on(cluster, node, job_id) is not None]
+
+    kept = {node.node_id: cluster.wait_for(
+        lambda node=node: (lambda k: k if len(k) < 20 else None)(kept_on(node)), 15,
+        f"the archive of {node.node_id} trimmed") for node in cluster.nodes}
+    first = kept[cluster.nodes[0].node_id]
+    assert all(k == first for k in kept.values()), kept
+    assert first == ids[len(ids) - len(first):]  # the newest stay, if any
+    for node in cluster.nodes:
+        status, view, _ = cluster.request(node, "GET", "/v1/cluster", token=admin)
+        assert view["archive"]["rows"] == len(first), view
