@@ -99,7 +99,8 @@ def test_data_dir_is_relative_to_the_config_file(tmp_path):
          "settings.retention.failed.max_count"),
         ({"settings": {"retention": {"queues": {"q": {"done": {}}}}}},
          "settings.retention.queues.q.done"),
-        ({"settings": {"archive": {}}}, "settings.archive"),
+        ({"settings": {"archives": {}}}, "settings.archives"),
+        ({"settings": {"archive": {"max_bytes": 1}}}, "settings.archive.max_bytes"),
     ],
 )
 def test_a_bad_config_names_the_key(changes, key, tmp_path, monkeypatch):

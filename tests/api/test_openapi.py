@@ -45,7 +45,13 @@ from raftcron.scheduler.flowspecs import QueueSpec
 from raftcron.scheduler.gate import RELEASE_LEVEL
 from raftcron.scheduler.notifications import NotificationSpec
 from raftcron.scheduler.schedulespec import ScheduleSpec
-from raftcron.scheduler.settings import BUDGET_BYTES_DEFAULT, BUDGET_BYTES_MIN, Budget, Retention
+from raftcron.scheduler.settings import (
+    BUDGET_BYTES_DEFAULT,
+    BUDGET_BYTES_MIN,
+    ArchiveRetention,
+    Budget,
+    Retention,
+)
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 from . import apidoc
@@ -234,12 +240,14 @@ def _with_name(command: Any) -> Callable[[dict[str, Any]], Any]:
 
 def _settings_section(body: dict[str, Any]) -> Any:
     """cluster/http/settings.py's put: request_id out, then the section's own parser. The
-    document cannot tie a body to the path's section, so it takes what either section takes."""
+    document cannot tie a body to the path's section, so it takes what any section takes."""
     body = _without_request_id(body)
-    try:
-        return Retention.parse(body)
-    except Invalid:
-        return Budget.parse(body)
+    for section in (Retention, Budget):
+        try:
+            return section.parse(body)
+        except Invalid:
+            pass
+    return ArchiveRetention.parse(body)
 
 
 def _finalize(body: dict[str, Any]) -> Any:
@@ -496,6 +504,11 @@ AGREEMENT = [
     ("putSettings", {"queues": {f"q{n}": {"failed": {}} for n in range(1_001)}}, False),
     ("putSettings", {"bytes": 1_048_575}, False),
     ("putSettings", {"bytes": 1_099_511_627_777}, False),
+    ("putSettings", {"max_age_ms": 3_600_000, "max_bytes": 1_048_576}, True),
+    ("putSettings", {"max_bytes": 70_368_744_177_664, "request_id": "a-1"}, True),
+    ("putSettings", {"max_age_ms": 3_599_999}, False),
+    ("putSettings", {"max_bytes": 70_368_744_177_665}, False),
+    ("putSettings", {"max_age_ms": 3_600_000, "max_rows": 5}, False),
     ("putSettings", {"bytes": True}, False),
     ("putSettings", {"bytes": None}, False),
     ("putSettings", {"bytes": 1_048_576, "succeeded": {}}, False),
@@ -924,7 +937,7 @@ ERRORS = [
         "cycle",
     ),
     ("POST", "/v1/jobs", {"task": "t", "depends_on": [123456789]}, None, "admin", 400, "invalid"),
-    ("PUT", "/v1/settings/archive", {}, None, "admin", 404, "not_found"),
+    ("PUT", "/v1/settings/archives", {}, None, "admin", 404, "not_found"),
     ("PUT", "/v1/settings/budget", {"bytes": 1}, None, "admin", 400, "invalid"),
     ("PUT", "/v1/settings/budget", None, None, "admin", 400, "invalid"),
     ("PUT", "/v1/settings/retention", {"queues": {"a b": {"failed": {}}}}, None, "admin", 400,
