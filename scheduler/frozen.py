@@ -296,90 +296,32 @@ STATUS = {status: status for status in j.STATUSES}  # also rejects an unknown st
 
 
 def _job_from_compact_list(item: list[Any]) -> Job:
-    (
-        _,
-        job_id,
-        key,
-        task,
-        queue,
-        payload,
-        priority,
-        status,
-        attempts,
-        max_attempts,
-        attempt_limit,
-        base,
-        run_at_d,
-        backoff,
-        timeout_ms,
-        schedule,
-        fire_time_d,
-        workflow_id,
-        workflow_node,
-        depends_on,
-        waiting_on,
-        children,
-        result,
-        error,
-        finished_d,
-        token,
-        lease_until_d,
-        lease_ms,
-        worker,
-        history,
-        cancel_reason,
-        concurrency_key,
-        concurrency_max,
-    ) = item
-    job = Job.__new__(Job)  # every field is set below
-    job.id = job_id
-    job.task = intern(task)
-    job.created_ms = base
-    job.key = key
-    job.queue = intern(queue)
-    job.payload = payload
-    job.priority = priority
-    job.status = j.STATUSES[status]
-    job.attempts = attempts
-    job.max_attempts = max_attempts
-    job.attempt_limit = attempt_limit
-    job.run_at_ms = base + run_at_d
-    job.backoff = DEFAULT_BACKOFF if backoff is None else BackoffSpec.parse(backoff)
-    job.timeout_ms = timeout_ms
-    job.schedule = None if schedule is None else intern(schedule)
-    job.fire_time_ms = None if fire_time_d is None else base + fire_time_d
-    job.workflow_id = workflow_id
-    job.workflow_node = workflow_node
-    job.depends_on = tuple(depends_on)
-    job.waiting_on = waiting_on
-    job.children = children
-    job.result = result
-    job.error = error
-    job.finished_ms = None if finished_d is None else base + finished_d
-    job.token = token
-    job.lease_until_ms = None if lease_until_d is None else base + lease_until_d
-    job.lease_ms = lease_ms
-    job.worker = None if worker is None else intern(worker)
-    job.history = tuple(_compact_attempt_from(a, base) for a in history)
-    job.cancel_reason = cancel_reason
-    job.concurrency_key, job.concurrency_max = concurrency_key, concurrency_max
-    job.counted = 0  # the table counts it when it takes it
-    return job
+    """A compact record read back as the first format's fields (one decoder for both)."""
+    (_, job_id, key, task, queue, payload, priority, status, attempts, max_attempts,
+     attempt_limit, base, run_at_d, backoff, timeout_ms, schedule, fire_time_d, workflow_id,
+     workflow_node, depends_on, waiting_on, children, result, error, finished_d, token,
+     lease_until_d, lease_ms, worker, history, cancel_reason, concurrency_key,
+     concurrency_max) = item
+    return job_from_list([
+        job_id, key, task, queue, payload, priority, j.STATUSES[status], attempts,
+        max_attempts, attempt_limit, base + run_at_d, backoff, timeout_ms, schedule,
+        _plus(base, fire_time_d), workflow_id, workflow_node, depends_on, waiting_on, children,
+        result, error, base, _plus(base, finished_d), token, _plus(base, lease_until_d),
+        lease_ms, worker, [_attempt_from_compact(a, base) for a in history], cancel_reason,
+        concurrency_key, concurrency_max,
+    ])
 
 
-def _compact_attempt_from(data: list[Any], base_ms: int) -> Attempt:
+def _plus(base_ms: int, difference: int | None) -> int | None:
+    return None if difference is None else base_ms + difference
+
+
+def _attempt_from_compact(data: list[Any], base_ms: int) -> list[Any]:
+    """A compact attempt as the first format writes it (`Attempt.to_list`)."""
     number, token, worker, node, start_d, end_d, outcome, error = data
     start_ms = base_ms + start_d
-    return Attempt(
-        number,
-        token,
-        intern(worker),
-        None if node is None else intern(node),
-        start_ms,
-        None if end_d is None else start_ms + end_d,
-        None if outcome is None else OUTCOMES[outcome],
-        error,
-    )
+    return [number, token, worker, node, start_ms, _plus(start_ms, end_d),
+            None if outcome is None else OUTCOMES[outcome], error]
 
 
 def intern(text: str, _seen: dict[str, str] = {}) -> str:  # noqa: B006 - a deliberate cache
