@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from typing import Any
 
 from raftcron.chaos.tier2.checkers import FINAL
 from raftcron.chaos.tier2.history import History
-from raftcron.chaos.tier2.workload import QUEUE
+from raftcron.chaos.tier2.workload import QUEUE, LoopThread
 from raftcron.cluster.asyncclient import AsyncClient
 from raftcron.cluster.clientparts import ApiError, RaftcronError, new_request_id
 
@@ -53,27 +52,21 @@ OBSERVE_EVERY_S = 0.5
 USAGE_EVERY_S = 2.0
 
 
-class Flood:
+class Flood(LoopThread):
     """The flood, its consumer, its operator and the observer, on one loop in a thread."""
 
+    THREAD_NAME = "chaos-flood"
+
     def __init__(self, urls: list[str], history: History) -> None:
+        super().__init__()
         self.urls = urls
         self.history = history
-        self.loop = asyncio.new_event_loop()
-        self.thread: threading.Thread | None = None
-        self.submitting = threading.Event()
-        self.stopping: asyncio.Event | None = None
         self.idle: list[int] = []  # acknowledged idle jobs not yet cancelled, oldest first
         self.seen_final: set[int] = set()
         self.refused_since: float | None = None
         self.counter = 0
 
     # -- the harness's side ---------------------------------------------------------------
-
-    def start(self) -> None:
-        self.submitting.set()
-        self.thread = threading.Thread(target=self._run, name="chaos-flood", daemon=True)
-        self.thread.start()
 
     def stop_submitting(self, timeout_s: float = 60.0) -> None:
         """Stop the flood and cancel every idle job left (bounded): then every acknowledged
@@ -86,18 +79,6 @@ class Flood:
             done.result(timeout_s)
         if self.idle:
             self.history.record("note", text=f"flood: {len(self.idle)} idle jobs not cancelled")
-
-    def stop(self) -> None:
-        if self.thread is None:
-            return
-        if self.stopping is not None:
-            self.loop.call_soon_threadsafe(self.stopping.set)
-        self.thread.join(timeout=30)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._main())
-        self.loop.close()
 
     async def _main(self) -> None:
         from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, WORKER

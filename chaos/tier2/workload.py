@@ -361,35 +361,22 @@ class WorkerPool:
 # -- the client side: submitter, workflows, stale actor, monitor ---------------------------
 
 
-class ClientLoad:
-    """The harness's own traffic, on one asyncio loop in a thread."""
+class LoopThread:
+    """An asyncio loop in a thread of its own, for the harness's loads: `start` runs `_main`
+    there, `stop` sets `stopping` (which `_main` creates and waits on) and joins (bounded)."""
 
-    def __init__(
-        self, nodes: dict[str, str], history: History, sink: Path, seed: int,
-        *, submit_every_s: float = 0.3, workflow_every_s: float = 4.0,
-    ) -> None:
-        self.nodes = nodes  # url -> node id
-        self.urls = list(nodes)
-        self.history = history
-        self.sink = sink
-        self.rng = random.Random(seed)
-        self.submit_every_s = submit_every_s
-        self.workflow_every_s = workflow_every_s
+    THREAD_NAME = "chaos-load"
+
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread: threading.Thread | None = None
         self.submitting = threading.Event()
         self.stopping: asyncio.Event | None = None
-        self.acked: dict[str, int] = {}  # key -> job id
-        self.tasks: list[asyncio.Task[None]] = []
-        self.counter = 0
 
     def start(self) -> None:
         self.submitting.set()
-        self.thread = threading.Thread(target=self._run, name="chaos-client", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
         self.thread.start()
-
-    def stop_submitting(self) -> None:
-        self.submitting.clear()
 
     def stop(self) -> None:
         if self.thread is None:
@@ -402,6 +389,34 @@ class ClientLoad:
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(self._main())
         self.loop.close()
+
+    async def _main(self) -> None:
+        raise NotImplementedError
+
+
+class ClientLoad(LoopThread):
+    """The harness's own traffic, on one asyncio loop in a thread."""
+
+    THREAD_NAME = "chaos-client"
+
+    def __init__(
+        self, nodes: dict[str, str], history: History, sink: Path, seed: int,
+        *, submit_every_s: float = 0.3, workflow_every_s: float = 4.0,
+    ) -> None:
+        self.nodes = nodes  # url -> node id
+        self.urls = list(nodes)
+        self.history = history
+        self.sink = sink
+        self.rng = random.Random(seed)
+        self.submit_every_s = submit_every_s
+        self.workflow_every_s = workflow_every_s
+        super().__init__()
+        self.acked: dict[str, int] = {}  # key -> job id
+        self.tasks: list[asyncio.Task[None]] = []
+        self.counter = 0
+
+    def stop_submitting(self) -> None:
+        self.submitting.clear()
 
     async def _main(self) -> None:
         from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, WORKER
