@@ -264,8 +264,9 @@ def search_jobs(
     scan_max: int = SEARCH_SCAN_MAX,
 ) -> tuple[list[dict[str, Any]], int]:
     """The state's jobs (and `extra`'s: the archive's hand-over) that `query` matches, newest
-    first, below `before_id`, as views with their history; and the floor: every job with an
-    id from the floor up to `before_id` was examined (0: all were). At most `limit` found,
+    first, below `before_id`, as views (their history only when the worker is asked for); and
+    the floor: every job with an id from the floor up to `before_id` was examined (0: all
+    were). At most `limit` found,
     at most `scan_max` examined: a search never holds the apply lock long; the next read
     goes on below the floor. `extra`'s jobs have left the state: their views say
     `"archived": true`. `in_state` False: only `extra`'s."""
@@ -307,7 +308,8 @@ def _searched(job: Job | FrozenJob, query: JobFilter) -> dict[str, Any] | None:
         return None
     if query.schedule is not None and job.schedule != query.schedule:
         return None
-    view = job_view(job)
+    # The attempts only when the worker is asked for (its last attempt's): a list leaves them out.
+    view = job_view(job, history=query.worker is not None)
     return view if query.matches(view) else None
 
 

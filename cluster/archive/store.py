@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftcron.cluster.archive.query import where
-from raftcron.scheduler.search import JobFilter
+from raftcron.scheduler.search import JobFilter, last_worker
 
 ARCHIVE_NAME = "archive.sqlite"
 SCHEMA_VERSION = 1
@@ -86,7 +86,6 @@ class Row:
     def of_view(cls, view: dict[str, Any], left_index: int, seq: int = 0) -> Row:
         """`view` with its history (`views.job_view`): the worker searched for is the last
         attempt's (a finished job's view names none of its own)."""
-        history = view.get("history") or ()
         return cls(
             id=view["id"],
             task=view["task"],
@@ -94,7 +93,7 @@ class Row:
             status=view["status"],
             schedule=view["schedule"],
             key=view["key"],
-            worker=history[-1]["worker"] if history else None,
+            worker=last_worker(view),
             error=view["error"],
             created_ms=view["created_ms"],
             finished_ms=view["finished_ms"],

@@ -8,30 +8,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
 from conftest import ClusterKeeper
+from drains import drain
 
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 pytestmark = pytest.mark.processes
-
-
-def drain(cluster: LocalCluster, queue: str) -> None:
-    acks: list[dict[str, Any]] = []
-    for round_number in range(100):
-        status, answer, _ = cluster.call("POST", "/v1/claims", {
-            "worker": "archiver", "queues": [queue], "max": 50, "lease_ms": 30_000,
-            "request_id": f"drain-{queue}-{round_number}-{time.monotonic_ns()}",
-            "acks": acks})
-        assert status == 200, answer
-        acks = [{"id": job["id"], "token": job["token"], "outcome": "succeeded",
-                 "result": {"done": job["payload"]["customer"]}} for job in answer["jobs"]]
-        if not acks:
-            return
-    raise AssertionError(f"{queue} not drained in 100 rounds")
 
 
 def job_on(cluster: LocalCluster, node: LocalNode, job_id: int) -> dict[str, Any] | None:
@@ -40,6 +25,14 @@ def job_on(cluster: LocalCluster, node: LocalNode, job_id: int) -> dict[str, Any
         return None
     assert status == 200, body
     return dict(body)
+
+
+def wait_archived(cluster: LocalCluster, job_ids: list[int], what: str) -> None:
+    """Until every member answers each of `job_ids` from its archive (bounded)."""
+    cluster.wait_for(lambda: all(
+        (job_on(cluster, node, job_id) or {}).get("archived") is True
+        for node in cluster.nodes for job_id in job_ids) or None,
+        15, f"{what} archived on every member")
 
 
 def submit(cluster: LocalCluster, queue: str, count: int) -> list[int]:
@@ -57,17 +50,11 @@ def test_an_evicted_job_is_found_archived_on_every_member_and_after_restarts(
                                    {"succeeded": {"max_count": 5}}, token=cluster.admin_token)
     assert status == 200, body
     ids = submit(cluster, "billing", 12)
-    drain(cluster, "billing")
+    drain(cluster, "billing", result=lambda job: {"done": job["payload"]["customer"]})
     first = cluster.nodes[0]
     finished = {job_id: job_on(cluster, first, job_id) for job_id in ids}
-
-    def archived_everywhere(job_ids: list[int]) -> bool:
-        return all((job_on(cluster, node, job_id) or {}).get("archived") is True
-                   for node in cluster.nodes for job_id in job_ids)
-
     evicted = ids[:7]  # the newest 5 stay
-    cluster.wait_for(lambda: archived_everywhere(evicted) or None, 15,
-                     "the 7 evicted jobs archived on every member")
+    wait_archived(cluster, evicted, "the 7 evicted jobs")
     for node in cluster.nodes:
         for job_id in evicted:
             view = job_on(cluster, node, job_id)
@@ -99,10 +86,9 @@ def test_an_evicted_job_is_found_archived_on_every_member_and_after_restarts(
 
     # Evictions after the snapshot, then a kill -9: replayed from the log, written again.
     more = submit(cluster, "billing", 5)
-    drain(cluster, "billing")
+    drain(cluster, "billing", result=lambda job: {"done": job["payload"]["customer"]})
     victim = cluster.nodes[1]
-    cluster.wait_for(lambda: archived_everywhere(ids[7:]) or None, 15,
-                     "the next 5 evicted jobs archived on every member")
+    wait_archived(cluster, ids[7:], "the next 5 evicted jobs")
     cluster.restart(victim)
     cluster.wait_ready(30)
     for job_id in ids:
@@ -138,11 +124,8 @@ def test_one_search_finds_live_and_archived_jobs_by_payload_field_each_once(
     ids = submit(cluster, "search", 15)  # customer ids 0..14
     drain(cluster, "search")
     waiting = submit(cluster, "search-later", 3)  # queued, never claimed: live
-    cluster.wait_for(lambda: (job_on(cluster, cluster.nodes[0], ids[8]) or {}).get(
-        "archived") or None, 15, "the oldest 9 archived")
+    wait_archived(cluster, ids[:9], "the oldest 9")
     for node in cluster.nodes:
-        cluster.wait_for(lambda node=node: (job_on(cluster, node, ids[8]) or {}).get(
-            "archived") or None, 15, f"archived on {node.node_id}")
         # Every job once, newest first, whatever the page size, across the boundary.
         for limit in (1, 4, 100):
             every = search(cluster, node, task="invoice", limit=limit)
@@ -192,10 +175,7 @@ def test_archive_retention_drops_the_same_rows_on_every_member(
         assert status == 201, created
         ids += [job["id"] for job in created["jobs"]]
     drain(cluster, "big")
-    for node in cluster.nodes:
-        cluster.wait_for(lambda node=node: all(
-            (job_on(cluster, node, job_id) or {}).get("archived") for job_id in ids) or None,
-            15, f"20 jobs of 60 KB archived on {node.node_id}")
+    wait_archived(cluster, ids, "20 jobs of 60 KB")
     status, body, _ = cluster.call("GET", "/v1/settings", token=admin)
     assert body["usage"]["archive"]["bytes"] > 1 << 20  # 1.2 MB: more than the least allowed
     status, body, _ = cluster.call("PUT", "/v1/settings/archive", {"max_bytes": 1 << 20},

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
 from conftest import ClusterKeeper
+from drains import drain
 
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
@@ -54,24 +54,6 @@ def fill(cluster: LocalCluster) -> tuple[int, Any, Any]:
         else:
             raise AssertionError(f"200 batches of {count} x 60 KB never refused by 8 MiB")
     return answer
-
-
-def drain(cluster: LocalCluster, queue: str, limit: int = 1_000) -> int:
-    """Claim and complete (as a worker does, one round trip each) what `queue` holds."""
-    done = 0
-    acks: list[dict[str, Any]] = []
-    for round_number in range(200):
-        body = {"worker": "w", "queues": [queue], "max": 50, "lease_ms": 30_000,
-                "request_id": f"drain-{queue}-{round_number}-{time.monotonic_ns()}",
-                "acks": acks}
-        status, answer, _ = cluster.call("POST", "/v1/claims", body)
-        assert status == 200, answer
-        done += len(acks)
-        acks = [{"id": job["id"], "token": job["token"], "outcome": "succeeded"}
-                for job in answer["jobs"]]
-        if not acks or done >= limit:
-            break
-    return done
 
 
 def test_a_flood_of_large_payloads_is_refused_by_name_while_memory_stays_flat(
