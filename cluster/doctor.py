@@ -215,6 +215,15 @@ def _member(node: str, view: dict[str, Any], leader_view: dict[str, Any] | None,
                              f"{pending:,} jobs wait for its archive's writer (over "
                              f"{thresholds.max_archive_pending_jobs:,}): is its disk slow? "
                              "applying slows to what the archive can write"))
+    missing = archive.get("missing_jobs") or 0
+    if missing:
+        waiting = archive.get("unanswered_gap")
+        found.append(Finding(WARNING, node, "archive",
+                             f"its archive misses {missing:,} jobs (it installed a snapshot past "
+                             "their evictions) and fills them from a peer; meanwhile it asks a "
+                             "peer for what it cannot answer"
+                             + ("" if not waiting else f"; no member could give jobs numbered "
+                                f"{waiting[0]:,} to {waiting[1] - 1:,} yet")))
     return found + _budget(node, view, thresholds)
 
 

@@ -355,6 +355,13 @@ def _archive_metrics(out: Writer, archive: dict[str, Any], node_id: str) -> None
         out.metric("raftcron_archive_oldest_finished_seconds", "gauge",
                    "When the oldest archived job finished (Unix seconds; absent when empty)",
                    [] if oldest is None else [(labels, oldest / 1000)])
+        out.metric("raftcron_archive_missing_jobs", "gauge",
+                   "Archived jobs this node misses and fills from a peer (a snapshot installed "
+                   "past their evictions)", [(labels, archive["missing_jobs"])])
+    if "filled_rows" in archive:
+        out.metric("raftcron_archive_filled_rows_total", "counter",
+                   "Rows this node's archive took from peers since it started",
+                   [(labels, archive["filled_rows"])])
     out.metric("raftcron_archive_pending_jobs", "gauge",
                "Jobs that left the state and wait for the archive's writer",
                [(labels, archive["pending_jobs"])])

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from raftcron.cluster import config as configuration
 from raftcron.cluster import logs
+from raftcron.cluster.archive.fill import ArchiveFiller
 from raftcron.cluster.clockpoll import ClockPoller
 from raftcron.cluster.clocks import ClockBook
 from raftcron.cluster.config import NodeConfig
@@ -91,6 +92,11 @@ class Node:
             catch_up_timeout_s=config.membership.catch_up_timeout_s,
             election_timeout_s=config.raft.election_timeout_min_s,
         )
+        # A member missing part of the archive fills it from its peers (cluster/archive/fill.py).
+        self.archive_filler = None if self.raft.archive is None else ArchiveFiller(
+            self.raft.archive.writer, dialer, self.raft.peer_addresses)
+        if self.raft.archive is not None:
+            self.raft.archive.filler = self.archive_filler
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
             trail=AuditTrail(config.data_dir, config.node_id), dialer=dialer,
@@ -120,6 +126,8 @@ class Node:
         self.ticker.start()
         self.notifier.start()
         self.membership.start()
+        if self.archive_filler is not None:
+            self.archive_filler.start()
         # keepalive_timeout: aiohttp closes a connection idle that long, also one that has not
         # sent a whole first request head (the listener's docstring says why that matters).
         self.runner = web.AppRunner(
@@ -182,6 +190,9 @@ class Node:
         done("membership")
         await self.clock_poller.stop()
         done("clock_poller")
+        if self.archive_filler is not None:
+            await self.archive_filler.stop()
+            done("archive_filler")
         self.raft.destroy()
         done("raft")
         log.info("stopped in %.2f s (%s)", sum(steps.values()),

@@ -257,6 +257,9 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         with gc_paused():
             state = restore(blob)
         state.leaving = [] if self.archive is not None else None
+        if self.archive is not None:  # jobs the snapshot's entries removed: missing here?
+            self.archive.restored(state.archive_ledger.next_seq, state.archive_ledger.floor)
+            self.archive.set_floor(state.archive_ledger.floor)
         # The restored records are long-lived: keep them out of every future GC pass.
         gc.freeze()
         with self.lock:
@@ -384,6 +387,11 @@ class RaftNode:
 
     def members(self) -> tuple[member_book.Member, ...]:
         return directory.current_members(self.config, self.machine.members)
+
+    def peer_addresses(self) -> list[tuple[str, str]]:
+        """The other members' (node id, HTTP address), as the membership now says."""
+        return [(m.node_id, m.http_address) for m in self.members()
+                if m.node_id != self.config.node_id]
 
     def is_member(self) -> bool:
         """A member as the member book says (the configs before the first change)."""

@@ -62,6 +62,17 @@ def test_the_archive_is_shown_and_a_writer_far_behind_is_named():
     assert table[1][8] == "off"
 
 
+def test_an_archive_filling_from_a_peer_is_named_and_so_is_a_gap_no_member_can_give():
+    views = healthy()
+    views["n2"]["archive"] = {**views["n2"]["archive"], "missing_jobs": 1_500,
+                              "unanswered_gap": None}
+    assert found(views) == {(WARNING, "n2", "archive")}
+    assert "misses 1,500 jobs" in diagnose(views)[0].detail
+    assert "yet" not in diagnose(views)[0].detail
+    views["n2"]["archive"]["unanswered_gap"] = [4_001, 5_501]
+    assert "numbered 4,001 to 5,500 yet" in diagnose(views)[0].detail
+
+
 def test_each_kind_of_trouble_is_named_with_its_member():
     views = healthy()
     views["n3"] = None

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
-from raftcron.cluster.archive.store import ArchiveError, ArchiveStore
+from raftcron.cluster.archive.fill import ArchiveFiller
+from raftcron.cluster.archive.store import ArchiveError, ArchiveStore, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
 from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.storage.node import RaftStorage
@@ -28,6 +29,7 @@ class NodeArchive:
         self.writer = writer
         self.reader = reader
         self._read_lock = threading.Lock()  # the reader is one SQLite connection
+        self.filler: ArchiveFiller | None = None  # set by the node (it needs the event loop)
 
     def pending_view(self, job_id: int) -> dict[str, Any] | None:
         """A job that left the state and waits for the writer (read it under the apply lock
@@ -53,6 +55,15 @@ class NodeArchive:
             view["archived"] = True
         return found
 
+    async def rows_by_seq(self, lo: int, hi: int) -> tuple[list[Row], int]:
+        """Rows for a peer filling [lo, hi), and where the answer covers to (store.py)."""
+        return await asyncio.to_thread(self._locked, self.reader.rows_by_seq, lo, hi)
+
+    @property
+    def whole(self) -> bool:
+        """This member misses no archived job (no gap waits for a peer)."""
+        return not self.writer.gaps
+
     async def holds(self, job_id: int) -> bool:
         """Whether the job left the state into this archive (written, or on its way)."""
         return self.writer.pending_job(job_id) is not None or await self.get(job_id) is not None
@@ -65,7 +76,11 @@ class NodeArchive:
             totals = self._locked(self.reader.totals)
         except ArchiveError as error:
             totals = {"problem_reading": str(error)}
-        return totals | self.writer.summary()
+        filler = {} if self.filler is None else {
+            "filled_rows": self.filler.filled_rows,
+            "unanswered_gap": None if self.filler.unanswered is None
+            else list(self.filler.unanswered)}
+        return totals | self.writer.summary() | filler
 
     def _locked(self, read: Callable[..., T], *args: Any) -> T:
         with self._read_lock:

@@ -7,7 +7,14 @@ archive's size off the node's memory. A row holds the job as the API shows it (`
 of `views.job_view`, payload and result included) beside the columns searches filter on.
 
 A row is written by job id with `INSERT OR REPLACE`: a node that replays its log after a
-restart writes the same rows again and ends with the same archive. `left_index` is the log
+restart writes the same rows again and ends with the same archive.
+
+Gaps: every job that leaves a finalized cluster's state has a sequence number, so a member
+knows which rows it should hold. `next_seq` (in `meta`) is where its account ends: below it
+each number was written, or is recorded in `gaps` as missing (a snapshot installed from the
+leader jumped over the evictions of the entries it covers; an empty or restored data dir).
+A member fills its gaps from a peer (cluster/archive/fill.py) with `fill`, which never
+replaces a row of its own. `left_index` is the log
 index of the entry that removed the job from the state; `seq` the number the state gave it
 for archive retention (scheduler/archiving.py), which drops the rows below a floor on every
 member alike (0: archived before the cluster was finalized, never dropped by it).
@@ -22,7 +29,7 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +64,12 @@ CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (queue);
 CREATE INDEX IF NOT EXISTS jobs_key ON jobs (key) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_schedule ON jobs (schedule) WHERE schedule IS NOT NULL;
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS gaps (lo INTEGER PRIMARY KEY, hi INTEGER NOT NULL);
 """
+_COLUMNS = ("id, task, queue, status, schedule, key, worker, error, created_ms, finished_ms, "
+            "left_index, seq, bytes, doc")
+FILL_ROWS_MAX = 2_000  # rows one answer to a peer carries
+FILL_BYTES_MAX = 4 << 20  # and their documents' bytes (one 60 KB payload is ~60 KB)
 
 
 class ArchiveError(Exception):
@@ -102,6 +114,35 @@ class Row:
             doc=json.dumps(view, separators=(",", ":"), ensure_ascii=False),
         )
 
+    def to_wire(self) -> list[Any]:
+        """The row as a peer sends it (`rows_by_seq`, cluster/archive/fill.py)."""
+        return [self.id, self.task, self.queue, self.status, self.schedule, self.key,
+                self.worker, self.error, self.created_ms, self.finished_ms, self.left_index,
+                self.seq, self.doc]
+
+    @classmethod
+    def of_wire(cls, data: Any) -> Row:
+        """A row a peer sent; ValueError naming what is wrong (its shape, a field's type)."""
+        if not isinstance(data, list) or len(data) != 13:
+            raise ValueError("a row is a list of 13 fields")
+        row = cls(*data)
+        text = (row.task, row.queue, row.status, row.doc)
+        optional = (row.schedule, row.key, row.worker, row.error)
+        numbers = (row.id, row.created_ms, row.left_index, row.seq)
+        if (not all(isinstance(v, str) for v in text)
+                or not all(v is None or isinstance(v, str) for v in optional)
+                or not all(type(v) is int for v in numbers)
+                or not (row.finished_ms is None or type(row.finished_ms) is int)
+                or row.id < 1 or row.seq < 1):
+            raise ValueError(f"row {data[0]!r} has a field of the wrong type")
+        try:
+            view = json.loads(row.doc)
+        except ValueError:
+            raise ValueError(f"row {row.id}: its document is not JSON") from None
+        if not isinstance(view, dict) or view.get("id") != row.id:
+            raise ValueError(f"row {row.id}: its document is not the job's")
+        return row
+
     @property
     def bytes(self) -> int:
         """What the row counts for archive retention: its document's length, the same on every
@@ -131,74 +172,166 @@ class ArchiveStore:
 
     def _check_version(self) -> None:
         found = self.db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+        if found is not None and found[0] != SCHEMA_VERSION:
+            raise ArchiveError(f"the archive {self.path} is of schema {found[0]}; this release "
+                               f"reads {SCHEMA_VERSION}")
         if found is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
             self.db.execute("INSERT INTO meta VALUES ('rows', 0)")
             self.db.execute("INSERT INTO meta VALUES ('bytes', 0)")
-        elif found[0] != SCHEMA_VERSION:
-            raise ArchiveError(f"the archive {self.path} is of schema {found[0]}; this release "
-                               f"reads {SCHEMA_VERSION}")
+            self.db.execute("INSERT INTO meta VALUES ('next_seq', 1)")
+
+    @contextlib.contextmanager
+    def _transaction(self, doing: str) -> Iterator[None]:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            yield
+            self.db.execute("COMMIT")
+        except sqlite3.Error as error:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise ArchiveError(f"cannot {doing} the archive {self.path}: {error}") from None
+
+    def _held(self, ids: Sequence[int]) -> tuple[int, int]:
+        """How many of `ids` have a row, and their bytes (in the transaction). The totals are
+        kept beside the rows (a count over millions of rows at every scrape would not do)."""
+        rows, size = 0, 0
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            found = self.db.execute(
+                f"SELECT count(*), coalesce(sum(bytes), 0) FROM jobs WHERE id IN "
+                f"({','.join('?' * len(chunk))})", chunk).fetchone()
+            rows += found[0]
+            size += found[1]
+        return rows, size
+
+    def _present(self, ids: Sequence[int]) -> set[int]:
+        """Which of `ids` have a row."""
+        present: set[int] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            present.update(row_id for (row_id,) in self.db.execute(
+                f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+        return present
+
+    def _add_totals(self, rows: int, size: int) -> None:
+        self.db.execute("UPDATE meta SET value = value + ? WHERE name = 'rows'", (rows,))
+        self.db.execute("UPDATE meta SET value = value + ? WHERE name = 'bytes'", (size,))
+
+    def _insert(self, rows: Sequence[Row], verb: str) -> None:
+        self.db.executemany(
+            f"{verb} INTO jobs ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(r.id, r.task, r.queue, r.status, r.schedule, r.key, r.worker, r.error,
+              r.created_ms, r.finished_ms, r.left_index, r.seq, r.bytes, r.doc) for r in rows])
 
     def write(self, rows: Sequence[Row], through_index: int) -> None:
         """The rows and the index they reach, in one transaction (durable when it returns, in
         `fsync` durability)."""
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-            # The totals are kept beside the rows (a count over millions of rows at every
-            # scrape would not do): what the batch replaces is taken off first.
-            replaced_rows, replaced_bytes = 0, 0
-            ids = [r.id for r in rows]
-            for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
-                found = self.db.execute(
-                    f"SELECT count(*), coalesce(sum(bytes), 0) FROM jobs WHERE id IN "
-                    f"({','.join('?' * len(chunk))})", chunk).fetchone()
-                replaced_rows += found[0]
-                replaced_bytes += found[1]
-            self.db.execute(
-                "UPDATE meta SET value = value + ? WHERE name = 'rows'",
-                (len({r.id for r in rows}) - replaced_rows,))
-            self.db.execute(
-                "UPDATE meta SET value = value + ? WHERE name = 'bytes'",
-                (sum({r.id: r.bytes for r in rows}.values()) - replaced_bytes,))
-            self.db.executemany(
-                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(r.id, r.task, r.queue, r.status, r.schedule, r.key, r.worker, r.error,
-                  r.created_ms, r.finished_ms, r.left_index, r.seq, r.bytes, r.doc)
-                 for r in rows])
+        with self._transaction("write"):
+            by_id = {r.id: r for r in rows}  # the last of a replayed id counts
+            replaced_rows, replaced_bytes = self._held(list(by_id))
+            self._add_totals(len(by_id) - replaced_rows,
+                             sum(r.bytes for r in by_id.values()) - replaced_bytes)
+            self._insert(rows, "INSERT OR REPLACE")
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('through_index', ?)",
                             (through_index,))
-            self.db.execute("COMMIT")
-        except sqlite3.Error as error:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise ArchiveError(f"cannot write the archive {self.path}: {error}") from None
+            top = max((r.seq for r in rows), default=0)
+            if top:
+                self.db.execute("UPDATE meta SET value = max(value, ?) WHERE name = 'next_seq'",
+                                (top + 1,))
 
     def trim(self, floor: int, *, rows_max: int = 10_000) -> int:
         """Delete at most `rows_max` rows numbered below `floor` (archive retention, the same
         rows on every member: scheduler/archiving.py), with the totals; how many went. Rows
-        archived before the cluster was finalized have no number and stay."""
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
+        archived before the cluster was finalized have no number and stay. Gaps below the
+        floor are gone too: nothing there is to be filled any more."""
+        with self._transaction("trim"):
             ids = [row_id for (row_id,) in self.db.execute(
                 "SELECT id FROM jobs WHERE seq > 0 AND seq < ? ORDER BY seq LIMIT ?",
                 (floor, rows_max))]
             if ids:
-                marks = ",".join("?" * len(ids))
-                count, size = self.db.execute(
-                    f"SELECT count(*), coalesce(sum(bytes), 0) FROM jobs WHERE id IN ({marks})",
-                    ids).fetchone()
-                self.db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", ids)
-                self.db.execute("UPDATE meta SET value = value - ? WHERE name = 'rows'",
-                                (count,))
-                self.db.execute("UPDATE meta SET value = value - ? WHERE name = 'bytes'",
-                                (size,))
-            self.db.execute("COMMIT")
-            return len(ids)
+                count, size = self._held(ids)
+                self.db.execute(f"DELETE FROM jobs WHERE id IN ({','.join('?' * len(ids))})",
+                                ids)
+                self._add_totals(-count, -size)
+            self.db.execute("DELETE FROM gaps WHERE hi <= ?", (floor,))
+            self.db.execute("UPDATE gaps SET lo = ? WHERE lo < ?", (floor, floor))
+        return len(ids)
+
+    # -- gaps, and filling them from a peer -------------------------------------------------
+
+    def next_seq(self) -> int:
+        """Every sequence number below this is written, trimmed, or recorded as a gap."""
+        return int(self._one("SELECT value FROM meta WHERE name = 'next_seq'", ())[0])
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """The missing ranges [lo, hi) of sequence numbers, lowest first."""
+        try:
+            return [(lo, hi) for lo, hi in self.db.execute("SELECT lo, hi FROM gaps ORDER BY lo")]
         except sqlite3.Error as error:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise ArchiveError(f"cannot trim the archive {self.path}: {error}") from None
+            raise ArchiveError(f"cannot read the archive {self.path}: {error}") from None
+
+    def record_gap(self, lo: int, hi: int) -> None:
+        """The jobs numbered [lo, hi) left the state without this member writing them (it
+        installed a snapshot past their evictions): missing, to be filled from a peer."""
+        with self._transaction("record a gap in"):
+            if lo < hi:
+                self.db.execute("INSERT OR REPLACE INTO gaps VALUES (?, ?)", (lo, hi))
+            self.db.execute("UPDATE meta SET value = max(value, ?) WHERE name = 'next_seq'",
+                            (hi,))
+
+    def fill(self, rows: Sequence[Row], lo: int, filled_to: int) -> int:
+        """A peer's rows numbered [lo, filled_to), the part of the gap starting at `lo` it
+        answered for: written unless this member holds the job already (its own row, written
+        from its log, stands), and the gap shrunk to start at `filled_to`. How many were new."""
+        with self._transaction("fill"):
+            found = self.db.execute("SELECT hi FROM gaps WHERE lo = ?", (lo,)).fetchone()
+            if found is None:
+                return 0  # filled already, or trimmed away meanwhile
+            hi = found[0]
+            wanted = {r.id: r for r in rows if lo <= r.seq < min(filled_to, hi)}
+            held = self._present(list(wanted))
+            new = [r for r in wanted.values() if r.id not in held]
+            self._insert(new, "INSERT")
+            self._add_totals(len(new), sum(r.bytes for r in new))
+            self.db.execute("DELETE FROM gaps WHERE lo = ?", (lo,))
+            if filled_to < hi:
+                self.db.execute("INSERT INTO gaps VALUES (?, ?)", (filled_to, hi))
+        return len(new)
+
+    def rows_by_seq(self, lo: int, hi: int, *, rows_max: int = FILL_ROWS_MAX,
+                    bytes_max: int = FILL_BYTES_MAX) -> tuple[list[Row], int]:
+        """What this member can tell a peer filling [lo, hi): its rows numbered from `lo`,
+        lowest first, and `to`, the end of what the answer covers: every row in [lo, to) it
+        holds is in it, and it misses none there (no gap of its own, nothing not yet written).
+        `to == lo`: it cannot answer from `lo` (ask another member)."""
+        try:
+            self.db.execute("BEGIN")  # one read: the gaps and the rows as of one moment
+            try:
+                to = min(hi, int(self.db.execute(
+                    "SELECT value FROM meta WHERE name = 'next_seq'").fetchone()[0]))
+                gap = self.db.execute("SELECT lo FROM gaps WHERE hi > ? AND lo < ? ORDER BY lo "
+                                      "LIMIT 1", (lo, to)).fetchone()
+                if gap is not None:  # its own gap: the answer stops before it
+                    to = max(lo, gap[0])
+                found = self.db.execute(
+                    "SELECT id, task, queue, status, schedule, key, worker, error, created_ms, "
+                    "finished_ms, left_index, seq, doc FROM jobs WHERE seq > 0 AND seq >= ? "
+                    "AND seq < ? ORDER BY seq LIMIT ?", (lo, to, rows_max))
+                rows: list[Row] = []
+                size = 0
+                for fields in found:
+                    rows.append(Row(*fields))
+                    size += len(fields[-1])
+                    if size >= bytes_max:
+                        break
+            finally:
+                self.db.execute("COMMIT")
+        except sqlite3.Error as error:
+            raise ArchiveError(f"cannot read the archive {self.path}: {error}") from None
+        if len(rows) >= rows_max or size >= bytes_max:
+            to = rows[-1].seq + 1  # cut short: the next ask starts after the last row sent
+        return rows, to
 
     def get(self, job_id: int) -> dict[str, Any] | None:
         found = self._one("SELECT doc FROM jobs WHERE id = ?", (job_id,))
@@ -230,14 +363,17 @@ class ArchiveStore:
 
     def totals(self) -> dict[str, Any]:
         """Rows, their bytes (as retention counts them), the oldest finish time, the file's
-        size on disk."""
-        rows, row_bytes = self._one(
+        size on disk and the disk's free bytes, the jobs missing (gaps to fill from a peer)."""
+        rows, row_bytes, missing = self._one(
             "SELECT (SELECT value FROM meta WHERE name = 'rows'), "
-            "(SELECT value FROM meta WHERE name = 'bytes')", ())
+            "(SELECT value FROM meta WHERE name = 'bytes'), "
+            "(SELECT coalesce(sum(hi - lo), 0) FROM gaps)", ())
         oldest = self._one("SELECT min(finished_ms) FROM jobs", ())[0]
         file_bytes = sum(os.path.getsize(path) for path in self._files())
+        disk = os.statvfs(os.path.dirname(self.path))
         return {"rows": rows, "row_bytes": row_bytes, "oldest_finished_ms": oldest,
-                "file_bytes": file_bytes}
+                "file_bytes": file_bytes, "disk_free_bytes": disk.f_bavail * disk.f_frsize,
+                "missing_jobs": missing}
 
     def _files(self) -> Iterable[str]:
         for suffix in ("", "-wal", "-shm"):

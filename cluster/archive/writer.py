@@ -17,15 +17,23 @@ The hand-over is bounded (`PENDING_JOBS_MAX`): when the disk is slower than evic
 archive can take (as it does for the log's own fsync) rather than let memory grow. A write
 that fails (disk full, EIO) is retried; until one succeeds `problem` names it and the node's
 storage reports unhealthy.
+
+Gaps (store.py): a snapshot installed from the leader (or a data dir that lost its archive)
+puts the state past evictions this member never wrote. `restored` sees it, as the state's
+next archive number against the writer's own account, and records the range as missing; the
+filler (fill.py) asks a peer for those rows and hands them here (`fill`), so every change to
+the file is made by this one thread in order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from raftcron.cluster.archive.store import ArchiveError, ArchiveStore, Row
@@ -57,6 +65,12 @@ class ArchiveWriter:
         self._floor = 1
         self._trimmed = 1
         self._durable_index = store.through_index()  # the last index committed
+        # The account of archive numbers: each one below it is written, handed over, or in a
+        # gap. Gaps to record, and peers' rows to fill them with, wait here for the thread.
+        self._next_seq = store.next_seq()
+        self._new_gaps: list[tuple[int, int]] = []
+        self._fills: deque[tuple[Sequence[Row], int, int, Future[int]]] = deque()
+        self.gaps: list[tuple[int, int]] = store.gaps()  # as committed: replaced, not changed
         self._stopping = False
         self.problem: str | None = None
         self.rows_written = 0
@@ -72,9 +86,38 @@ class ArchiveWriter:
         with self._cond:
             self._pending.append((index, jobs))
             self._pending_jobs += len(jobs)
-            for _, job in jobs:
+            for seq, job in jobs:
                 self._by_id[job.id] = job
+                if seq >= self._next_seq:
+                    self._next_seq = seq + 1
             self._cond.notify_all()
+
+    def restored(self, next_seq: int, floor: int) -> None:
+        """The state was replaced by a snapshot (the Raft thread): the jobs numbered from this
+        archive's account up to the state's `next_seq` left without passing here. Recorded as
+        missing, from `floor` on (retention let the rest go)."""
+        with self._cond:
+            if next_seq <= self._next_seq:
+                return  # the node's own snapshot: its evictions are written (it waited)
+            lo = max(self._next_seq, floor)
+            log.warning("the archive misses the jobs numbered %d to %d (a snapshot past their "
+                        "evictions): filling them from a peer", lo, next_seq - 1,
+                        extra={"action": "archive_gap"})
+            self._new_gaps.append((lo, next_seq))
+            self._next_seq = next_seq
+            self._cond.notify_all()
+
+    def fill(self, rows: Sequence[Row], lo: int, filled_to: int) -> Future[int]:
+        """A peer's rows for the gap starting at `lo`, covering [lo, filled_to): written by the
+        thread (the future: how many were new; ArchiveError if it could not)."""
+        done: Future[int] = Future()
+        with self._cond:
+            if self._stopping:
+                done.set_exception(ArchiveError("the archive is closing"))
+                return done
+            self._fills.append((rows, lo, filled_to, done))
+            self._cond.notify_all()
+        return done
 
     def set_floor(self, floor: int) -> None:
         """The state's archive floor after an entry (the Raft thread): rows below it go."""
@@ -136,7 +179,8 @@ class ArchiveWriter:
     def _take(self) -> tuple[list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]], bool]:
         """The oldest entries' jobs, left in `_pending` (readers see them) until committed."""
         with self._cond:
-            while not self._pending and not self._stopping and self._trimmed >= self._floor:
+            while (not self._pending and not self._stopping and self._trimmed >= self._floor
+                   and not self._new_gaps and not self._fills):
                 self._cond.wait(1.0)
             taken: list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]] = []
             count = 0
@@ -153,8 +197,45 @@ class ArchiveWriter:
             if taken:
                 self._write(taken)
             self._trim()
+            self._mend()
             if last:
+                with self._cond:
+                    fills, self._fills = list(self._fills), deque()
+                for _, _, _, done in fills:
+                    done.set_exception(ArchiveError("the archive is closing"))
                 return
+
+    def _mend(self) -> None:
+        """Record the new gaps, write the peers' rows for the old ones."""
+        with self._cond:
+            new_gaps, self._new_gaps = self._new_gaps, []
+            fills, self._fills = list(self._fills), deque()
+        try:
+            for lo, hi in new_gaps:
+                self.store.record_gap(lo, hi)
+        except ArchiveError as error:
+            log.error("%s; retrying every %.0f s", error, RETRY_S,
+                      extra={"action": "archive_gap_unrecorded"})
+            with self._cond:
+                self._new_gaps[:0] = new_gaps
+                if not self._stopping:
+                    self._cond.wait(RETRY_S)
+        outcomes: list[tuple[Future[int], int | ArchiveError]] = []
+        for rows, lo, filled_to, done in fills:
+            try:
+                outcomes.append((done, self.store.fill(rows, lo, filled_to)))
+            except ArchiveError as error:
+                outcomes.append((done, error))
+        if new_gaps or fills:
+            try:
+                self.gaps = self.store.gaps()
+            except ArchiveError as error:
+                log.error("%s", error, extra={"action": "archive_unreadable"})
+        for done, outcome in outcomes:  # once `gaps` says what they filled
+            if isinstance(outcome, ArchiveError):
+                done.set_exception(outcome)
+            else:
+                done.set_result(outcome)
 
     def _trim(self) -> None:
         """Drop what archive retention let go, a bounded number of rows per transaction."""
@@ -170,6 +251,9 @@ class ArchiveWriter:
                       extra={"action": "archive_trim_failed"})
             return
         self._trimmed = floor
+        if self.gaps and self.gaps[0][0] < floor:  # the trim shrank them
+            with contextlib.suppress(ArchiveError):
+                self.gaps = self.store.gaps()
 
     def _write(self, taken: list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]]) -> None:
         rows = [Row.of_view(job_view(job), index, seq)
@@ -207,4 +291,4 @@ class ArchiveWriter:
     def summary(self) -> dict[str, Any]:
         with self._cond:
             return {"pending_jobs": self._pending_jobs, "durable_index": self._durable_index,
-                    "problem": self.problem}
+                    "problem": self.problem, "gaps": [list(gap) for gap in self.gaps[:10]]}

@@ -15,6 +15,7 @@ import logging
 from aiohttp import web
 
 from raftcron.cluster.http import (
+    archive,
     backup,
     claims,
     dashboard,
@@ -100,6 +101,6 @@ def build_app(svc: Services) -> web.Application:
     app.add_routes(
         jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + backup.routes()
         + flow.routes() + dashboard.routes() + notifications.routes() + members.routes()
-        + settings.routes()
+        + settings.routes() + archive.routes()
     )
     return app

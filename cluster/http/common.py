@@ -36,14 +36,15 @@ RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # role -> what it may do. "read" = every GET; the rest are named per route. "status" is the
 # cluster view (GET /v1/cluster), the one thing nodes ask each other over HTTP: the "peer"
 # role is the nodes' own credential (cluster/peerhttp.py's peer_token, from the cluster password),
-# never a user's token, and may do nothing else.
+# never a user's token, and may do nothing else but copy archived rows ("archive": a member
+# filling its archive from a peer, cluster/archive/fill.py).
 PEER_ROLE = "peer"
 ROLE_GRANTS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "status", "submit", "work", "manage", "audit"}),
+    "admin": frozenset({"read", "status", "submit", "work", "manage", "audit", "archive"}),
     "submit": frozenset({"read", "status", "submit"}),
     "worker": frozenset({"read", "status", "work"}),
     "read": frozenset({"read", "status"}),
-    PEER_ROLE: frozenset({"status"}),
+    PEER_ROLE: frozenset({"status", "archive"}),
 }
 
 

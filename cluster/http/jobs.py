@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.archive.fill import COMPLETE_HEADER, LOCAL_HEADER, forward_read
 from raftcron.cluster.archive.paging import merge_page
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
@@ -122,6 +123,8 @@ async def get_job(request: web.Request) -> web.Response:
     view = node.machine.read(find)
     if view is None and archive is not None:  # left the state: archived, if still kept
         view = await archive.get(job_id)
+        if view is None and not archive.whole:  # it may be in what this member misses
+            view = await _from_a_peer(request, whole=False)
     if view is None:
         raise HttpError(404, "not_found", f"no job {job_id}", "id")
     return json_response(view)
@@ -148,6 +151,10 @@ async def get_jobs(request: web.Request) -> web.Response:
     await maybe_consistent(request)
     node = services(request).node
     archive = node.archive if "archive" in sources else None
+    if archive is not None and not archive.whole:  # a member whose archive is whole answers
+        answer = await _from_a_peer(request, whole=True)
+        if answer is not None:
+            return json_response(answer)
 
     def live(state: SchedulerState) -> tuple[list[dict[str, Any]], int]:
         # The hand-over under the same lock as the state: a job is in one or the other.
@@ -161,14 +168,31 @@ async def get_jobs(request: web.Request) -> web.Response:
     jobs, next_cursor = merge_page((live_page, archived), floor=floor, limit=limit)
     for view in jobs:
         view.pop("history", None)  # lists leave out the attempts, as they always did
+    # Whether this answer misses nothing archived (a forwarding member asks: fill.py).
+    missing = archive is not None and not archive.whole
+    whole = not missing and (archive is not None or "archive" not in sources)
     return json_response(
         {
             "jobs": jobs,
             "next_cursor": next_cursor,
             "node": node.config.node_id,
             "applied_index": node.applied_index,
-        }
+            **({"archive_incomplete": True} if missing else {}),
+        },
+        headers={COMPLETE_HEADER: "1" if whole else "0"},
     )
+
+
+async def _from_a_peer(request: web.Request, *, whole: bool) -> dict[str, Any] | None:
+    """The answer of a member (`whole`: one whose archive misses nothing) to this GET, for a
+    member still filling its archive (cluster/archive/fill.py); None: none answered, or this
+    request was itself forwarded."""
+    svc = services(request)
+    if LOCAL_HEADER in request.headers or svc.dialer is None:
+        return None
+    answer = await forward_read(svc.dialer, svc.node.peer_addresses(), request.path_qs,
+                                request.headers.get("Authorization"), whole=whole)
+    return None if answer is None else answer[1]
 
 
 def _sources(archived: str | None) -> tuple[str, ...]:

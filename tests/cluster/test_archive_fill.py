@@ -1,0 +1,99 @@
+"""The same answers on every member (DESIGN.md §9.2): a member that lost its data and rejoined
+empty, and one added after the evictions, install a snapshot past evictions they never wrote;
+each records the gap, fills it from a peer, and meanwhile answers reads through a peer. Once
+filled, each answers every archived job from its own archive."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+from conftest import ClusterKeeper
+from drains import drain
+from test_archive import job_on, submit, wait_archived
+
+from raftcron.cluster.archive.fill import LOCAL_HEADER
+from raftcron.cluster.dev import joining
+from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+
+pytestmark = pytest.mark.processes
+
+
+def archive_of(cluster: LocalCluster, node: LocalNode) -> dict[str, Any]:
+    status, view, _ = cluster.request(node, "GET", "/v1/cluster", token=cluster.admin_token)
+    assert status == 200, view
+    return dict(view["archive"])
+
+
+def local_search(cluster: LocalCluster, node: LocalNode, query: str) -> dict[str, Any]:
+    """A search answered from `node`'s own archive (as a forwarded read is: never passed on)."""
+    status, body, _ = cluster.request(node, "GET", f"/v1/jobs?{query}", token=cluster.admin_token,
+                                      headers={LOCAL_HEADER: "1"})
+    assert status == 200, body
+    return dict(body)
+
+
+def filled(cluster: LocalCluster, node: LocalNode, what: str) -> dict[str, Any]:
+    """Until `node` misses no archived job; its archive's figures then."""
+    return cluster.wait_for(lambda: (lambda a: a if a["missing_jobs"] == 0 and a["filled_rows"]
+                                     else None)(archive_of(cluster, node)), 60, what)
+
+
+def test_a_member_rejoined_empty_and_one_added_later_fill_their_archive_from_a_peer(
+        cluster_factory: ClusterKeeper) -> None:
+    cluster = cluster_factory.open()
+    admin = cluster.admin_token
+    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
+                                   {"succeeded": {"max_count": 0}}, token=admin)
+    assert status == 200, body
+    ids = submit(cluster, "fill", 40)  # customer ids 0..39
+    drain(cluster, "fill", result=lambda job: {"done": job["payload"]["customer"]})
+    wait_archived(cluster, ids, "40 evicted jobs")
+    expected = {job_id: job_on(cluster, cluster.nodes[0], job_id) for job_id in ids}
+
+    # n3 loses its data dir and comes back empty: the leader's log is compacted, so it gets a
+    # snapshot that covers every eviction, and none of the rows.
+    victim = cluster.nodes[2]
+    cluster.kill(victim)
+    shutil.rmtree(victim.data_dir)
+    for other in cluster.live_nodes():
+        cluster.request(other, "POST", "/v1/cluster/compact", token=admin)
+    command = cluster.command
+    cluster.command = lambda node: [  # type: ignore[method-assign]
+        *command(node), *(["--rejoin-empty"] if node is victim else [])]
+    cluster.start_node(victim)
+    cluster.wait_for(lambda: any("rejoin_caught_up" in line
+                                 for line in cluster.log_lines(victim)), 60, "n3 rejoining")
+    # Answered at once, from a peer while the gap is open or from its own archive once filled.
+    for job_id in ids[::7]:
+        assert job_on(cluster, victim, job_id) == expected[job_id]
+    figures = filled(cluster, victim, "n3's archive filled")
+    assert figures["rows"] == 40 and figures["filled_rows"] == 40, figures
+    assert any("archive_gap" in line for line in cluster.log_lines(victim))
+    assert_whole(cluster, victim, ids, expected)
+
+    # A fourth member, added now: it too catches up by snapshot (the leader compacted).
+    for other in cluster.live_nodes():
+        cluster.request(other, "POST", "/v1/cluster/compact", token=admin)
+    newcomer = joining.join_node(cluster, "n4")
+    cluster.start_node(newcomer)
+    status, answer, _ = cluster.call("POST", "/v1/cluster/members?wait_s=60",
+                                     joining.body(newcomer), token=admin, timeout_s=90)
+    assert status == 201, answer
+    figures = filled(cluster, newcomer, "n4's archive filled")
+    assert figures["rows"] == 40, figures
+    assert_whole(cluster, newcomer, ids, expected)
+
+
+def assert_whole(cluster: LocalCluster, node: LocalNode, ids: list[int],
+                 expected: dict[int, Any]) -> None:
+    """`node` answers every one of `ids` from its own archive, by id and by payload field."""
+    for job_id in ids:
+        status, view, _ = cluster.request(node, "GET", f"/v1/jobs/{job_id}",
+                                          headers={LOCAL_HEADER: "1"})
+        assert status == 200 and view == expected[job_id], (node.node_id, job_id, view)
+    found = local_search(cluster, node, "payload.customer.id.gte=10&payload.customer.id.lte=19"
+                                        "&created_from_ms=0&limit=100")
+    assert "archive_incomplete" not in found
+    assert sorted(job["id"] for job in found["jobs"]) == ids[10:20]
