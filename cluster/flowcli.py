@@ -158,6 +158,36 @@ def bulk(client: Client, args: argparse.Namespace, *, ask: Callable[[str], str] 
     ))
 
 
+def purge(client: Client, args: argparse.Namespace, where: dict[str, Any], *,
+          ask: Callable[[str], str] = input) -> None:
+    """`jobs purge`: finished jobs matching a search's filters (`where`, as POST /v1/jobs/bulk
+    takes them) removed for good, live or archived, after a count and a confirmation."""
+    if args.max is not None and args.max < 1:
+        raise UsageError("--max must be at least 1")
+    if not where:
+        raise UsageError("give at least one filter (--task, --key, --payload PATH=VALUE, ...) "
+                         "to purge by")
+    matched = _run(client, "purge", where, args.max, dry_run=True)["matched"]
+    described = f"{matched} finished job{'s' if matched != 1 else ''}"
+    if args.dry_run or matched == 0:
+        answer = {"action": "purge", "filter": where, "matched": matched, "changed": 0,
+                  "dry_run": True}
+        _print(args, answer, lambda: f"{described} match; nothing changed\n")
+        return
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"{described} match; add --yes to purge them (no terminal to ask)")
+        if ask(f"purge {described} for good, from every archive too? [y/N] "
+               ).strip().lower() not in ("y", "yes"):
+            print("nothing changed")
+            return
+    totals = _run(client, "purge", where, args.max, dry_run=False)
+    answer = {"action": "purge", "filter": where, **totals, "dry_run": False}
+    _print(args, answer, lambda: (
+        f"purged {totals['changed']} of {totals['matched']} matching finished jobs (their data "
+        "stays in log segments and snapshots until they are compacted away)\n"))
+
+
 def _filter(args: argparse.Namespace) -> dict[str, Any]:
     where: dict[str, Any] = {
         name: getattr(args, name) for name in ("status", "queue", "task", "schedule")

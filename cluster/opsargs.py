@@ -46,23 +46,7 @@ def add_commands(commands: Any) -> None:
     actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="jobs newest first")
     add_common(listing)
-    listing.add_argument(
-        "--status",
-        choices=["blocked", "scheduled", "queued", "running", "succeeded", "failed", "cancelled"],
-    )
-    listing.add_argument("--queue")
-    listing.add_argument("--schedule")
-    listing.add_argument("--task")
-    listing.add_argument("--key", help="the job's idempotency key")
-    listing.add_argument("--worker", help="the worker of the job's last attempt")
-    listing.add_argument("--error", help="a part of the job's error text")
-    for edge in ("created-from", "created-to", "finished-from", "finished-to"):
-        listing.add_argument(f"--{edge}", type=int, metavar="MS", help="Unix ms, inclusive")
-    listing.add_argument(
-        "--payload", action="append", default=[], metavar="PATH=VALUE",
-        help="a payload field (customer.id=42, total.gte=10, name='\"42\"' for a string "
-             "that looks like a number); with --created-from/--finished-from or their -to",
-    )
+    add_search_arguments(listing)
     where = listing.add_mutually_exclusive_group()
     where.add_argument("--archived", action="store_true", help="only jobs that left the state")
     where.add_argument("--live", action="store_true", help="only jobs in the state")
@@ -83,6 +67,14 @@ def add_commands(commands: Any) -> None:
             action.add_argument("--reason")
         if name != "show":
             flowcli.add_bulk_arguments(action)
+    purge = actions.add_parser(
+        "purge", help="remove finished jobs matching filters for good, from the state and "
+        "from every member's archive (admin)")
+    add_common(purge)
+    add_search_arguments(purge)
+    purge.add_argument("--dry-run", action="store_true", help="count the matching jobs only")
+    purge.add_argument("--max", type=int, help="purge at most this many jobs in all")
+    purge.add_argument("--yes", action="store_true", help="do not ask before purging")
     flowcli.add_queue_commands(commands)
 
     schedules = commands.add_parser("schedules", help="create, list and control schedules")
@@ -266,3 +258,24 @@ def job_ids(text: str, flag: str) -> list[int]:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise UsageError(f"{flag} must be job ids separated by commas, not {text!r}") from None
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """The filters of a job search (`jobs list`, `jobs purge`): GET /v1/jobs's."""
+    parser.add_argument(
+        "--status",
+        choices=["blocked", "scheduled", "queued", "running", "succeeded", "failed", "cancelled"],
+    )
+    parser.add_argument("--queue")
+    parser.add_argument("--schedule")
+    parser.add_argument("--task")
+    parser.add_argument("--key", help="the job's idempotency key")
+    parser.add_argument("--worker", help="the worker of the job's last attempt")
+    parser.add_argument("--error", help="a part of the job's error text")
+    for edge in ("created-from", "created-to", "finished-from", "finished-to"):
+        parser.add_argument(f"--{edge}", type=int, metavar="MS", help="Unix ms, inclusive")
+    parser.add_argument(
+        "--payload", action="append", default=[], metavar="PATH=VALUE",
+        help="a payload field (customer.id=42, total.gte=10, name='\"42\"' for a string "
+             "that looks like a number); with --created-from/--finished-from or their -to",
+    )

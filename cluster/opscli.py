@@ -137,6 +137,9 @@ def _jobs(client: Client, args: argparse.Namespace) -> None:
     if args.action in ("cancel", "retry", "delete") and flowcli.wants_bulk(args):
         flowcli.bulk(client, args)
         return
+    if args.action == "purge":
+        flowcli.purge(client, args, _filters(args))
+        return
     if args.action in ("cancel", "retry") and flowcli.has_filters(args):
         raise UsageError("give a job id or filters, not both")
     if args.action == "list":
@@ -162,11 +165,22 @@ def _jobs(client: Client, args: argparse.Namespace) -> None:
 
 
 SEARCH_FIELDS = ("status", "queue", "schedule", "task", "key", "worker", "error",
-                 "created_from", "created_to", "finished_from", "finished_to", "limit", "cursor")
+                 "created_from", "created_to", "finished_from", "finished_to")
 
 
 def _search(args: argparse.Namespace) -> dict[str, Any]:
-    """`jobs list`'s filters as the client's `jobs` takes them."""
+    """`jobs list`'s filters and paging as the client's `jobs` takes them."""
+    filters = _filters(args)
+    for name in ("limit", "cursor"):
+        if getattr(args, name) is not None:
+            filters[name] = getattr(args, name)
+    if args.archived or args.live:
+        filters["archived"] = bool(args.archived)
+    return filters
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    """A search's filters (opsargs.add_search_arguments), `payload` as {path: value}."""
     filters: dict[str, Any] = {}
     for name in SEARCH_FIELDS:
         value = getattr(args, name)
@@ -183,8 +197,6 @@ def _search(args: argparse.Namespace) -> dict[str, Any]:
             payload[path] = raw  # plain text: a string
     if payload:
         filters["payload"] = payload
-    if args.archived or args.live:
-        filters["archived"] = bool(args.archived)
     return filters
 
 

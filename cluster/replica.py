@@ -144,13 +144,16 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                     ):
                         self._record_audit(command.request_id or "")
                 leaving = self.state.leaving
-                if leaving and self.archive is not None:
+                ledger = self.state.archive_ledger
+                purging = ledger.purging
+                if (leaving or purging) and self.archive is not None:
                     # Under the lock: a reader finds each job in the state or the hand-over.
                     self.state.leaving = []
-                    self.archive.put(self._applying_index(), leaving)
+                    ledger.purging = []
+                    self.archive.put(self._applying_index(), leaving or (), purging or ())
             if self.archive is not None:
                 self.archive.set_floor(self.state.archive_ledger.floor)
-                if leaving:  # outside the lock: the archive's disk sets the pace
+                if leaving or purging:  # outside the lock: the archive's disk sets the pace
                     self.archive.wait_for_room()
             if self.on_applied is not None:
                 self.on_applied(self.state)
@@ -206,6 +209,9 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         applied: the node attaches it before PySyncObj starts)."""
         self.archive = archive
         self.state.leaving = []
+        self.state.archive_ledger.purging = []
+        # A fill from a peer never writes a purged job's row (cluster/archive/writer.py).
+        archive.purged = lambda job_id: job_id in self.state.archive_ledger.tombstones
 
     def _applying_index(self) -> int:
         """The log index of the entry being applied (PySyncObj counts it applied after)."""
@@ -257,8 +263,10 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         with gc_paused():
             state = restore(blob)
         state.leaving = [] if self.archive is not None else None
-        if self.archive is not None:  # jobs the snapshot's entries removed: missing here?
-            self.archive.restored(state.archive_ledger.next_seq, state.archive_ledger.floor)
+        if self.archive is not None:  # jobs the snapshot's entries removed (or purged) here?
+            ledger = state.archive_ledger
+            ledger.purging = []
+            self.archive.restored(ledger.next_seq, ledger.floor, list(ledger.tombstones))
             self.archive.set_floor(state.archive_ledger.floor)
         # The restored records are long-lived: keep them out of every future GC pass.
         gc.freeze()

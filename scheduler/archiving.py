@@ -12,6 +12,10 @@ number) on, and each member deletes the rows below it.
 
 A minute's bucket is the unit: a row stays at most a minute past its age, and the byte bound
 is met to a minute's worth of jobs. Thirty days of buckets are 43,200 small records.
+
+Tombstones (scheduler/purging.py): job ids purged from every archive, each with the number the
+next job to leave had then (every row of the job is numbered below it); one goes when the
+floor passes its number. They count toward the state budget (`sizes.TOMBSTONE_BYTES` each).
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Protocol
 
-from raftcron.scheduler import limits
+from raftcron.scheduler import limits, sizes
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import Job
 from raftcron.scheduler.settings import ArchiveRetention
 
 BUCKET_MS = limits.MINUTE_MS
 BUCKETS_DROPPED_PER_TICK_MAX = 10_000  # a lowered setting drops the rest over the next Ticks
+TOMBSTONES_DROPPED_PER_TICK_MAX = 100_000
 
 
 class ArchiveLedger:
@@ -35,6 +40,20 @@ class ArchiveLedger:
         # [minute start (state ms), the last seq in it, its bytes], oldest first
         self.buckets: deque[list[int]] = deque()
         self.bytes = 0
+        self.tombstones: dict[int, int] = {}  # purged job id -> next_seq when purged, in order
+        # The ids purged since the shell last took them (None: no shell asks, as `leaving`).
+        self.purging: list[int] | None = None
+
+    def tombstone(self, job_id: int) -> None:
+        """`job_id` is purged: every member deletes its row, and keeps it deleted."""
+        self.tombstones.pop(job_id, None)  # purged again: the later number, at the end
+        self.tombstones[job_id] = self.next_seq
+        if self.purging is not None:
+            self.purging.append(job_id)
+
+    @property
+    def tombstone_bytes(self) -> int:
+        return sizes.TOMBSTONE_BYTES * len(self.tombstones)
 
     def record(self, now_ms: int, size: int) -> int:
         """A job left the state at `now_ms`, counting `size`: its sequence number."""
@@ -52,8 +71,20 @@ class ArchiveLedger:
         return seq
 
     def trim(self, now_ms: int, rule: ArchiveRetention) -> bool:
-        """Drop buckets past the rule (oldest first), at most a bounded number; whether more
-        are left to drop (the next Tick goes on)."""
+        """Drop buckets past the rule (oldest first), then the tombstones the floor passed,
+        each a bounded number; whether more are left to drop (the next Tick goes on)."""
+        more = self._trim_buckets(now_ms, rule)
+        tombstones = self.tombstones
+        for _ in range(TOMBSTONES_DROPPED_PER_TICK_MAX):
+            if not tombstones:
+                return more
+            job_id = next(iter(tombstones))
+            if tombstones[job_id] > self.floor:
+                return more
+            del tombstones[job_id]
+        return True
+
+    def _trim_buckets(self, now_ms: int, rule: ArchiveRetention) -> bool:
         buckets = self.buckets
         cutoff_ms = now_ms - rule.max_age_ms
         for _ in range(BUCKETS_DROPPED_PER_TICK_MAX):
@@ -69,12 +100,18 @@ class ArchiveLedger:
                                   or self.bytes > rule.max_bytes)
 
     def to_list(self) -> list[Any]:
-        return [self.next_seq, self.floor, [list(bucket) for bucket in self.buckets]]
+        data = [self.next_seq, self.floor, [list(bucket) for bucket in self.buckets]]
+        if self.tombstones:
+            data.append([value for pair in self.tombstones.items() for value in pair])
+        return data
 
     @classmethod
     def from_list(cls, data: list[Any]) -> ArchiveLedger:
         ledger = cls()
-        ledger.next_seq, ledger.floor, buckets = data
+        ledger.next_seq, ledger.floor, buckets = data[:3]
+        if len(data) > 3:
+            flat = data[3]
+            ledger.tombstones = dict(zip(flat[::2], flat[1::2], strict=True))
         ledger.buckets = deque([int(minute), int(seq), int(size)]
                                for minute, seq, size in buckets)
         ledger.bytes = sum(bucket[2] for bucket in ledger.buckets)

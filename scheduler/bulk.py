@@ -143,7 +143,7 @@ def _act(state: FlowState, action: str, job_id: int) -> bool:
         # Refused (a parent still failed, or no room): it stays as it is.
         outcome = state.retry_job(job_id)
         return isinstance(outcome, Rejected) and outcome.code == "state_full"
-    if action == "delete" and job.status != j.SUCCEEDED and _has_dependents(state, job):
+    if action == "delete" and job.status != j.SUCCEEDED and state.table.has_dependents(job):
         return False  # matched, not changed: see the module docstring
     if not job.final:
         live = state.table.live(job_id)
@@ -153,8 +153,3 @@ def _act(state: FlowState, action: str, job_id: int) -> bool:
     if action == "delete":
         state.remove_job(job)
     return False
-
-
-def _has_dependents(state: FlowState, job: Job | FrozenJob) -> bool:
-    children = readable(job).children or ()
-    return any(state.table.get(child) is not None for child in children)

@@ -24,6 +24,7 @@ from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.flowcommands import FLOW_COMMANDS, FlowCommand
 from raftcron.scheduler.gate import GATE_COMMANDS, GateCommand
 from raftcron.scheduler.notifications import AckNotification, DeleteNotification, PutNotification
+from raftcron.scheduler.purging import PurgeJobs
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
@@ -510,6 +511,7 @@ Command = (
     | AckNotification
     | FlowCommand
     | GateCommand
+    | PurgeJobs
 )
 
 COMMAND_TYPES: tuple[type[Any], ...] = (
@@ -535,6 +537,7 @@ COMMAND_TYPES: tuple[type[Any], ...] = (
     AckNotification,
     *FLOW_COMMANDS,
     *GATE_COMMANDS,  # tags 50-51: scheduler/gate.py
+    PurgeJobs,  # tag 52: scheduler/purging.py
 )
 BY_TAG: dict[int, type[Any]] = {cls.TAG: cls for cls in COMMAND_TYPES}
 assert len(BY_TAG) == len(COMMAND_TYPES), "a command tag is used twice"

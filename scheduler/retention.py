@@ -55,6 +55,7 @@ class BudgetState(Protocol):
     events: EventLog
     schedules_bytes: int
     workflows_bytes: int
+    archive_ledger: ArchiveLedger
 
     def state_bytes(self) -> int: ...
 
@@ -65,7 +66,6 @@ class RetentionState(BudgetState, Protocol):
     now_ms: int
     keys_forgotten_ms: int
     retention_pending: bool
-    archive_ledger: ArchiveLedger
 
     @property
     def finalized(self) -> bool: ...
@@ -258,4 +258,5 @@ def parts(state: BudgetState) -> dict[str, int]:
         "schedules": state.schedules_bytes,
         "workflows": state.workflows_bytes,
         "events": sizes.EVENT_BYTES * (len(state.events) + len(state.notifications.outbox)),
+        "tombstones": state.archive_ledger.tombstone_bytes,
     }

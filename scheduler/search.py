@@ -97,6 +97,39 @@ class JobFilter:
                               "finished_from_ms, finished_to_ms, payload.<path>)")
         return cls(**fields, payload=tuple(payload))
 
+    @classmethod
+    def from_object(cls, data: object, where: str = "filter") -> JobFilter:
+        """The filter a JSON object asks for, with the query string's names and the payload
+        fields under `payload` (`{"task": "a", "created_from_ms": 0, "payload": {"customer.id":
+        42, "total.gte": 10}}`): a payload value is the JSON value itself (42 a number, "42" a
+        string). Invalid naming `where.<name>`."""
+        if not isinstance(data, Mapping):
+            raise Invalid(where, "must be an object of filters")
+        pairs: list[tuple[str, str]] = []
+        for name, value in data.items():
+            at = f"{where}.{name}"
+            if name == "payload":
+                if not isinstance(value, Mapping):
+                    raise Invalid(at, "must be an object of payload paths and values")
+                pairs += [(PAYLOAD_PREFIX + str(path), json.dumps(wanted))
+                          for path, wanted in value.items()]
+            elif name in RANGE_FIELDS:
+                if type(value) is not int:
+                    raise Invalid(at, "must be an integer (Unix ms)")
+                pairs.append((name, str(value)))
+            elif name in (*TEXT_FIELDS, "status", "error"):
+                if not isinstance(value, str):
+                    raise Invalid(at, "must be a string")
+                pairs.append((name, value))
+            else:
+                raise Invalid(at, "is not a filter of jobs (status, task, queue, schedule, key, "
+                              "worker, error, created_from_ms, created_to_ms, finished_from_ms, "
+                              "finished_to_ms, payload)")
+        try:
+            return cls.parse(pairs)
+        except Invalid as error:
+            raise error.within(where) from None
+
     def matches(self, view: Mapping[str, Any]) -> bool:
         """Whether the job `view` (`views.job_view`, with its history) passes."""
         if self.status is not None and view["status"] != self.status:

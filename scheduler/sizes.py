@@ -32,6 +32,7 @@ SCHEDULE_BYTES = 1_000  # a schedule's record besides its spec's encoded size
 WORKFLOW_BYTES = 300  # a workflow's record besides its nodes' names
 WORKFLOW_NODE_BYTES = 100  # a node's entry in the workflow's name table
 EVENT_BYTES = 300  # an entry of the event log (its fields are a few small values)
+TOMBSTONE_BYTES = 100  # a purged id kept so no fill writes it again (scheduler/archiving.py)
 
 
 def live_job_bytes(job: Job) -> int:

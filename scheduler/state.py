@@ -21,7 +21,9 @@ from raftcron.scheduler import (
     events,
     firing,
     gate,
+    leadership,
     limits,
+    purging,
     queues,
     retention,
     sizes,
@@ -58,6 +60,7 @@ from raftcron.scheduler.notifications import (
     Notifications,
     PutNotification,
 )
+from raftcron.scheduler.purging import PurgeJobs
 from raftcron.scheduler.requests import RequestLog
 from raftcron.scheduler.schedules import Schedule
 from raftcron.scheduler.settings import Settings
@@ -110,7 +113,7 @@ class SchedulerState:
         """The state's size in the memory model (scheduler/sizes.py), what the budget bounds."""
         table = self.table
         return (table.bytes + table.key_bytes + self.schedules_bytes + self.workflows_bytes
-                + self.requests.bytes
+                + self.requests.bytes + self.archive_ledger.tombstone_bytes
                 + sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox)))
 
     @property
@@ -213,7 +216,7 @@ class SchedulerState:
             case RetryJob():
                 return self.retry_job(command.job_id)
             case BeginLeadership():
-                return self._begin_leadership(command)
+                return leadership.begin(self, command)
             case Barrier():
                 return Ok({})
             case PutNotification() | DeleteNotification() | AckNotification():
@@ -227,6 +230,8 @@ class SchedulerState:
                 return bulk.apply(self, command)
             case Finalize() | PutSettings():
                 return gate.apply(self, command)
+            case PurgeJobs():
+                return purging.apply(self, command)
             case _:
                 return firing.apply_schedule_command(self, command)
 
@@ -563,8 +568,11 @@ class SchedulerState:
             }
         )
 
-    def remove_job(self, job: Job | FrozenJob) -> None:
-        archiving.leave(self, job, self.table.remove(job))
+    def remove_job(self, job: Job | FrozenJob, *, archived: bool = True) -> None:
+        """`job` leaves the state: to the archive, unless purged (scheduler/purging.py)."""
+        counted = self.table.remove(job)
+        if archived:
+            archiving.leave(self, job, counted)
         workflow_id = self.workflow_of.pop(job.id, None)
         if workflow_id is not None:
             workflow = self.workflows.get(workflow_id)
@@ -573,28 +581,3 @@ class SchedulerState:
                 if workflow.remaining == 0:
                     del self.workflows[workflow.id]
                     self.workflows_bytes -= workflows.record_bytes(len(workflow.job_ids))
-
-    def _begin_leadership(self, command: BeginLeadership) -> Result:
-        if self.leader is not None and command.term <= self.leader[1]:
-            # A deposed leader's late proposal, forwarded after a newer leader took over.
-            return Ok({"ignored": f"term {command.term} is not after term {self.leader[1]}"})
-        base_ms = max(self.now_ms, command.now_ms)
-        extended = 0
-        for job_id in self.table.by_status[j.RUNNING]:
-            job = self.table.jobs[job_id]
-            assert isinstance(job, Job)  # running: never frozen
-            assert job.lease_ms is not None and job.lease_until_ms is not None
-            if job.lease_until_ms < base_ms + job.lease_ms:
-                job.lease_until_ms = base_ms + job.lease_ms
-                extended += 1
-        self.leader = (command.node, command.term)
-        self.emit(
-            events.LEADER_CHANGED,
-            at_ms=base_ms,  # the state's clock may not have moved yet (a cluster's first leader)
-            node=command.node,
-            term=command.term,
-            leases_extended=extended,
-        )
-        return Ok({"extended": extended})
-
-

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.finished import FinishedJobs
-from raftcron.scheduler.frozen import FrozenJob, freeze
+from raftcron.scheduler.frozen import FrozenJob, freeze, readable
 from raftcron.scheduler.jobs import Job
 from raftcron.scheduler.sizes import frozen_job_bytes, key_bytes, live_job_bytes
 
@@ -115,6 +115,10 @@ class JobTable:
     def get(self, job_id: int) -> Job | FrozenJob | None:
         return self.jobs.get(job_id)
 
+
+    def has_dependents(self, job: Job | FrozenJob) -> bool:
+        """Whether a job that depends on `job` is still in the table."""
+        return any(self.get(child) is not None for child in readable(job).children or ())
     def live(self, job_id: int) -> Job | None:
         """The job to change: a frozen one is decoded and put back in its place (the dict
         keeps its position), to be frozen again when the command ends if it is still final."""

@@ -214,6 +214,16 @@ class ArchiveStore:
                 f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk))
         return present
 
+    def _delete(self, ids: Sequence[int]) -> None:
+        """Delete the rows of `ids` (in the transaction), with the totals."""
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            count, size = self._held(chunk)
+            if count:
+                self.db.execute(f"DELETE FROM jobs WHERE id IN ({','.join('?' * len(chunk))})",
+                                chunk)
+                self._add_totals(-count, -size)
+
     def _add_totals(self, rows: int, size: int) -> None:
         self.db.execute("UPDATE meta SET value = value + ? WHERE name = 'rows'", (rows,))
         self.db.execute("UPDATE meta SET value = value + ? WHERE name = 'bytes'", (size,))
@@ -224,17 +234,21 @@ class ArchiveStore:
             [(r.id, r.task, r.queue, r.status, r.schedule, r.key, r.worker, r.error,
               r.created_ms, r.finished_ms, r.left_index, r.seq, r.bytes, r.doc) for r in rows])
 
-    def write(self, rows: Sequence[Row], through_index: int) -> None:
+    def write(self, rows: Sequence[Row], through_index: int,
+              purged: Sequence[int] = ()) -> None:
         """The rows and the index they reach, in one transaction (durable when it returns, in
-        `fsync` durability)."""
+        `fsync` durability); then the rows of the `purged` job ids are deleted (a job purged
+        after it left: its row goes, written in this batch or before)."""
         with self._transaction("write"):
             by_id = {r.id: r for r in rows}  # the last of a replayed id counts
             replaced_rows, replaced_bytes = self._held(list(by_id))
             self._add_totals(len(by_id) - replaced_rows,
                              sum(r.bytes for r in by_id.values()) - replaced_bytes)
             self._insert(rows, "INSERT OR REPLACE")
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('through_index', ?)",
-                            (through_index,))
+            self.db.execute("INSERT INTO meta VALUES ('through_index', ?) ON CONFLICT (name) "
+                            "DO UPDATE SET value = max(value, excluded.value)", (through_index,))
+            if purged:
+                self._delete(list(purged))
             top = max((r.seq for r in rows), default=0)
             if top:
                 self.db.execute("UPDATE meta SET value = max(value, ?) WHERE name = 'next_seq'",
@@ -249,11 +263,7 @@ class ArchiveStore:
             ids = [row_id for (row_id,) in self.db.execute(
                 "SELECT id FROM jobs WHERE seq > 0 AND seq < ? ORDER BY seq LIMIT ?",
                 (floor, rows_max))]
-            if ids:
-                count, size = self._held(ids)
-                self.db.execute(f"DELETE FROM jobs WHERE id IN ({','.join('?' * len(ids))})",
-                                ids)
-                self._add_totals(-count, -size)
+            self._delete(ids)
             self.db.execute("DELETE FROM gaps WHERE hi <= ?", (floor,))
             self.db.execute("UPDATE gaps SET lo = ? WHERE lo < ?", (floor, floor))
         return len(ids)

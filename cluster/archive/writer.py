@@ -42,6 +42,7 @@ from raftcron.scheduler.jobs import Job
 from raftcron.scheduler.views import job_view
 
 log = logging.getLogger("raftcron.archive")
+Handed = tuple[int, Sequence[tuple[int, Job | FrozenJob]], Sequence[int]]
 
 PENDING_JOBS_MAX = 50_000  # removed jobs waiting for the writer (tens of MB at most)
 BATCH_JOBS_MAX = 5_000  # jobs per transaction
@@ -57,7 +58,8 @@ class ArchiveWriter:
         self.pending_max = pending_max
         self.monotonic = monotonic
         self._cond = threading.Condition()
-        self._pending: deque[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]] = deque()
+        # (log index, the jobs its entry removed, the ids it purged), oldest first
+        self._pending: deque[Handed] = deque()
         self._pending_jobs = 0
         self._by_id: dict[int, Job | FrozenJob] = {}  # the jobs in `_pending`
         # Archive retention (scheduler/archiving.py): rows numbered below `_floor` go; every
@@ -71,6 +73,9 @@ class ArchiveWriter:
         self._new_gaps: list[tuple[int, int]] = []
         self._fills: deque[tuple[Sequence[Row], int, int, Future[int]]] = deque()
         self.gaps: list[tuple[int, int]] = store.gaps()  # as committed: replaced, not changed
+        # Whether a job id is purged (the state's tombstones; set by the node): a fill never
+        # writes its row. Read on this thread: the fill and the purge's delete are in order.
+        self.purged: Callable[[int], bool] = lambda job_id: False
         self._stopping = False
         self.problem: str | None = None
         self.rows_written = 0
@@ -79,23 +84,29 @@ class ArchiveWriter:
     def start(self) -> None:
         self._thread.start()
 
-    def put(self, index: int, jobs: Sequence[tuple[int, Job | FrozenJob]]) -> None:
-        """The jobs the entry at `index` removed (the Raft thread, under the apply lock, so a
-        reader sees each job in the state or here, never in neither). Never waits: see
-        `wait_for_room`."""
+    def put(self, index: int, jobs: Sequence[tuple[int, Job | FrozenJob]],
+            purged: Sequence[int] = ()) -> None:
+        """The jobs the entry at `index` removed and the ids it purged (the Raft thread, under
+        the apply lock, so a reader sees each job in the state or here, never in neither, and
+        a purged one nowhere). Never waits: see `wait_for_room`."""
         with self._cond:
-            self._pending.append((index, jobs))
-            self._pending_jobs += len(jobs)
+            self._pending.append((index, jobs, purged))
+            self._pending_jobs += len(jobs) + len(purged)
             for seq, job in jobs:
                 self._by_id[job.id] = job
                 if seq >= self._next_seq:
                     self._next_seq = seq + 1
+            for job_id in purged:
+                self._by_id.pop(job_id, None)
             self._cond.notify_all()
 
-    def restored(self, next_seq: int, floor: int) -> None:
+    def restored(self, next_seq: int, floor: int, purged: Sequence[int] = ()) -> None:
         """The state was replaced by a snapshot (the Raft thread): the jobs numbered from this
         archive's account up to the state's `next_seq` left without passing here. Recorded as
-        missing, from `floor` on (retention let the rest go)."""
+        missing, from `floor` on (retention let the rest go). `purged`: the state's tombstones,
+        whose rows this archive may still hold (it missed the purge): deleted."""
+        if purged:
+            self.put(0, (), list(purged))  # index 0: every snapshot waits for it
         with self._cond:
             if next_seq <= self._next_seq:
                 return  # the node's own snapshot: its evictions are written (it waited)
@@ -176,19 +187,19 @@ class ArchiveWriter:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
-    def _take(self) -> tuple[list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]], bool]:
+    def _take(self) -> tuple[list[Handed], bool]:
         """The oldest entries' jobs, left in `_pending` (readers see them) until committed."""
         with self._cond:
             while (not self._pending and not self._stopping and self._trimmed >= self._floor
                    and not self._new_gaps and not self._fills):
                 self._cond.wait(1.0)
-            taken: list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]] = []
+            taken: list[Handed] = []
             count = 0
             for item in self._pending:
                 if count >= BATCH_JOBS_MAX:
                     break
                 taken.append(item)
-                count += len(item[1])
+                count += len(item[1]) + len(item[2])
             return taken, self._stopping and len(taken) == len(self._pending)
 
     def _run(self) -> None:
@@ -222,8 +233,9 @@ class ArchiveWriter:
                     self._cond.wait(RETRY_S)
         outcomes: list[tuple[Future[int], int | ArchiveError]] = []
         for rows, lo, filled_to, done in fills:
+            kept = [row for row in rows if not self.purged(row.id)]  # never brought back
             try:
-                outcomes.append((done, self.store.fill(rows, lo, filled_to)))
+                outcomes.append((done, self.store.fill(kept, lo, filled_to)))
             except ArchiveError as error:
                 outcomes.append((done, error))
         if new_gaps or fills:
@@ -255,13 +267,14 @@ class ArchiveWriter:
             with contextlib.suppress(ArchiveError):
                 self.gaps = self.store.gaps()
 
-    def _write(self, taken: list[tuple[int, Sequence[tuple[int, Job | FrozenJob]]]]) -> None:
+    def _write(self, taken: list[Handed]) -> None:
         rows = [Row.of_view(job_view(job), index, seq)
-                for index, jobs in taken for seq, job in jobs]
-        through = taken[-1][0]
+                for index, jobs, _ in taken for seq, job in jobs]
+        purged = [job_id for _, _, ids in taken for job_id in ids]
+        through = max(index for index, _, _ in taken)
         while True:
             try:
-                self.store.write(rows, through)
+                self.store.write(rows, through, purged)
                 break
             except ArchiveError as error:
                 if self.problem is None:
@@ -279,12 +292,12 @@ class ArchiveWriter:
             self._trimmed = 1  # written after their retention passed them: trimmed again
         with self._cond:
             self._durable_index = max(self._durable_index, through)
-            for _, jobs in taken:
+            for _, jobs, ids in taken:
                 self._pending.popleft()
                 for _, job in jobs:
                     if self._by_id.get(job.id) is job:
                         del self._by_id[job.id]
-            self._pending_jobs -= sum(len(jobs) for _, jobs in taken)
+                self._pending_jobs -= len(jobs) + len(ids)
             self.rows_written += len(rows)
             self._cond.notify_all()
 

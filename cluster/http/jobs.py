@@ -8,7 +8,6 @@ from typing import Any
 from aiohttp import web
 
 from raftcron.cluster.archive.fill import COMPLETE_HEADER, LOCAL_HEADER, forward_read
-from raftcron.cluster.archive.paging import merge_page
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     HttpError,
@@ -27,6 +26,7 @@ from raftcron.cluster.http.common import (
     services,
     take_request_id,
 )
+from raftcron.cluster.http.jobsearch import check_filter, search_page
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import (
     CancelJob,
@@ -138,13 +138,9 @@ async def get_jobs(request: web.Request) -> web.Response:
     (and the archive's hand-over) under the apply lock, a bounded number per read, then the
     archive's file over the same range of ids; merged, each job once."""
     try:
-        query = JobFilter.parse(request.query.items(), ignore=PAGING)
+        query = check_filter(JobFilter.parse(request.query.items(), ignore=PAGING))
     except Invalid as error:
         raise HttpError(400, error.code, error.message, error.field) from None
-    if query.payload and not query.has_time_range:
-        raise HttpError(400, "invalid", f"a filter on {query.payload[0].name} (not a search "
-                        "attribute) needs a created or finished range: created_from_ms, "
-                        "created_to_ms, finished_from_ms or finished_to_ms", "created_from_ms")
     limit = query_int(request, "limit", default=100, low=1, high=bounds.PAGE_MAX) or 100
     cursor = query_int(request, "cursor", default=None, low=1, high=bounds.CURSOR_MAX)
     sources = _sources(request.query.get("archived"))
@@ -155,17 +151,8 @@ async def get_jobs(request: web.Request) -> web.Response:
         answer = await _from_a_peer(request, whole=True)
         if answer is not None:
             return json_response(answer)
-
-    def live(state: SchedulerState) -> tuple[list[dict[str, Any]], int]:
-        # The hand-over under the same lock as the state: a job is in one or the other.
-        pending = () if archive is None else archive.writer.pending_jobs()
-        return views.search_jobs(state, query, before_id=cursor, limit=limit, extra=pending,
-                                 in_state="state" in sources)
-
-    live_page, floor = node.machine.read(live)
-    archived = [] if archive is None else await archive.search(
-        query, before_id=cursor, limit=limit, min_id=floor)
-    jobs, next_cursor = merge_page((live_page, archived), floor=floor, limit=limit)
+    jobs, next_cursor = await search_page(node, query, cursor=cursor, limit=limit,
+                                          sources=sources)
     for view in jobs:
         view.pop("history", None)  # lists leave out the attempts, as they always did
     # Whether this answer misses nothing archived (a forwarding member asks: fill.py).

@@ -45,6 +45,7 @@ from raftcron.scheduler.flowspecs import QueueSpec
 from raftcron.scheduler.gate import RELEASE_LEVEL
 from raftcron.scheduler.notifications import NotificationSpec
 from raftcron.scheduler.schedulespec import ScheduleSpec
+from raftcron.scheduler.search import JobFilter
 from raftcron.scheduler.settings import (
     BUDGET_BYTES_DEFAULT,
     BUDGET_BYTES_MIN,
@@ -260,6 +261,12 @@ def _bulk(body: dict[str, Any]) -> Any:
     body = _without_request_id(body)
     parse.reject_unknown(body, frozenset({"action", "filter", "max", "cursor", "dry_run"}))
     parse.boolean(body.pop("dry_run", False), "dry_run")
+    if body.get("action") == "purge":  # a search's filter, not empty
+        query = JobFilter.from_object(body.get("filter", {}))
+        if query == JobFilter():
+            raise Invalid("filter", "a purge names what to purge")
+        parse.integer(body.get("max", 1_000), "max", low=1, high=1_000)
+        return parse.integer(body.get("cursor", 0), "cursor", low=0)
     return BulkJobs.from_wire(body)
 
 
@@ -477,6 +484,14 @@ AGREEMENT = [
     ("bulkJobs", {"action": "delete", "filter": {"created_from_ms": 0, "created_to_ms": 1}}, True),
     ("bulkJobs", {"filter": {}}, False),
     ("bulkJobs", {"action": "purge"}, False),
+    ("bulkJobs", {"action": "purge", "filter": {"payload": {"customer.id": 42},
+                                                "created_from_ms": 0, "task": "t"},
+                  "max": 10, "cursor": 7}, True),
+    ("bulkJobs", {"action": "purge", "filter": {"owner": "me"}}, False),
+    ("bulkJobs", {"action": "purge", "filter": {"task": 5}}, False),
+    ("bulkJobs", {"action": "purge", "filter": {"key": "k"}, "max": 1_001}, False),
+    ("bulkJobs", {"action": "purge", "filter": {"payload.customer.id": 1}}, False),
+    ("bulkJobs", {"action": "purge", "filter": {"payload": [1]}}, False),
     ("bulkJobs", {"action": "cancel", "max": 0}, False),
     ("bulkJobs", {"action": "cancel", "max": 1_001}, False),
     ("bulkJobs", {"action": "cancel", "cursor": -1}, False),

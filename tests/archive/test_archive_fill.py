@@ -212,3 +212,48 @@ def test_a_read_is_forwarded_marked_local_with_the_callers_credential() -> None:
     asyncio.run(scenario())
     assert seen[:2] == [("down", "1", "Bearer t"), ("partial", "1", "Bearer t")]
     assert [name for name, _, _ in seen[2:]] == ["down", "partial", "whole", "down", "partial"]
+
+
+def test_a_purge_deletes_rows_written_before_and_in_its_batch_and_no_fill_writes_them_again(
+        tmp_path: Path, d: Driver) -> None:
+    (tmp_path / "peer").mkdir()
+    peer = ArchiveStore(str(tmp_path / "peer"))
+    member_dir = tmp_path / "member"
+    member_dir.mkdir()
+    first, later = evict(d, 3), evict(d, 3)  # numbered 1..3, 4..6
+    peer.write(rows_of(first) + rows_of(later), 2)  # a peer that has not applied the purge
+    writer = ArchiveWriter(ArchiveStore(str(member_dir)))
+    tombstones = {first[0][1].id, later[1][1].id}
+    writer.purged = lambda job_id: job_id in tombstones
+    writer.start()
+    try:
+        writer.put(1, first)
+        writer.put(2, (), [first[0][1].id])  # purged after it was archived
+        assert writer.pending_job(first[0][1].id) is None  # readers no longer see it
+        assert writer.wait_durable(2, 10)
+        # A snapshot past the entry that archived 4..6 and purged 5: a gap, and the purge.
+        writer.restored(7, 1, sorted(tombstones))
+        wait_for(lambda: writer.gaps == [(4, 7)])
+        rows, to = peer.rows_by_seq(4, 7)
+        assert writer.fill(rows, 4, to).result(10) == 2  # 4 and 6: never 5
+    finally:
+        writer.stop()
+    member = ArchiveStore(str(member_dir), readonly=True)
+    kept = {job.id for _, job in first + later} - tombstones
+    assert {job.id for _, job in first + later if member.get(job.id)} == kept
+    assert member.totals()["rows"] == len(kept)
+
+
+def test_a_restored_snapshots_tombstones_delete_the_rows_the_member_still_holds(
+        tmp_path: Path, d: Driver) -> None:
+    leaving = evict(d, 3)
+    store = ArchiveStore(str(tmp_path))
+    store.write(rows_of(leaving), 1)  # then the member fell behind a purge of the second
+    writer = ArchiveWriter(store)
+    writer.start()
+    try:
+        writer.restored(4, 1, [leaving[1][1].id])
+        assert writer.wait_durable(1, 10)
+    finally:
+        writer.stop()
+    assert [store.get(job.id) is not None for _, job in leaving] == [True, False, True]

@@ -126,9 +126,9 @@ def test_durable_through_counts_only_the_entries_handed_over(tmp_path: Path, d: 
     gate = threading.Event()
     store_write = writer.store.write
 
-    def slow_write(rows: Any, through: int) -> None:
+    def slow_write(rows: Any, through: int, purged: Any = ()) -> None:
         gate.wait(10)
-        store_write(rows, through)
+        store_write(rows, through, purged)
 
     writer.store.write = slow_write  # type: ignore[method-assign]
     writer.start()
@@ -160,12 +160,12 @@ def test_a_write_that_fails_is_retried_and_named_until_it_succeeds(
     store_write = writer.store.write
     seen: list[str | None] = []
 
-    def failing_write(rows: Any, through: int) -> None:
+    def failing_write(rows: Any, through: int, purged: Any = ()) -> None:
         if failures["left"]:
             failures["left"] -= 1
             seen.append(writer.problem)
             raise ArchiveError("cannot write the archive: disk I/O error")
-        store_write(rows, through)
+        store_write(rows, through, purged)
 
     writer.store.write = failing_write  # type: ignore[method-assign]
     writer.start()

@@ -161,3 +161,23 @@ def test_paging_across_the_boundary_finds_every_job_once_as_jobs_leave_between_p
                 break
         store.close()
     assert seen == sorted(ids, reverse=True)
+
+
+def test_a_filter_object_reads_as_the_query_string_does_with_json_payload_values() -> None:
+    """The purge's filter (a JSON object): the same filter as the query string's names give,
+    a payload value being its JSON value (42 a number, "42" a string)."""
+    given = JobFilter.from_object({"task": "invoice", "created_from_ms": 5, "status": "failed",
+                                   "payload": {"customer.id": 42, "name": "42",
+                                               "total.gte": 1.5}})
+    assert given == JobFilter.parse([("task", "invoice"), ("created_from_ms", "5"),
+                                     ("status", "failed"), ("payload.customer.id", "42"),
+                                     ("payload.name", '"42"'), ("payload.total.gte", "1.5")])
+    for bad, field in (({"task": 5}, "filter.task"),
+                       ({"created_from_ms": "5"}, "filter.created_from_ms"),
+                       ({"owner": "me"}, "filter.owner"),
+                       ({"payload": {"a..b": 1}}, "filter.payload.a..b"),
+                       ({"payload": 3}, "filter.payload"),
+                       ({"status": "done"}, "filter.status")):
+        with pytest.raises(Invalid) as error:
+            JobFilter.from_object(bad)
+        assert error.value.field == field, bad

@@ -6,6 +6,8 @@ filled, each answers every archived job from its own archive."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -34,6 +36,22 @@ def local_search(cluster: LocalCluster, node: LocalNode, query: str) -> dict[str
     return dict(body)
 
 
+def rejoin_empty(cluster: LocalCluster, victim: LocalNode) -> None:
+    """`victim` loses its data dir and comes back empty (`--rejoin-empty`): the others'
+    logs are compacted first, so it gets a snapshot that covers every eviction, and no row."""
+    cluster.kill(victim)
+    shutil.rmtree(victim.data_dir)
+    for other in cluster.live_nodes():
+        cluster.request(other, "POST", "/v1/cluster/compact", token=cluster.admin_token)
+    command = cluster.command
+    cluster.command = lambda node: [  # type: ignore[method-assign]
+        *command(node), *(["--rejoin-empty"] if node is victim else [])]
+    cluster.start_node(victim)
+    cluster.wait_for(lambda: any("rejoin_caught_up" in line
+                                 for line in cluster.log_lines(victim)), 60,
+                     f"{victim.node_id} rejoining")
+
+
 def filled(cluster: LocalCluster, node: LocalNode, what: str) -> dict[str, Any]:
     """Until `node` misses no archived job; its archive's figures then."""
     return cluster.wait_for(lambda: (lambda a: a if a["missing_jobs"] == 0 and a["filled_rows"]
@@ -52,19 +70,9 @@ def test_a_member_rejoined_empty_and_one_added_later_fill_their_archive_from_a_p
     wait_archived(cluster, ids, "40 evicted jobs")
     expected = {job_id: job_on(cluster, cluster.nodes[0], job_id) for job_id in ids}
 
-    # n3 loses its data dir and comes back empty: the leader's log is compacted, so it gets a
-    # snapshot that covers every eviction, and none of the rows.
+    # n3 loses its data dir and comes back empty.
     victim = cluster.nodes[2]
-    cluster.kill(victim)
-    shutil.rmtree(victim.data_dir)
-    for other in cluster.live_nodes():
-        cluster.request(other, "POST", "/v1/cluster/compact", token=admin)
-    command = cluster.command
-    cluster.command = lambda node: [  # type: ignore[method-assign]
-        *command(node), *(["--rejoin-empty"] if node is victim else [])]
-    cluster.start_node(victim)
-    cluster.wait_for(lambda: any("rejoin_caught_up" in line
-                                 for line in cluster.log_lines(victim)), 60, "n3 rejoining")
+    rejoin_empty(cluster, victim)
     # Answered at once, from a peer while the gap is open or from its own archive once filled.
     for job_id in ids[::7]:
         assert job_on(cluster, victim, job_id) == expected[job_id]
@@ -97,3 +105,45 @@ def assert_whole(cluster: LocalCluster, node: LocalNode, ids: list[int],
                                         "&created_from_ms=0&limit=100")
     assert "archive_incomplete" not in found
     assert sorted(job["id"] for job in found["jobs"]) == ids[10:20]
+
+
+def test_a_purge_removes_live_and_archived_jobs_on_every_member_and_a_fill_never_brings_them_back(
+        cluster_factory: ClusterKeeper) -> None:
+    cluster = cluster_factory.open()
+    admin = cluster.admin_token
+    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
+                                   {"succeeded": {"max_count": 4}}, token=admin)
+    assert status == 200, body
+    status, created, _ = cluster.call("POST", "/v1/jobs/batch", {"jobs": [
+        {"task": "invoice", "queue": "purge", "payload": {"customer": {"id": n % 3}}}
+        for n in range(12)]})
+    assert status == 201, created
+    ids = [job["id"] for job in created["jobs"]]
+    drain(cluster, "purge")
+    wait_archived(cluster, ids[:8], "the oldest 8")
+    gone = ids[1::3]  # customer 1: three archived, one still live
+    connect = ",".join(node.url for node in cluster.nodes)
+    purged = subprocess.run(
+        [sys.executable, "-m", "raftcron.cluster.cli", "jobs", "purge", "--payload",
+         "customer.id=1", "--created-from", "0", "--yes", "--connect", connect,
+         *(["--api-token", admin] if admin else [])],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert purged.returncode == 0, purged.stderr
+    assert "purged 4 of 4" in purged.stdout, purged.stdout
+    for node in cluster.nodes:
+        cluster.wait_for(lambda node=node: all(job_on(cluster, node, job_id) is None
+                                               for job_id in gone) or None,
+                         15, f"the purged jobs gone from {node.node_id}")
+        kept = [job_id for job_id in ids if job_on(cluster, node, job_id) is not None]
+        assert kept == [job_id for job_id in ids if job_id not in gone]
+        found = local_search(cluster, node, "payload.customer.id=1&created_from_ms=0")
+        assert found["jobs"] == []
+    # A member rejoined empty fills its archive from its peers: never the purged jobs.
+    victim = cluster.nodes[1]
+    rejoin_empty(cluster, victim)
+    figures = filled(cluster, victim, "the rejoined member's archive filled")
+    assert figures["rows"] == 8 - 3, figures
+    for job_id in gone:
+        status, _, _ = cluster.request(victim, "GET", f"/v1/jobs/{job_id}",
+                                       headers={LOCAL_HEADER: "1"})
+        assert status == 404
