@@ -13,7 +13,8 @@ Rules it keeps:
 - One page in memory at a time, of `--page-size` jobs at most (the API's most by default).
 - `--out FILE`: the lines go to FILE.partial, renamed FILE (synced, then the rename synced)
   once the last page is in, so a file named FILE is always a whole export. An export that
-  stops leaves FILE.partial, if it holds anything, and says how many jobs it holds.
+  stops leaves FILE.partial, if it holds anything, cut to the whole pages written (a write
+  that failed may have put part of one), and says how many jobs it holds.
 - A line is the job's view as `GET /v1/jobs` lists it, with `"archived"` always present
   (false for a live job), so every line has the same fields.
 
@@ -47,12 +48,13 @@ WHO = "raftcron jobs export"
 
 @dataclass
 class Position:
-    """How far an export got: jobs written, and the cursor the rest starts below (None: from
-    the newest job); `done` once the last page is written."""
+    """How far an export got: jobs written (in `bytes`), and the cursor the rest starts below
+    (None: from the newest job); `done` once the last page is written."""
 
     jobs: int = 0
     cursor: int | None = None
     done: bool = False
+    bytes: int = 0
 
 
 class Progress:
@@ -98,8 +100,10 @@ def export_jobs(client: Client, filters: Mapping[str, Any], sink: IO[bytes], *,
             # The pages go down the ids: a cursor that does not would repeat jobs forever.
             raise RaftcronError(f"the cluster answered next_cursor {cursor} for a page below "
                                 f"{position.cursor}")
-        sink.write(b"".join(line(view) for view in page["jobs"]))
+        lines = b"".join(line(view) for view in page["jobs"])
+        sink.write(lines)
         sink.flush()
+        position.bytes += len(lines)
         position.jobs += len(page["jobs"])
         position.cursor = cursor
         progress.page(position.jobs)
@@ -162,11 +166,14 @@ def _to_file(client: Client, filters: Mapping[str, Any], args: argparse.Namespac
         os.replace(partial, out)
         OsDisk().sync_dir(os.path.dirname(out))  # the rename itself survives a power loss
     except BaseException as error:
-        if position.jobs == 0 and not position.done:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if position.jobs == 0 and not position.done:
                 os.unlink(partial)
-        else:
-            _say_where_to_resume(position, f" ({partial} holds them)")
+            elif not position.done:
+                # A page whose write failed (the disk full) may be in part: the file keeps
+                # the whole pages, which the cursor below continues exactly.
+                os.truncate(partial, position.bytes)
+        _say_where_to_resume(position, f" ({partial} holds them)")
         if isinstance(error, OSError):
             raise UsageError(f"cannot write {partial}: {error}") from None
         raise

@@ -5,6 +5,7 @@ real cluster, through restarts: tests/cluster/test_export.py."""
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import cli, exportcli, opsargs
+from raftcron.cluster import cli, exportcli, opsargs, opscli
 from raftcron.cluster.client import Unavailable
 
 
@@ -56,7 +57,8 @@ def test_every_page_is_followed_to_the_last_and_each_job_is_one_line() -> None:
     assert all(row["archived"] is bool(row["id"] % 2) for row in rows)  # always present
     assert [call["cursor"] for call in client.calls] == [None, 16, 6]
     assert all(call["task"] == "invoice" and call["limit"] == 10 for call in client.calls)
-    assert position == exportcli.Position(jobs=25, cursor=None, done=True)
+    assert position == exportcli.Position(jobs=25, cursor=None, done=True,
+                                          bytes=len(sink.getvalue()))
 
 
 def test_a_cursor_that_does_not_go_down_stops_the_export_instead_of_repeating_jobs() -> None:
@@ -122,3 +124,37 @@ def test_an_export_refused_at_its_first_page_leaves_no_file(tmp_path: Path) -> N
     with pytest.raises(Unavailable):
         exportcli.run(PagedJobs(5, fail_at=(1,)), export_args("--out", str(out)))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_page_whose_write_failed_is_cut_from_the_file_so_the_cursor_continues_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class FillsUp(io.FileIO):
+        """A file whose disk fills up halfway through the second page."""
+
+        writes = 0
+
+        def write(self, data: Any) -> int:
+            FillsUp.writes += 1
+            if FillsUp.writes == 2:
+                super().write(bytes(data)[: len(data) // 2])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+    monkeypatch.setattr(exportcli, "open", lambda path, mode: FillsUp(path, "w"), raising=False)
+    out = tmp_path / "jobs.jsonl"
+    code = cli_run(export_args("--out", str(out), "--page-size", "10", "--quiet"),
+                   PagedJobs(25))
+    assert code == 2 and not out.exists()
+    kept = Path(f"{out}.partial").read_text().splitlines()
+    assert [json.loads(text)["id"] for text in kept] == list(range(25, 15, -1))
+    err = capsys.readouterr().err
+    assert "stopped after 10 jobs" in err and "--cursor 16" in err
+    assert "No space left on device" in err
+
+
+def cli_run(args: argparse.Namespace, client: PagedJobs) -> int:
+    """`args` run as the CLI runs a command (its exit code), with `client`."""
+    args.deadline, args.connect, args.api_token = 15.0, "http://127.0.0.1:9", None
+    args.ca_file = args.cert_file = args.key_file = None
+    return opscli.run(args, lambda _, parsed: exportcli.run(client, parsed))
