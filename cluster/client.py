@@ -78,7 +78,15 @@ class Client:
         if self._closed:
             coroutine.close()
             raise RaftcronError("this Client is closed")
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted here (Ctrl-C) while the call goes on in the loop's thread: end it
+            # there too, or close() would close the session under it and it would fail over
+            # to the next node, with a session of its own that nothing closes.
+            future.cancel()
+            raise
 
     def close(self) -> None:
         if self._closed:

@@ -18,13 +18,14 @@ from raftcron.scheduler.calendar import RecurrenceError, parse_duration_ms
 
 DEFAULT_CONNECT = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_ATTENTION = 1, 2, 3, 4  # cluster/opscli.py: why
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a command that SIGINT ended
 
 
 class UsageError(Exception):
     pass
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
+def add_common(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
     parser.add_argument(
         "--connect",
         default=os.environ.get("RAFTCRON_CONNECT", DEFAULT_CONNECT),
@@ -38,7 +39,8 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     for flag, env, what in tls.FLAGS:
         parser.add_argument(flag, metavar="FILE", default=os.environ.get(env) or None,
                             help=f"{what} (env {env})")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--deadline",
         type=float,

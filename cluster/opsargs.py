@@ -16,8 +16,10 @@ from typing import Any
 from raftcron.cluster import flowcli, membercli, settingscli
 from raftcron.cluster.cliparts import EXIT_ATTENTION, UsageError, add_common
 from raftcron.cluster.cliparts import duration_ms as _duration
+from raftcron.cluster.cliparts import instant_ms as _instant
 from raftcron.cluster.cliparts import read_text as _read
 from raftcron.cluster.doctor import Thresholds
+from raftcron.cluster.http.bounds import PAGE_MAX
 
 # -- arguments ----------------------------------------------------------------------------
 
@@ -42,16 +44,32 @@ def add_commands(commands: Any) -> None:
         "--wait", action="store_true", help="wait until the job finishes and print it"
     )
 
-    jobs = commands.add_parser("jobs", help="list, show, cancel or retry jobs")
+    jobs = commands.add_parser(
+        "jobs", help="list, export, show, cancel, retry, delete or purge jobs")
     actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="jobs newest first")
+    listing = actions.add_parser("list", help="jobs newest first, live and archived")
     add_common(listing)
     add_search_arguments(listing)
-    where = listing.add_mutually_exclusive_group()
-    where.add_argument("--archived", action="store_true", help="only jobs that left the state")
-    where.add_argument("--live", action="store_true", help="only jobs in the state")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--cursor", type=int, help="continue from a previous page's next_cursor")
+    exporting = actions.add_parser(
+        "export", help="every job matching the filters of `jobs list`, as JSON Lines",
+        description="Every job the filters match, newest first, one JSON job view a line "
+        "(as `jobs list --json` shows it, with \"archived\" always present), page after page "
+        "until the last; progress on stderr. Example: raftcron jobs export --finished-from "
+        "1767225600000 --out jobs.jsonl")
+    add_common(exporting, json_flag=False)  # its lines are JSON already
+    add_search_arguments(exporting)
+    exporting.add_argument("--format", default="jsonl", help="jsonl, the only one for now")
+    exporting.add_argument("--out", metavar="FILE", help="write FILE (its lines go to "
+                           "FILE.partial, renamed FILE once the last page is in) instead of "
+                           "standard output")
+    exporting.add_argument("--page-size", type=int, default=PAGE_MAX, metavar="N",
+                           help=f"jobs a request asks for (1-{PAGE_MAX}): the most the export "
+                           "holds in memory at once")
+    exporting.add_argument("--cursor", type=int, help="start below this job id: the cursor an "
+                           "interrupted export printed, to continue it")
+    exporting.add_argument("--quiet", action="store_true", help="no progress on stderr")
     for name, text in (
         ("show", "one job with its attempts"),
         ("cancel", "cancel a job (and its descendants), or every job matching filters"),
@@ -71,7 +89,7 @@ def add_commands(commands: Any) -> None:
         "purge", help="remove finished jobs matching filters for good, from the state and "
         "from every member's archive (admin)")
     add_common(purge)
-    add_search_arguments(purge)
+    add_search_arguments(purge, where=False)
     purge.add_argument("--dry-run", action="store_true", help="count the matching jobs only")
     purge.add_argument("--max", type=int, help="purge at most this many jobs in all")
     purge.add_argument("--yes", action="store_true", help="do not ask before purging")
@@ -167,6 +185,34 @@ def add_commands(commands: Any) -> None:
     add_common(audit)
 
 
+def add_search_arguments(parser: argparse.ArgumentParser, *, where: bool = True) -> None:
+    """The filters of a job search (`jobs list`, `jobs export`, `jobs purge`):
+    `search_filters` reads them. `where`: with --archived and --live."""
+    parser.add_argument(
+        "--status",
+        choices=["blocked", "scheduled", "queued", "running", "succeeded", "failed", "cancelled"],
+    )
+    parser.add_argument("--queue")
+    parser.add_argument("--schedule")
+    parser.add_argument("--task")
+    parser.add_argument("--key", help="the job's idempotency key")
+    parser.add_argument("--worker", help="the worker of the job's last attempt")
+    parser.add_argument("--error", help="a part of the job's error text")
+    for edge in ("created-from", "created-to", "finished-from", "finished-to"):
+        parser.add_argument(f"--{edge}", metavar="TIME",
+                            help="ISO-8601 (2026-01-31T00:00:00Z) or Unix ms, inclusive")
+    parser.add_argument(
+        "--payload", action="append", default=[], metavar="PATH=VALUE",
+        help="a payload field (customer.id=42, total.gte=10, name='\"42\"' for a string "
+             "that looks like a number); with --created-from/--finished-from or their -to",
+    )
+    if where:
+        either = parser.add_mutually_exclusive_group()
+        either.add_argument("--archived", action="store_true",
+                            help="only jobs that left the state")
+        either.add_argument("--live", action="store_true", help="only jobs in the state")
+
+
 def doctor_thresholds(args: argparse.Namespace) -> Thresholds:
     """`cluster doctor`'s flags as its thresholds; a flag out of range is a `UsageError`."""
     for flag, value in (("--max-lag", args.max_lag), ("--min-free-mb", args.min_free_mb),
@@ -223,6 +269,37 @@ def job_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+SEARCH_FIELDS = ("status", "queue", "schedule", "task", "key", "worker", "error",
+                 "created_from", "created_to", "finished_from", "finished_to")
+
+
+def search_filters(args: argparse.Namespace) -> dict[str, Any]:
+    """A search's flags (`add_search_arguments`) as the client's `jobs` takes them."""
+    filters: dict[str, Any] = {}
+    for name in SEARCH_FIELDS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name.endswith(("_from", "_to")):
+            filters[f"{name}_ms"] = _instant(value, "--" + name.replace("_", "-"))
+        else:
+            filters[name] = value
+    payload: dict[str, Any] = {}
+    for item in args.payload:
+        path, sep, raw = item.partition("=")
+        if not sep or not path:
+            raise UsageError(f"--payload takes PATH=VALUE, not {item!r}")
+        try:
+            payload[path] = json.loads(raw)
+        except ValueError:
+            payload[path] = raw  # plain text: a string
+    if payload:
+        filters["payload"] = payload
+    if getattr(args, "archived", False) or getattr(args, "live", False):
+        filters["archived"] = bool(args.archived)
+    return filters
+
+
 def schedule_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
         text = sys.stdin.read() if args.file == "-" else _read(args.file)
@@ -258,24 +335,3 @@ def job_ids(text: str, flag: str) -> list[int]:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise UsageError(f"{flag} must be job ids separated by commas, not {text!r}") from None
-
-
-def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    """The filters of a job search (`jobs list`, `jobs purge`): GET /v1/jobs's."""
-    parser.add_argument(
-        "--status",
-        choices=["blocked", "scheduled", "queued", "running", "succeeded", "failed", "cancelled"],
-    )
-    parser.add_argument("--queue")
-    parser.add_argument("--schedule")
-    parser.add_argument("--task")
-    parser.add_argument("--key", help="the job's idempotency key")
-    parser.add_argument("--worker", help="the worker of the job's last attempt")
-    parser.add_argument("--error", help="a part of the job's error text")
-    for edge in ("created-from", "created-to", "finished-from", "finished-to"):
-        parser.add_argument(f"--{edge}", type=int, metavar="MS", help="Unix ms, inclusive")
-    parser.add_argument(
-        "--payload", action="append", default=[], metavar="PATH=VALUE",
-        help="a payload field (customer.id=42, total.gte=10, name='\"42\"' for a string "
-             "that looks like a number); with --created-from/--finished-from or their -to",
-    )

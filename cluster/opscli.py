@@ -1,13 +1,14 @@
 """The operator's commands: `raftcron submit | jobs | schedules | queues | cluster | audit |
-backup` run against the cluster (queues and bulk job actions: cluster/flowcli.py; their command
-line: cluster/opsargs.py; their tables: cluster/opsformat.py).
+backup` run against the cluster (queues and bulk job actions: cluster/flowcli.py; `jobs
+export`: cluster/exportcli.py; their command line: cluster/opsargs.py; their tables:
+cluster/opsformat.py).
 
 Tables for people, `--json` for scripts. Exit codes: 0 done, 1 the cluster refused the request
 (4xx: the message says why), 2 the command line is wrong, 3 the cluster could not be reached
 or had no leader in time (or a member did not answer for `audit`), 4 `cluster doctor` found
-something that needs a person. Errors are one line on stderr. Every flag that a shell session sets
-once has an environment fallback: `--connect` (RAFTCRON_CONNECT), `--api-token`
-(RAFTCRON_API_TOKEN).
+something that needs a person, 130 interrupted (Ctrl-C). Errors are one line on stderr. Every
+flag that a shell session sets once has an environment fallback: `--connect`
+(RAFTCRON_CONNECT), `--api-token` (RAFTCRON_API_TOKEN).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -26,6 +26,7 @@ from raftcron.cluster import membercli, settingscli
 from raftcron.cluster.client import ApiError, Client, Unavailable
 from raftcron.cluster.cliparts import (
     EXIT_ATTENTION,
+    EXIT_INTERRUPTED,
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -41,6 +42,7 @@ from raftcron.cluster.opsargs import doctor_thresholds as _doctor_thresholds
 from raftcron.cluster.opsargs import job_fields as _job_fields
 from raftcron.cluster.opsargs import job_ids as _ids
 from raftcron.cluster.opsargs import schedule_body as _schedule_body
+from raftcron.cluster.opsargs import search_filters as _search_filters
 from raftcron.cluster.opsformat import job_detail as _job_detail
 from raftcron.cluster.opsformat import job_table as _job_table
 from raftcron.cluster.opsformat import recent_fires as _recent_fires
@@ -111,6 +113,9 @@ def run(
     except Incomplete as error:
         print(f"raftcron {args.command}: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except KeyboardInterrupt:
+        print(f"raftcron {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -132,20 +137,22 @@ def _submit(client: Client, args: argparse.Namespace) -> None:
 
 
 def _jobs(client: Client, args: argparse.Namespace) -> None:
-    from raftcron.cluster import flowcli
+    from raftcron.cluster import exportcli, flowcli
 
     if args.action in ("cancel", "retry", "delete") and flowcli.wants_bulk(args):
         flowcli.bulk(client, args)
         return
     if args.action == "purge":
-        flowcli.purge(client, args, _filters(args))
+        flowcli.purge(client, args, _search_filters(args))
         return
     if args.action in ("cancel", "retry") and flowcli.has_filters(args):
         raise UsageError("give a job id or filters, not both")
     if args.action == "list":
-        page = client.jobs(**_search(args))
+        page = client.jobs(**_search_filters(args), limit=args.limit, cursor=args.cursor)
         more = f"\nnext page: --cursor {page['next_cursor']}\n" if page.get("next_cursor") else ""
         _print(args, page, lambda: _job_table(page["jobs"]) + more)
+    elif args.action == "export":
+        exportcli.run(client, args)
     elif args.action == "show":
         job = client.job(args.id)
         _print(args, job, lambda: _job_table([job]) + _job_detail(job))
@@ -162,42 +169,6 @@ def _jobs(client: Client, args: argparse.Namespace) -> None:
     else:
         answer = client.retry(args.id)
         _print(args, answer, lambda: f"job {args.id} is {answer.get('status')} again\n")
-
-
-SEARCH_FIELDS = ("status", "queue", "schedule", "task", "key", "worker", "error",
-                 "created_from", "created_to", "finished_from", "finished_to")
-
-
-def _search(args: argparse.Namespace) -> dict[str, Any]:
-    """`jobs list`'s filters and paging as the client's `jobs` takes them."""
-    filters = _filters(args)
-    for name in ("limit", "cursor"):
-        if getattr(args, name) is not None:
-            filters[name] = getattr(args, name)
-    if args.archived or args.live:
-        filters["archived"] = bool(args.archived)
-    return filters
-
-
-def _filters(args: argparse.Namespace) -> dict[str, Any]:
-    """A search's filters (opsargs.add_search_arguments), `payload` as {path: value}."""
-    filters: dict[str, Any] = {}
-    for name in SEARCH_FIELDS:
-        value = getattr(args, name)
-        if value is not None:
-            filters[f"{name}_ms" if name.endswith(("_from", "_to")) else name] = value
-    payload: dict[str, Any] = {}
-    for item in args.payload:
-        path, sep, raw = item.partition("=")
-        if not sep or not path:
-            raise UsageError(f"--payload takes PATH=VALUE, not {item!r}")
-        try:
-            payload[path] = json.loads(raw)
-        except ValueError:
-            payload[path] = raw  # plain text: a string
-    if payload:
-        filters["payload"] = payload
-    return filters
 
 
 def _schedules(client: Client, args: argparse.Namespace) -> None:

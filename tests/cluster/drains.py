@@ -1,5 +1,6 @@
 """Draining a queue as a worker does, over the API: claim, then complete what was claimed
-with the next claim (one round trip each); bounded in rounds."""
+with the next claim (one round trip each); bounded in rounds. And waiting, bounded, until what
+left the state is in every member's archive."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 ROUNDS_MAX = 200
 
@@ -31,3 +32,19 @@ def drain(cluster: LocalCluster, queue: str, limit: int = 1_000,
         if not acks or done >= limit:
             return done
     raise AssertionError(f"{queue} not drained in {ROUNDS_MAX} rounds")
+
+
+def job_on(cluster: LocalCluster, node: LocalNode, job_id: int) -> dict[str, Any] | None:
+    status, body, _ = cluster.request(node, "GET", f"/v1/jobs/{job_id}")
+    if status == 404:
+        return None
+    assert status == 200, body
+    return dict(body)
+
+
+def wait_archived(cluster: LocalCluster, job_ids: list[int], what: str) -> None:
+    """Until every member answers each of `job_ids` from its archive (bounded)."""
+    cluster.wait_for(lambda: all(
+        (job_on(cluster, node, job_id) or {}).get("archived") is True
+        for node in cluster.nodes for job_id in job_ids) or None,
+        15, f"{what} archived on every member")

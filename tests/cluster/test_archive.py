@@ -12,27 +12,11 @@ from typing import Any
 
 import pytest
 from conftest import ClusterKeeper
-from drains import drain
+from drains import drain, job_on, wait_archived
 
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
 pytestmark = pytest.mark.processes
-
-
-def job_on(cluster: LocalCluster, node: LocalNode, job_id: int) -> dict[str, Any] | None:
-    status, body, _ = cluster.request(node, "GET", f"/v1/jobs/{job_id}")
-    if status == 404:
-        return None
-    assert status == 200, body
-    return dict(body)
-
-
-def wait_archived(cluster: LocalCluster, job_ids: list[int], what: str) -> None:
-    """Until every member answers each of `job_ids` from its archive (bounded)."""
-    cluster.wait_for(lambda: all(
-        (job_on(cluster, node, job_id) or {}).get("archived") is True
-        for node in cluster.nodes for job_id in job_ids) or None,
-        15, f"{what} archived on every member")
 
 
 def submit(cluster: LocalCluster, queue: str, count: int) -> list[int]:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from conftest import ClusterKeeper
-from drains import drain
-from test_archive import job_on, submit, wait_archived
+from drains import drain, job_on, wait_archived
+from test_archive import submit
 
 from raftcron.cluster.archive.fill import LOCAL_HEADER
 from raftcron.cluster.dev import joining

@@ -4,7 +4,11 @@
  * Every few seconds it asks the node that served the page for
  *   GET /v1/cluster     this node, the leader, term, commit/applied index, the members
  *   GET /v1/schedules   next fire, recent fires, skipped and misfired counts
- *   GET /v1/jobs        the jobs table (with filters), running jobs, the dead letter (failed)
+ *   GET /v1/jobs        the job search (live and archived jobs by any field, payload fields
+ *                       included; paged with next_cursor) and the dead letter (failed)
+ *   GET /v1/jobs/{id}   one job's page, live or archived, with the schedule that fired it
+ *                       (GET /v1/schedules/{name}) and the jobs of its workflow (GET /v1/jobs
+ *                       over its creation time: a workflow's jobs are created together)
  *   GET /v1/events      fires, skips, expired leases, dead letters, leader changes
  *   GET /v1/queues      queue limits, paused queues, queued/running and held-back jobs
  *   GET /v1/settings    the state against its budget (its `usage`): bytes, finished jobs kept
@@ -36,6 +40,20 @@
   const MEMBER_RETRY_MS = 30000; // a member the browser could not ask is asked again after this
   const RATE_WINDOW_MS = 10000; // rates are averaged over about this long
   const JOBS_PAGE = 50;
+  const PAGE_MAX = 1000; // the most jobs one GET /v1/jobs answers (cluster/http/bounds.py)
+  // A workflow's jobs get consecutive ids (scheduler/workflows.py), at most this many
+  // (scheduler/limits.py): all of them lie within this distance of any one of them.
+  const WORKFLOW_JOBS_MAX = 1000;
+  const WORKFLOW_PAGES_MAX = 6; // requests one read of a workflow sends at most
+  // The job search's filters, as GET /v1/jobs names them; payload: [[path, value], ...].
+  const NO_FILTERS = Object.freeze({
+    status: "", task: "", queue: "", schedule: "", key: "", worker: "", error: "", archived: "",
+    created_from_ms: "", created_to_ms: "", finished_from_ms: "", finished_to_ms: "",
+    payload: Object.freeze([]),
+  });
+  const TEXT_FILTERS = ["task", "queue", "schedule", "key", "worker", "error"];
+  const TIME_FILTERS = ["created_from_ms", "created_to_ms", "finished_from_ms", "finished_to_ms"];
+  const BULK_FILTERS = ["status", "queue", "task", "schedule"]; // what POST /v1/jobs/bulk takes
   const EVENTS_KEPT = 100;
   const WRITE_TRIES = 5;
   const COUNTERS = ["submitted", "claimed", "succeeded", "failed", "retried", "cancelled"];
@@ -67,7 +85,7 @@
     probes: new Map(), // node_id -> {atMs, view} or {atMs, error}
     counterSamples: [], // [{atMs, counters: Map("counter|queue" -> value)}]
     errors: new Map(), // source -> message
-    jobs: {filters: {status: "", queue: "", schedule: ""}, cursors: [null], page: 0, next: null},
+    jobs: {filters: {...NO_FILTERS}, cursors: [null], page: 0, next: null},
     selectedJobId: null,
     bulk: null, // {action, filter} of the last count, which the confirm button acts on
     metricsRequest: null, // this refresh's GET /metrics (parsed), shared by its readers
@@ -442,14 +460,27 @@
 
   function jobsQuery(filters, cursor, limit) {
     const query = new URLSearchParams({limit: String(limit)});
-    for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
+    for (const [name, value] of Object.entries(filters)) {
+      if (name === "payload") for (const [path, raw] of value) query.append(`payload.${path}`, raw);
+      else if (value !== "" && value !== null && value !== undefined) query.set(name, String(value));
+    }
     if (cursor) query.set("cursor", String(cursor));
     return `/v1/jobs?${query}`;
   }
 
   async function loadJobs() {
     const jobs = state.jobs;
-    const answer = await api("GET", jobsQuery(jobs.filters, jobs.cursors[jobs.page], JOBS_PAGE));
+    let answer;
+    try {
+      answer = await api("GET", jobsQuery(jobs.filters, jobs.cursors[jobs.page], JOBS_PAGE));
+    } catch (error) {
+      if (error.status === 400) {
+        // The search itself is refused (the error names the field): no stale rows under it.
+        jobs.next = null;
+        renderJobs([], "this search is refused (the error above says why)");
+      }
+      throw error;
+    }
     jobs.next = answer.next_cursor;
     renderJobs(answer.jobs);
   }
@@ -594,16 +625,53 @@
   async function loadJobDetail() {
     if (state.selectedJobId === null) return;
     const id = state.selectedJobId;
+    let job;
     try {
-      const job = await api("GET", `/v1/jobs/${id}`);
-      if (state.selectedJobId === id) renderJobDetail(job);
+      job = await api("GET", `/v1/jobs/${id}`);
     } catch (error) {
       if (error.status === 404 && state.selectedJobId === id) {
-        renderJobDetail(null, `job ${id} is not on this node (never submitted, or past retention)`);
+        renderJobDetail(null, `no job ${id} on this node: never submitted, or past the archive's retention`);
         return;
       }
       throw error;
     }
+    const [schedule, workflow] = await Promise.all([scheduleOf(job), workflowOf(job)]);
+    if (state.selectedJobId === id) renderJobDetail(job, null, {schedule, workflow});
+  }
+
+  /** The schedule that fired `job`: {view}, {gone: true} once deleted, or {error}. */
+  async function scheduleOf(job) {
+    if (!job.schedule) return null;
+    try {
+      return {view: await api("GET", `/v1/schedules/${encodeURIComponent(job.schedule)}`)};
+    } catch (error) {
+      if (error.status === 404) return {gone: true};
+      return {error: error.describe ? error.describe() : String(error)};
+    }
+  }
+
+  /**
+   * The jobs of `job`'s workflow: {jobs} or {error}. There is no route for a workflow; its
+   * jobs were created by one command, so at one created_ms and with consecutive ids: a search
+   * of that instant over the ids around the job's, keeping those of its workflow, finds them
+   * (live or archived) in a few requests.
+   */
+  async function workflowOf(job) {
+    if (job.workflow_id === null || job.workflow_id === undefined) return null;
+    const instant = {created_from_ms: job.created_ms, created_to_ms: job.created_ms};
+    const lowest = job.id - WORKFLOW_JOBS_MAX + 1;
+    const found = [];
+    let cursor = job.id + WORKFLOW_JOBS_MAX;
+    try {
+      for (let page = 0; page < WORKFLOW_PAGES_MAX && cursor && cursor > lowest; page++) {
+        const answer = await api("GET", jobsQuery(instant, cursor, PAGE_MAX));
+        found.push(...answer.jobs.filter((other) => other.workflow_id === job.workflow_id));
+        cursor = answer.next_cursor;
+      }
+    } catch (error) {
+      return {error: error.describe ? error.describe() : String(error)};
+    }
+    return {jobs: found, partial: Boolean(cursor && cursor > lowest)};
   }
 
   // -- rendering: header and members ---------------------------------------------------------
@@ -771,7 +839,8 @@
         warn: ` · ${BUDGET_WARN_PCT}% or more: new jobs are refused once they no longer fit; finish or cancel work, lower retention, or raise the budget`,
         full: " · full: new jobs are refused (507 state_full) while nothing finished is left to evict",
       }[level];
-      $("#budget-figures").replaceChildren(`${mib(used)} of a ${mib(budget)} budget`, said ? h("span", {class: level}, said) : null);
+      // replaceChildren writes a null as the text "null": only the parts there are.
+      $("#budget-figures").replaceChildren(`${mib(used)} of a ${mib(budget)} budget`, ...(said ? [h("span", {class: level}, said)] : []));
       $("#state-hint").textContent =
         "Bytes of the state's memory model, which the budget bounds (GET /v1/settings). Change the budget with " +
         "raftcron settings budget SIZE, retention with raftcron settings retention.";
@@ -1045,7 +1114,7 @@
     return job.attempts <= job.max_attempts ? `${job.attempts}/${job.max_attempts}` : String(job.attempts);
   }
 
-  function renderJobs(jobs) {
+  function renderJobs(jobs, emptyText = null) {
     renderRows(
       $("#jobs tbody"),
       jobs,
@@ -1054,20 +1123,20 @@
         h(
           "tr",
           {
-            dataset: {job: String(job.id), status: job.status},
+            dataset: {job: String(job.id), status: job.status, archived: job.archived ? "true" : null},
             class: job.id === state.selectedJobId ? "selected" : null,
             onclick: () => selectJob(job.id),
           },
           h("td", {class: "num"}, job.id),
           h("td", {}, job.task),
           h("td", {}, job.queue),
-          h("td", {}, badge(job.status)),
+          h("td", {}, badge(job.status), job.archived ? archivedBadge() : null),
           h("td", {class: "num"}, attemptsText(job)),
           h("td", {}, job.schedule ? [job.schedule, h("span", {class: "muted"}, ` @ ${clock(job.fire_time_ms)}`)] : h("span", {class: "muted"}, "—")),
           h("td", {}, when(job.created_ms)),
           h("td", {}, when(job.finished_ms, {showRelative: false})),
         ),
-      hasFilters() ? "no job matches these filters" : "no jobs yet",
+      emptyText || (hasFilters() ? "no job matches these filters" : "no jobs yet"),
       8,
     );
     for (const row of $("#jobs tbody").rows) row.classList.toggle("selected", row.dataset.job === String(state.selectedJobId));
@@ -1075,19 +1144,72 @@
     $("#jobs-newer").hidden = state.jobs.page === 0;
   }
 
-  function hasFilters() {
-    return Object.values(state.jobs.filters).some(Boolean);
+  function archivedBadge() {
+    return h("span", {class: "badge archived", title: "it left the replicated state (retention, the budget or a delete): read from the archive"}, "archived");
   }
 
+  function setFilters(filters) {
+    return Object.entries(filters).filter(([, value]) => (Array.isArray(value) ? value.length : value !== ""));
+  }
+
+  function hasFilters() {
+    return setFilters(state.jobs.filters).length > 0;
+  }
+
+  /** Search with `filters` (the others cleared) from the newest job, and show them in the form. */
   function filterJobs(filters) {
-    state.jobs.filters = {status: "", queue: "", schedule: "", ...filters};
+    state.jobs.filters = {...NO_FILTERS, ...filters};
     resetBulk();
-    $("#filter-status").value = state.jobs.filters.status;
-    $("#filter-queue").value = state.jobs.filters.queue;
-    $("#filter-schedule").value = state.jobs.filters.schedule;
+    writeSearchForm(state.jobs.filters);
+    setError("search", null);
     state.jobs.cursors = [null];
     state.jobs.page = 0;
     refreshSoon();
+  }
+
+  /** "2026-01-31T09:05:03" in this browser's time zone (what a datetime-local input holds). */
+  function localInputValue(ms) {
+    if (ms === "" || ms === null || ms === undefined) return "";
+    const date = new Date(ms);
+    return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T` +
+      `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+  }
+
+  function writeSearchForm(filters) {
+    $("#filter-status").value = filters.status;
+    $("#filter-where").value = filters.archived;
+    for (const name of TEXT_FILTERS) $(`#filter-${name}`).value = filters[name];
+    for (const name of TIME_FILTERS) $(`#filter-${name.slice(0, -3).replaceAll("_", "-")}`).value = localInputValue(filters[name]);
+    $("#filter-payload").value = filters.payload.map(([path, raw]) => `${path}=${raw}`).join("\n");
+  }
+
+  /** The search form as filters; an Error naming the field that does not read. */
+  function readSearchForm() {
+    const filters = {...NO_FILTERS, payload: [], status: $("#filter-status").value, archived: $("#filter-where").value};
+    for (const name of TEXT_FILTERS) filters[name] = $(`#filter-${name}`).value.trim();
+    for (const name of TIME_FILTERS) {
+      const input = $(`#filter-${name.slice(0, -3).replaceAll("_", "-")}`);
+      if (!input.value) continue;
+      const ms = new Date(input.value).getTime(); // a datetime-local value is local time
+      if (Number.isNaN(ms)) throw new Error(`${input.getAttribute("aria-label")}: not a time`);
+      // Ranges include both ends: a "to" given to the minute (or second) includes all of it.
+      const last = {16: 59999, 19: 999}[input.value.length] || 0;
+      filters[name] = name.endsWith("_to_ms") ? ms + last : ms;
+    }
+    for (const what of ["created", "finished"]) {
+      const from = filters[`${what}_from_ms`];
+      const to = filters[`${what}_to_ms`];
+      if (from !== "" && to !== "" && from > to) throw new Error(`${what}: the start is after the end`);
+    }
+    for (const text of $("#filter-payload").value.split("\n")) {
+      const line = text.trim();
+      if (!line) continue;
+      const at = line.indexOf("=");
+      const path = at > 0 ? line.slice(0, at).trim().replace(/^payload\./, "") : "";
+      if (!path) throw new Error(`payload: “${line}” is not PATH=VALUE (e.g. customer.id=42)`);
+      filters.payload.push([path, line.slice(at + 1).trim()]);
+    }
+    return filters;
   }
 
   // -- bulk actions on the jobs matching the filters -----------------------------------------
@@ -1095,11 +1217,18 @@
   const BULK_DONE = {cancel: "cancelled", retry: "retried", delete: "deleted"};
   const BULK_PARTS_MAX = 1000; // requests one count or action sends at most (20,000 ids each)
 
-  /** The bulk filter: the job list's filters that are set. */
+  /** The bulk filter: the job search's filters that are set (those a bulk action takes). */
   function bulkFilter() {
     const filter = {};
-    for (const [name, value] of Object.entries(state.jobs.filters)) if (value) filter[name] = value;
+    for (const name of BULK_FILTERS) if (state.jobs.filters[name]) filter[name] = state.jobs.filters[name];
     return filter;
+  }
+
+  /** The search's filters a bulk action does not take: it acts on live jobs by BULK_FILTERS. */
+  function filtersBulkCannotTake() {
+    return setFilters(state.jobs.filters)
+      .map(([name, value]) => (name === "archived" && value === "false" ? null : name))
+      .filter((name) => name && !BULK_FILTERS.includes(name));
   }
 
   /** Send the parts of a bulk action (or its dry run) until the cluster says no more. */
@@ -1131,7 +1260,11 @@
     const filter = bulkFilter();
     const action = $("#bulk-action").value;
     resetBulk();
-    if (!Object.keys(filter).length) throw new Error("set at least one filter first (status, queue or schedule)");
+    const others = filtersBulkCannotTake();
+    if (others.length) {
+      throw new Error(`a bulk action acts on live jobs by status, queue, task and schedule only: clear ${others.join(", ").replaceAll("_ms", "")} first`);
+    }
+    if (!Object.keys(filter).length) throw new Error("set at least one filter first (status, queue, task or schedule)");
     const {matched} = await runBulk(action, filter, true);
     $("#bulk-summary").textContent = `${matched} job${matched === 1 ? "" : "s"} match (${describeFilter(filter)})`;
     if (matched > 0) {
@@ -1156,8 +1289,10 @@
     return `${BULK_DONE[counted.action]} ${changed} of ${matched} matching jobs`;
   }
 
+  /** Open job `id`'s page (the detail beside the table); the address says which (#job=ID). */
   function selectJob(id) {
     state.selectedJobId = id;
+    if (location.hash !== `#job=${id}`) history.replaceState(null, "", `#job=${id}`);
     const panel = $("#job-detail");
     panel.hidden = false;
     delete panel.dataset.signature; // so the detail is drawn even if it did not change
@@ -1171,11 +1306,12 @@
 
   function closeJob() {
     state.selectedJobId = null;
+    if (location.hash.startsWith("#job=")) history.replaceState(null, "", location.pathname + location.search);
     $("#job-detail").hidden = true;
     for (const row of $("#jobs tbody").rows) row.classList.remove("selected");
   }
 
-  function renderJobDetail(job, missing) {
+  function renderJobDetail(job, missing, extras = {}) {
     const panel = $("#job-detail");
     panel.hidden = false;
     const close = h("button", {type: "button", class: "quiet", title: "close", onclick: closeJob}, "close");
@@ -1184,11 +1320,11 @@
       panel.replaceChildren(h("header", {}, h("h3", {}, `job ${state.selectedJobId}`), close), h("p", {class: "muted"}, missing));
       return;
     }
-    const signature = JSON.stringify(job);
+    const signature = JSON.stringify([job, extras]);
     if (panel.dataset.signature === signature) return; // unchanged: keep scroll positions
     panel.dataset.signature = signature;
     const buttons = [];
-    if (job.status === "failed" || job.status === "cancelled") {
+    if (!job.archived && (job.status === "failed" || job.status === "cancelled")) {
       buttons.push(h("button", {type: "button", onclick: (event) => act(event.currentTarget, `retry job ${job.id}`, () => retryJob(job.id))}, "retry"));
     }
     if (!FINAL.has(job.status)) {
@@ -1200,8 +1336,7 @@
       ["queue", job.queue],
       ["priority", job.priority],
       ["attempts", attemptsText(job)],
-      ["schedule", job.schedule ? `${job.schedule} @ ${new Date(job.fire_time_ms).toISOString()}` : null],
-      ["workflow", job.workflow_id ? `${job.workflow_id}${job.workflow_node ? ` (${job.workflow_node})` : ""}` : null],
+      ["kept", job.archived ? "in the archive: it left the replicated state (retention, the budget or a delete)" : "in the replicated state"],
       ["depends on", job.depends_on && job.depends_on.length ? job.depends_on.join(", ") : null],
       ["run at", job.run_at_ms ? when(job.run_at_ms) : null],
       ["created", when(job.created_ms)],
@@ -1213,12 +1348,14 @@
     ].filter(([, value]) => value !== null && value !== undefined && value !== "");
     const history = job.history || [];
     const blocks = [
-      h("header", {}, h("h3", {}, `job ${job.id}`), badge(job.status), ...buttons, close),
+      h("header", {}, h("h3", {}, `job ${job.id}`), badge(job.status), job.archived ? archivedBadge() : null, ...buttons, close),
       h("dl", {}, fields.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)])),
       job.error ? [h("h3", {}, "error"), h("pre", {dataset: {testid: "job-error"}}, job.error)] : null,
       outputBlocks(job.result),
       h("h3", {}, "payload"),
-      h("pre", {}, JSON.stringify(job.payload, null, 2)),
+      h("pre", {dataset: {testid: "job-payload"}}, JSON.stringify(job.payload, null, 2)),
+      scheduleBlock(job, extras.schedule),
+      workflowBlock(job, extras.workflow),
       h("h3", {}, `attempts (${history.length})`),
       history.length
         ? h(
@@ -1248,6 +1385,77 @@
     ];
     panel.replaceChildren(...blocks.flat(Infinity).filter(Boolean));
     tickRelativeTimes();
+  }
+
+  /** The schedule that fired the job: its name, the fire time, and what it is now. */
+  function scheduleBlock(job, found) {
+    if (!job.schedule || !found) return null;
+    const view = found.view;
+    const now = view
+      ? `${describeSpec(view.spec)}, ${view.paused ? "paused" : "active"}`
+      : found.gone ? "deleted since" : `not read: ${found.error}`;
+    const jobs = h("button", {type: "button", class: "quiet", onclick: () => filterJobs({schedule: job.schedule})}, "its jobs");
+    return [
+      h("h3", {}, "schedule"),
+      h(
+        "dl",
+        {dataset: {testid: "job-schedule"}},
+        h("dt", {}, "fired by"), h("dd", {}, job.schedule, " ", jobs),
+        h("dt", {}, "fire time"), h("dd", {}, job.fire_time_ms === null ? "—" : when(job.fire_time_ms)),
+        h("dt", {}, "the schedule"), h("dd", {}, now),
+      ),
+    ];
+  }
+
+  /** The workflow (DAG) the job belongs to: each job at its step (0 for the roots, else one
+   * more than its deepest parent), with the names of the jobs it waits for. */
+  function workflowBlock(job, found) {
+    if (job.workflow_id === null || job.workflow_id === undefined || !found) return null;
+    const title = h("h3", {}, `workflow ${job.workflow_id}`);
+    if (found.error) return [title, h("p", {class: "muted"}, `not read: ${found.error}`)];
+    const byId = new Map(found.jobs.map((member) => [member.id, member]));
+    const steps = new Map();
+    const stepOf = (member, depth = 0) => {
+      if (!steps.has(member.id)) {
+        const parents = member.depends_on.map((id) => byId.get(id)).filter(Boolean);
+        // A workflow is acyclic (the core refuses a cycle); the depth bound is a guard only.
+        const step = depth > WORKFLOW_JOBS_MAX ? 0 : Math.max(-1, ...parents.map((parent) => stepOf(parent, depth + 1))) + 1;
+        steps.set(member.id, step);
+      }
+      return steps.get(member.id);
+    };
+    const members = [...found.jobs].sort((a, b) => stepOf(a) - stepOf(b) || a.id - b.id);
+    const nameOf = (id) => (byId.has(id) ? byId.get(id).workflow_node || `#${id}` : `#${id}`);
+    return [
+      title,
+      h(
+        "table",
+        {class: "workflow", dataset: {testid: "workflow"}},
+        h("thead", {}, h("tr", {}, ["step", "job", "name", "status", "after"].map((name) => h("th", {}, name)))),
+        h(
+          "tbody",
+          {},
+          members.map((member) =>
+            h(
+              "tr",
+              {
+                class: member.id === job.id ? "current" : null,
+                "aria-current": member.id === job.id ? "true" : null,
+                dataset: {job: String(member.id)},
+                onclick: member.id === job.id ? null : () => selectJob(member.id),
+              },
+              h("td", {class: "num"}, stepOf(member)),
+              h("td", {class: "num"}, member.id),
+              h("td", {}, member.workflow_node || "—"),
+              h("td", {}, badge(member.status), member.archived ? archivedBadge() : null),
+              h("td", {}, member.depends_on.length ? member.depends_on.map(nameOf).join(", ") : "—"),
+            ),
+          ),
+        ),
+      ),
+      found.partial ? h("p", {class: "muted"}, "more jobs than one read shows") : null,
+      byId.size < 1 ? h("p", {class: "muted"}, "none of its jobs is kept any more") : null,
+    ];
   }
 
   /** A job's result: a shell task's exit code and output, or any other result as JSON. */
@@ -1431,11 +1639,15 @@
         $("#filter-job").value = "";
         selectJob(id);
       }
-      filterJobs({
-        status: $("#filter-status").value,
-        queue: $("#filter-queue").value.trim(),
-        schedule: $("#filter-schedule").value.trim(),
-      });
+      let filters;
+      try {
+        filters = readSearchForm();
+      } catch (error) {
+        setError("search", error.message); // the search shown stays as it was
+        renderErrors();
+        return;
+      }
+      filterJobs(filters);
     });
     $("#filter-status").addEventListener("change", () => $("#job-filters").requestSubmit());
     $("#bulk-action").addEventListener("change", resetBulk);
@@ -1475,6 +1687,14 @@
       state.tokenNeeded = true;
       openTokenDialog(null);
     });
+
+    // A job's page has an address (#job=ID): opened from a link, or when the address changes.
+    const openFromAddress = () => {
+      const match = /^#job=(\d{1,18})$/.exec(location.hash);
+      if (match && Number(match[1]) !== state.selectedJobId) selectJob(Number(match[1]));
+    };
+    window.addEventListener("hashchange", openFromAddress);
+    openFromAddress();
 
     setInterval(tickRelativeTimes, 1000);
     refresh();
