@@ -64,6 +64,20 @@ class ArchiveError(Exception):
     """The archive cannot be opened, read or written (a damaged file, a full or failing disk)."""
 
 
+def stored_schema(db: sqlite3.Connection) -> object:
+    """The schema version an archive's file says it is of (None: a new file, none yet)."""
+    found = db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+    return None if found is None else found[0]
+
+
+def check_schema(found: object, path: str) -> None:
+    """ArchiveError unless `found` (`stored_schema`) is the version this release reads: a
+    node's own archive at its start, and a backup's archive before a restore (cluster/backup.py)."""
+    if found != SCHEMA_VERSION:
+        raise ArchiveError(f"the archive {path} is of schema {found}; this release reads "
+                           f"{SCHEMA_VERSION}")
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     """A job as the archive keeps it: `doc` is its API view, the rest what searches filter on."""
@@ -130,14 +144,13 @@ class ArchiveStore:
             raise ArchiveError(f"cannot open the archive {self.path}: {error}") from None
 
     def _check_version(self) -> None:
-        found = self.db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+        found = stored_schema(self.db)
         if found is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
             self.db.execute("INSERT INTO meta VALUES ('rows', 0)")
             self.db.execute("INSERT INTO meta VALUES ('bytes', 0)")
-        elif found[0] != SCHEMA_VERSION:
-            raise ArchiveError(f"the archive {self.path} is of schema {found[0]}; this release "
-                               f"reads {SCHEMA_VERSION}")
+        else:
+            check_schema(found, self.path)
 
     def write(self, rows: Sequence[Row], through_index: int) -> None:
         """The rows and the index they reach, in one transaction (durable when it returns, in
@@ -235,9 +248,12 @@ class ArchiveStore:
             "SELECT (SELECT value FROM meta WHERE name = 'rows'), "
             "(SELECT value FROM meta WHERE name = 'bytes')", ())
         oldest = self._one("SELECT min(finished_ms) FROM jobs", ())[0]
-        file_bytes = sum(os.path.getsize(path) for path in self._files())
         return {"rows": rows, "row_bytes": row_bytes, "oldest_finished_ms": oldest,
-                "file_bytes": file_bytes}
+                "file_bytes": self.file_bytes()}
+
+    def file_bytes(self) -> int:
+        """The archive's size on disk: its file and its write-ahead log."""
+        return sum(os.path.getsize(path) for path in self._files())
 
     def _files(self) -> Iterable[str]:
         for suffix in ("", "-wal", "-shm"):
