@@ -53,6 +53,7 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/cluster/audits/{id}"): "read",
     ("POST", "/v1/cluster/compact"): "manage",
     ("GET", "/v1/cluster/backup"): "manage",
+    ("GET", "/v1/cluster/backup/archive"): "manage",
     ("GET", "/v1/cluster/members"): "status",
     ("POST", "/v1/cluster/members"): "manage",
     ("DELETE", "/v1/cluster/members/{node_id}"): "manage",
