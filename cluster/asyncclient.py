@@ -407,31 +407,67 @@ class AsyncClient:
 
     async def download_backup(self, out_path: str, *, timeout_s: float = 600.0) -> dict[str, str]:
         """Stream `GET /v1/cluster/backup` into out_path (made durable), from the first node
-        that answers; the snapshot's index, term, cluster name and node from the answer's
-        headers. The caller checks the file (`raftcron.cluster.backup.check`) before trusting
+        that answers; the snapshot's index, term, cluster name, the node and its URL from the
+        answer. The caller checks the file (`raftcron.cluster.backup.check`) before trusting
         it."""
+        url, headers = await self._download_from_any(
+            "/v1/cluster/backup", {}, out_path, self.urls, RETRY_STATUSES, timeout_s)
+        return {"node": headers.get("x-raftcron-node", ""), "url": url,
+                "index": headers.get("x-raftcron-snapshot-index", ""),
+                "term": headers.get("x-raftcron-snapshot-term", ""),
+                "cluster_name": headers.get("x-raftcron-cluster-name", "unknown")}
+
+    async def download_archive(self, out_path: str, *, min_index: int = 0,
+                               prefer_url: str | None = None,
+                               timeout_s: float = 3_600.0) -> dict[str, str]:
+        """Stream `GET /v1/cluster/backup/archive` into out_path (made durable): a node's
+        archive holding every job the entries up to `min_index` removed. From `prefer_url`
+        first (the node that gave the snapshot holds that already), then the others: an answer
+        about the node itself (404 it keeps no archive, 409 it is making one, 507 no room)
+        moves on to the next node too. The node, the index the archive covers, its rows and
+        bytes from the answer; the caller checks the file
+        (`raftcron.cluster.archive.copies.check_file`)."""
+        urls = sorted(self.urls, key=lambda url: url != prefer_url)
+        _, headers = await self._download_from_any(
+            "/v1/cluster/backup/archive", {"min_index": str(min_index)}, out_path, urls,
+            RETRY_STATUSES | {404, 409, 507}, timeout_s)
+        return {"node": headers.get("x-raftcron-node", ""),
+                "index": headers.get("x-raftcron-archive-index", ""),
+                "rows": headers.get("x-raftcron-archive-rows", ""),
+                "bytes": headers.get("x-raftcron-archive-bytes", "")}
+
+    async def _download_from_any(self, path: str, params: dict[str, str], out_path: str,
+                                 urls: Sequence[str], next_on: frozenset[int],
+                                 timeout_s: float) -> tuple[str, dict[str, str]]:
+        """The first node's answer that is whole, into out_path: its URL and headers (names
+        in lower case). An answer with a status in `next_on`, or none, moves on; when every
+        node did, the last refusal is raised (Unavailable when none answered at all)."""
         last = "no attempt made"
+        refused: ApiError | None = None
         with open(out_path, "wb") as out:  # a file we cannot write fails here, on no node
-            for url in self.urls:
+            for url in urls:
                 out.seek(0)
                 out.truncate()
                 try:
-                    headers = await self._download(url + "/v1/cluster/backup", out, timeout_s)
+                    headers = await self._download(url + path, params, out, timeout_s)
                 except ApiError as error:
-                    if error.status not in RETRY_STATUSES:
+                    if error.status not in next_on:
                         raise
-                    last = f"{url}: {error}"
+                    last, refused = f"{url}: {error}", error
                 except (aiohttp.ClientError, TimeoutError, ConnectionError) as error:
                     last = f"{url}: {type(error).__name__}: {error}"
                 else:
                     out.flush()
                     os.fsync(out.fileno())
-                    return headers
-        raise Unavailable(f"GET /v1/cluster/backup: no node gave a backup; last: {last}")
+                    return url, headers
+        if refused is not None and refused.status not in RETRY_STATUSES:
+            raise refused
+        raise Unavailable(f"GET {path}: no node gave it; last: {last}")
 
-    async def _download(self, url: str, out: Any, timeout_s: float) -> dict[str, str]:
+    async def _download(self, url: str, params: dict[str, str], out: Any,
+                        timeout_s: float) -> dict[str, str]:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with self._session_now().get(url, timeout=timeout) as response:
+        async with self._session_now().get(url, params=params, timeout=timeout) as response:
             if response.status >= 400:
                 body = await response.text()
                 try:
@@ -441,12 +477,7 @@ class AsyncClient:
                 raise ApiError.from_answer(response.status, answer)
             async for chunk in response.content.iter_chunked(256 * 1024):
                 out.write(chunk)
-            return {
-                "node": response.headers.get("X-Raftcron-Node", ""),
-                "index": response.headers.get("X-Raftcron-Snapshot-Index", ""),
-                "term": response.headers.get("X-Raftcron-Snapshot-Term", ""),
-                "cluster_name": response.headers.get("X-Raftcron-Cluster-Name", "unknown"),
-            }
+            return {name.lower(): value for name, value in response.headers.items()}
 
     async def ask_member(
         self,

@@ -173,6 +173,9 @@ class Client:
     def download_backup(self, out_path: str, **options: Any) -> dict[str, str]:
         return self._run(self.aio.download_backup(out_path, **options))
 
+    def download_archive(self, out_path: str, **options: Any) -> dict[str, str]:
+        return self._run(self.aio.download_archive(out_path, **options))
+
     def ask_member(self, http_address: str, path: str, **options: Any) -> Any:
         return self._run(self.aio.ask_member(http_address, path, **options))
 

@@ -175,6 +175,9 @@ def add_commands(commands: Any) -> None:
     )
     backup.add_argument("--out", required=True, help="the file to write (replaced only once "
                         "the whole backup arrived and checks out)")
+    backup.add_argument("--with-archive", action="store_true", help="also the archive of "
+                        "jobs that left the state, to FILE.archive (checked likewise); without "
+                        "it a cluster restored from FILE starts with an empty archive")
     add_common(backup)
 
     audit = commands.add_parser(

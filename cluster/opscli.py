@@ -299,26 +299,53 @@ def _doctor(client: Client, args: argparse.Namespace) -> None:
 
 
 def _backup(client: Client, args: argparse.Namespace) -> None:
+    """The snapshot first, then (`--with-archive`) the archive covering every eviction it
+    does, to FILE.archive; each arrives under a temporary name, is checked, then renamed (the
+    archive first: FILE is replaced only once its archive is in place)."""
     out = os.path.abspath(args.out)
-    partial = out + ".partial"
+    archive_out = out + backup_module.ARCHIVE_SUFFIX
+    partial, archive_partial = out + ".partial", archive_out + ".partial"
+    archived, stale = None, False
     try:
         served = client.download_backup(partial)
         with open(partial, "rb") as downloaded:
             data = downloaded.read()
         _, info = backup_module.check(data, partial)
+        if args.with_archive:
+            archived = backup_module.fetch_archive(client, archive_partial, info, served)
+            os.replace(archive_partial, archive_out)
         os.replace(partial, out)
-        OsDisk().sync_dir(os.path.dirname(out))  # the rename itself survives a power loss
+        stale = not args.with_archive and os.path.exists(archive_out)
+        if stale:  # the archive of the backup FILE was: it is not this one's
+            os.unlink(archive_out)
+        OsDisk().sync_dir(os.path.dirname(out))  # the renames themselves survive a power loss
     except OSError as error:
         raise UsageError(f"cannot write {args.out}: {error}") from None
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
-    details = {"file": out, "node": served["node"], **dataclasses.asdict(info)}
-    _print(args, details, lambda: (
-        f"backup of cluster {info.cluster_name or 'unknown (a release before cluster names)'}"
-        f" from {served['node']} at log index {info.index} (term {info.term}): "
-        f"{info.jobs} jobs, {info.schedules} schedules, {info.size_bytes} bytes, "
-        f"digest {info.digest[:16]} -> {out}\n"))
+        for leftover in (partial, archive_partial):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+    details = {"file": out, "node": served["node"], **dataclasses.asdict(info), "archive": None}
+    if archived is not None:
+        archive, node = archived
+        details["archive"] = {"file": archive_out, "node": node, "rows": archive.rows,
+                              "size_bytes": os.path.getsize(archive_out)}
+
+    def report() -> str:
+        text = (f"backup of cluster "
+                f"{info.cluster_name or 'unknown (a release before cluster names)'}"
+                f" from {served['node']} at log index {info.index} (term {info.term}): "
+                f"{info.jobs} jobs, {info.schedules} schedules, {info.size_bytes} bytes, "
+                f"digest {info.digest[:16]} -> {out}\n")
+        if details["archive"] is not None:
+            text += (f"archive from {details['archive']['node']}: "
+                     f"{details['archive']['rows']} archived jobs, "
+                     f"{details['archive']['size_bytes']} bytes -> {archive_out}\n")
+        elif stale:
+            text += f"removed {archive_out}: the archive of the backup this one replaced\n"
+        return text
+
+    _print(args, details, report)
 
 
 def _audit(client: Client, args: argparse.Namespace) -> None:

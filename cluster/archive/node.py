@@ -11,6 +11,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
+from raftcron.cluster.archive.copies import remove_leftovers
 from raftcron.cluster.archive.fill import ArchiveFiller
 from raftcron.cluster.archive.store import ArchiveError, ArchiveStore, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
@@ -30,6 +31,9 @@ class NodeArchive:
         self.reader = reader
         self._read_lock = threading.Lock()  # the reader is one SQLite connection
         self.filler: ArchiveFiller | None = None  # set by the node (it needs the event loop)
+        # The archive backup this node is making (who asked, when), or None: one at a time,
+        # since each holds a copy of the whole archive on the data dir's disk.
+        self.copying: str | None = None
 
     def pending_view(self, job_id: int) -> dict[str, Any] | None:
         """A job that left the state and waits for the writer (read it under the apply lock
@@ -95,6 +99,7 @@ class NodeArchive:
 def open_archive(config: NodeConfig, storage: RaftStorage) -> NodeArchive:
     """The archive of the node whose storage is `storage` (its data dir open and locked)."""
     durable = config.storage.durability == "fsync"
+    remove_leftovers(storage.directory)  # of a backup being made when the node stopped
     try:
         store = ArchiveStore(storage.directory, durable=durable)
         reader = ArchiveStore(storage.directory, readonly=True)

@@ -76,6 +76,20 @@ class ArchiveError(Exception):
     """The archive cannot be opened, read or written (a damaged file, a full or failing disk)."""
 
 
+def stored_schema(db: sqlite3.Connection) -> object:
+    """The schema version an archive's file says it is of (None: a new file, none yet)."""
+    found = db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+    return None if found is None else found[0]
+
+
+def check_schema(found: object, path: str) -> None:
+    """ArchiveError unless `found` (`stored_schema`) is the version this release reads: a
+    node's own archive at its start, and a backup's archive before a restore (cluster/backup.py)."""
+    if found != SCHEMA_VERSION:
+        raise ArchiveError(f"the archive {path} is of schema {found}; this release reads "
+                           f"{SCHEMA_VERSION}")
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     """A job as the archive keeps it: `doc` is its API view, the rest what searches filter on."""
@@ -171,15 +185,14 @@ class ArchiveStore:
             raise ArchiveError(f"cannot open the archive {self.path}: {error}") from None
 
     def _check_version(self) -> None:
-        found = self.db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
-        if found is not None and found[0] != SCHEMA_VERSION:
-            raise ArchiveError(f"the archive {self.path} is of schema {found[0]}; this release "
-                               f"reads {SCHEMA_VERSION}")
+        found = stored_schema(self.db)
         if found is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
             self.db.execute("INSERT INTO meta VALUES ('rows', 0)")
             self.db.execute("INSERT INTO meta VALUES ('bytes', 0)")
             self.db.execute("INSERT INTO meta VALUES ('next_seq', 1)")
+        else:
+            check_schema(found, self.path)
 
     @contextlib.contextmanager
     def _transaction(self, doing: str) -> Iterator[None]:
@@ -379,11 +392,14 @@ class ArchiveStore:
             "(SELECT value FROM meta WHERE name = 'bytes'), "
             "(SELECT coalesce(sum(hi - lo), 0) FROM gaps)", ())
         oldest = self._one("SELECT min(finished_ms) FROM jobs", ())[0]
-        file_bytes = sum(os.path.getsize(path) for path in self._files())
         disk = os.statvfs(os.path.dirname(self.path))
         return {"rows": rows, "row_bytes": row_bytes, "oldest_finished_ms": oldest,
-                "file_bytes": file_bytes, "disk_free_bytes": disk.f_bavail * disk.f_frsize,
+                "file_bytes": self.file_bytes(), "disk_free_bytes": disk.f_bavail * disk.f_frsize,
                 "missing_jobs": missing}
+
+    def file_bytes(self) -> int:
+        """The archive's size on disk: its file and its write-ahead log."""
+        return sum(os.path.getsize(path) for path in self._files())
 
     def _files(self) -> Iterable[str]:
         for suffix in ("", "-wal", "-shm"):

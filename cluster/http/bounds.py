@@ -25,7 +25,10 @@ PREVIEW_COUNT_MAX = 1_000  # fire times one preview lists
 # before the node's wall clock (the core refuses one at or before the state's time).
 AT_PAST_GRACE_MS = 1_000
 PATH_ID_DIGITS_MAX = 18  # a job id in a path: below 10**18, so it fits a 64-bit integer
-BACKUP_WAIT_S = 120  # a backup waits this long for its snapshot to be made
+BACKUP_WAIT_S = 120  # a backup waits this long for its snapshot, or its archive, to be ready
+# An archive backup copies the archive into the data dir first: it is refused (507) unless this
+# much stays free beside the copy, for the log and snapshots written meanwhile.
+ARCHIVE_COPY_RESERVE_BYTES = 256 * 1024**2
 # A membership change's POST or DELETE waits at most this long for the change to end (the
 # default is shorter); past it the answer is 202 and the change goes on (GET shows it).
 MEMBER_WAIT_S_MAX = 120

@@ -1,6 +1,7 @@
 """Backup from a live cluster, restore into a new one (DESIGN.md §8.4): the same jobs and
 schedules, every restored member agreeing, the backup naming the cluster it came from; a
-damaged file or a used data dir is refused."""
+damaged file or a used data dir is refused. With `--with-archive` the archive comes too
+(DESIGN.md §9.2): the restored members find the archived jobs by id and by payload field."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from drains import drain
+from test_archive import job_on, search, submit, wait_archived
 
 from raftcron.cluster import backup, cli
 from raftcron.cluster.client import Client
@@ -134,3 +137,53 @@ def test_a_damaged_backup_is_refused_naming_the_damage(
                 "not_a_snapshot": "not a raftcron snapshot"}[damage]
     assert expected in err, err
     assert not target.data_dir.exists() or not any(target.data_dir.iterdir())
+
+
+def test_a_backup_with_its_archive_restores_the_archived_jobs_on_every_new_member(
+    cluster_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    cluster = cluster_factory.open(cluster_name="prod")
+    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
+                                   {"succeeded": {"max_count": 5}}, token=cluster.admin_token)
+    assert status == 200, body
+    ids = submit(cluster, "billing", 12)  # customer ids 0..11
+    drain(cluster, "billing", result=lambda job: {"done": job["payload"]["customer"]})
+    evicted = ids[:7]  # the newest 5 stay in the state
+    wait_archived(cluster, evicted, "the 7 evicted jobs")
+    archived = {job_id: job_on(cluster, cluster.nodes[0], job_id) for job_id in evicted}
+    connect = ",".join(node.url for node in cluster.nodes)
+    out = tmp_path / "prod.backup"
+
+    code = cli.main(["backup", "--json", "--with-archive", "--out", str(out),
+                     "--connect", connect])
+    printed, err = capsys.readouterr()
+    assert code == 0, err
+    info = json.loads(printed)
+    assert info["archive"]["file"] == f"{out}.archive" and info["archive"]["rows"] == 7, info
+    assert Path(f"{out}.archive").stat().st_size == info["archive"]["size_bytes"]
+    assert sorted(path.name for path in tmp_path.iterdir() if path.is_file()) == [
+        "prod.backup", "prod.backup.archive"]  # no partial file left
+    code = cli.main(["backup", "--with-archive", "--out", str(tmp_path / "again.backup"),
+                     "--connect", connect])
+    assert code == 0 and "archived jobs" in capsys.readouterr().out
+
+    fresh = LocalCluster(tmp_path / "restored", nodes=3, raft=FAST_RAFT, cluster_name="prod")
+    cluster_factory.clusters.append(fresh)
+    for node in fresh.configure():
+        code = cli.main(["restore", "--from", str(out), "--config", str(node.config_path)])
+        printed, err = capsys.readouterr()
+        assert code == 0, err
+        assert f"archive: 7 archived jobs restored from {out}.archive" in printed, printed
+    fresh.start()
+    fresh.wait_ready()
+    for node in fresh.nodes:
+        for job_id in evicted:  # by id: as it was archived, payload, result and all
+            assert job_on(fresh, node, job_id) == archived[job_id], (node.node_id, job_id)
+        for job_id in ids[7:]:
+            view = job_on(fresh, node, job_id)
+            assert view is not None and "archived" not in view
+        found = search(fresh, node, **{"payload.customer.id": 2, "created_from_ms": 0})
+        assert [(job["id"], job["archived"]) for job in found] == [(ids[2], True)]
+        # One search over both halves: every job once, the archived ones from the archive.
+        every = search(fresh, node, task="invoice", limit=4)
+        assert [job["id"] for job in every] == sorted(ids, reverse=True)

@@ -53,6 +53,8 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/cluster/audits/{id}"): "read",
     ("POST", "/v1/cluster/compact"): "manage",
     ("GET", "/v1/cluster/backup"): "manage",
+    ("GET", "/v1/cluster/backup/archive"): "manage",
+    ("GET", "/v1/cluster/archive/rows"): "archive",
     ("GET", "/v1/cluster/members"): "status",
     ("POST", "/v1/cluster/members"): "manage",
     ("DELETE", "/v1/cluster/members/{node_id}"): "manage",
@@ -73,11 +75,11 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/ui/{name}"): OPEN,
 }
 MAY: dict[str, set[str]] = {
-    "admin": {"read", "status", "submit", "work", "manage", "audit"},
+    "admin": {"read", "status", "submit", "work", "manage", "audit", "archive"},
     "submit": {"read", "status", "submit"},
     "worker": {"read", "status", "work"},
     "read": {"read", "status"},
-    "peer": {"status"},
+    "peer": {"status", "archive"},  # a member filling its archive copies a peer's rows
 }
 TOKENS = {"admin-token-0123": "admin", "submit-token-0123": "submit",
           "worker-token-0123": "worker", "read-token-012345": "read"}

@@ -44,7 +44,8 @@ def test_a_restored_node_names_its_own_cluster_and_says_when_the_backup_is_of_an
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "prod.backup").write_bytes(backup_file("prod"))
     args = argparse.Namespace(source=str(tmp_path / "prod.backup"),
-                              config=node_config(tmp_path, "staging"))
+                              config=node_config(tmp_path, "staging"), archive=None,
+                              without_archive=False)
     assert backup.run_restore(args) == 0
     printed = capsys.readouterr().out
     assert "of cluster staging from a backup of cluster prod" in printed
@@ -62,7 +63,8 @@ def test_a_restore_notes_a_backup_of_no_known_cluster_but_not_one_of_its_own(
         note: str | None) -> None:
     (tmp_path / "b.backup").write_bytes(backup_file(backup_of))
     args = argparse.Namespace(source=str(tmp_path / "b.backup"),
-                              config=node_config(tmp_path, "prod"))
+                              config=node_config(tmp_path, "prod"), archive=None,
+                              without_archive=False)
     assert backup.run_restore(args) == 0
     printed = capsys.readouterr().out
     assert f"from a backup of cluster {backup_of or 'unknown'}" in printed
