@@ -59,6 +59,11 @@ DRAIN_BOUND_S = 60
 # The budget scenario's state budget: the flood's 60 KB jobs reach it within a minute of the
 # start and fill it with unfinished work a few times a minute (chaos/tier2/flood.py).
 BUDGET_BYTES = 6 << 20
+# The smoke's job retention: every finished job but the newest few leaves the state at the next
+# Tick, so evictions (and archive writes) meet every fault, and the final read finds most
+# acknowledged jobs in the archives (checkers/jobs.py: `check_lost`).
+SMOKE_RETENTION = {"succeeded": {"max_count": 20}, "failed": {"max_count": 5},
+                   "cancelled": {"max_count": 5}}
 
 
 @dataclass
@@ -75,6 +80,12 @@ class Scenario:
     needs_namespaces: bool = False  # the relay cannot give a node one address for everyone
     settings: dict[str, object] | None = None  # the nodes' [settings] (a new cluster's)
     flood: bool = False  # chaos/tier2/flood.py: large jobs, the observer of final jobs
+
+    @property
+    def evicts(self) -> bool:
+        """Finished jobs leave the state during the run (a low retention or a small budget),
+        so the final read must find acknowledged jobs in the archive."""
+        return bool({"retention", "budget"} & set(self.settings or {}))
 
 
 @dataclass
@@ -103,7 +114,9 @@ SCENARIOS: dict[str, Scenario] = {
     for s in [
         Scenario("smoke", "kill the leader, kill its main PID mid-snapshot, damage a "
                  "follower's log, pause the leader, isolate the leader, whole-cluster downtime "
-                 "longer than the misfire grace", plan_smoke, smoke=True, raft=STORAGE_RAFT),
+                 "longer than the misfire grace; finished jobs evicted into the archive all "
+                 "along", plan_smoke, smoke=True, raft=STORAGE_RAFT,
+                 settings={"retention": SMOKE_RETENTION}),
         Scenario("partitions", "isolate leader/one, one-way, majorities ring, pair cut, "
                  "worker cut", plan_partitions),
         Scenario("crash", "kill -9 a node, the leader, a majority, all; a worker mid-job",
@@ -216,7 +229,7 @@ def run_scenario(
             flood.stop_submitting()  # and cancels its idle jobs: every flood job can end
         client.stop()  # no submit still in flight: one acknowledged after the drain started
         _drain(cluster, history, context, sink,  # would be missed by it (seen: a smoke in CI)
-               evicting=scenario.flood)
+               evicting=scenario.evicts)
         if flood is not None:
             flood.stop()  # its consumer and observer ran through the drain
         pool.close()
@@ -339,6 +352,11 @@ def _collect(
         "members_final": _members_final(cluster),
         "usage": budget.get("usage") if isinstance(budget, dict) else None,
         "budget": budget.get("budget") if isinstance(budget, dict) else None,
+        # What the final read of acknowledged jobs holds to (checkers/jobs.py: check_lost):
+        # every member keeps what left its state, and this scenario made jobs leave.
+        "archive": isinstance(view, dict) and view.get("archive") is not None,
+        "evicting": scenario.evicts,
+        "snapshots_installed": _snapshots_installed(folder / "nodes"),
     }
     final = {"jobs": jobs, "schedules": schedule_list, "events": events, "digests": digests,
              "settings": settings}
@@ -359,6 +377,19 @@ def _raft_alarms(nodes: Path) -> list[str]:
             found += [f"{log_path.stem}: {line.strip()}" for line in lines
                       if raftpatch.TRUNCATION_ALARM in line]
     return found
+
+
+def _snapshots_installed(nodes: Path) -> dict[str, int]:
+    """How many leader's snapshots each node installed, from the node logs (such a node did
+    not archive what the entries it skipped removed: README "Bounded state")."""
+    found: Counter[str] = Counter()
+    for log_path in sorted(nodes.glob("*/*.log")):
+        with log_path.open(errors="replace") as lines:
+            for line in lines:
+                if '"snapshot_installed"' in line:
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        found[str(json.loads(line)["node"])] += 1
+    return dict(found)
 
 
 def _leaders(nodes: Path) -> list[dict[str, Any]]:
