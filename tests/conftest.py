@@ -40,7 +40,7 @@ def pytest_configure(config: object) -> None:
 PROCESS_FIXTURES = frozenset({
     "cluster", "cluster_factory", "module_cluster_factory", "shared_cluster", "fresh_clusters",
     "budget_cluster",
-    "start_worker", "node", "fresh_node", "browser", "dashboard", "lab",
+    "start_worker", "node", "fresh_node", "browser", "dashboard", "lab", "needs_fuse",
 })
 
 

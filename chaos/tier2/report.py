@@ -2,7 +2,8 @@
 
 Columns (CHAOS.md): faults injected, fires expected / seen / duplicated, jobs acknowledged /
 lost, stale writes rejected / accepted, worst re-run delay, worst failover, what a state
-budget refused (submits and workflows answered 507 / fire times) and evicted; then each checker's
+budget refused (submits and workflows answered 507 / fire times), the finished jobs evicted /
+the acknowledged ones read back from every node's archive; then each checker's
 verdict and counts, the seed, and the folder holding the history, fault log and node logs.
 It only formats `Outcome`s; it decides nothing.
 """
@@ -17,7 +18,7 @@ from raftcron.chaos.tier2.scenarios import Outcome
 COLUMNS = [
     ("scenario", 10), ("faults", 6), ("fires exp/seen/dup", 18), ("jobs ack/lost", 13),
     ("stale rej/acc", 13), ("worst rerun", 11), ("worst failover", 14),
-    ("refused sub/fire", 16), ("evicted", 7), ("verdict", 9),
+    ("refused sub/fire", 16), ("evicted/archived", 16), ("verdict", 9),
 ]
 
 
@@ -61,7 +62,7 @@ def row(outcome: Outcome) -> list[str]:
         _ms(rerun, "worst_rerun_ms"),
         _ms(live, "worst_failover_ms"),
         f"{_count(lost, 'refused')}/{_count(fires, 'refused')}",
-        _count(lost, "evictions"),
+        f"{_count(lost, 'evictions')}/{_count(lost, 'archived_acknowledged')}",
         verdict(outcome),
     ]
 

@@ -56,9 +56,15 @@ from raftcron.cluster.config import ClockSettings
 from raftcron.cluster.dev.localcluster import ClusterError
 
 DRAIN_BOUND_S = 60
+ARCHIVE_FILL_BOUND_S = 60  # for a member that installed a snapshot to fill its archive
 # The budget scenario's state budget: the flood's 60 KB jobs reach it within a minute of the
 # start and fill it with unfinished work a few times a minute (chaos/tier2/flood.py).
 BUDGET_BYTES = 6 << 20
+# The smoke's job retention: every finished job but the newest few leaves the state at the next
+# Tick, so evictions (and archive writes) meet every fault, and the final read finds most
+# acknowledged jobs in the archives (checkers/jobs.py: `check_lost`).
+SMOKE_RETENTION = {"succeeded": {"max_count": 20}, "failed": {"max_count": 5},
+                   "cancelled": {"max_count": 5}}
 
 
 @dataclass
@@ -75,6 +81,12 @@ class Scenario:
     needs_namespaces: bool = False  # the relay cannot give a node one address for everyone
     settings: dict[str, object] | None = None  # the nodes' [settings] (a new cluster's)
     flood: bool = False  # chaos/tier2/flood.py: large jobs, the observer of final jobs
+
+    @property
+    def evicts(self) -> bool:
+        """Finished jobs leave the state during the run (a low retention or a small budget),
+        so the final read must find acknowledged jobs in the archive."""
+        return bool({"retention", "budget"} & set(self.settings or {}))
 
 
 @dataclass
@@ -103,7 +115,9 @@ SCENARIOS: dict[str, Scenario] = {
     for s in [
         Scenario("smoke", "kill the leader, kill its main PID mid-snapshot, damage a "
                  "follower's log, pause the leader, isolate the leader, whole-cluster downtime "
-                 "longer than the misfire grace", plan_smoke, smoke=True, raft=STORAGE_RAFT),
+                 "longer than the misfire grace; finished jobs evicted into the archive all "
+                 "along", plan_smoke, smoke=True, raft=STORAGE_RAFT,
+                 settings={"retention": SMOKE_RETENTION}),
         Scenario("partitions", "isolate leader/one, one-way, majorities ring, pair cut, "
                  "worker cut", plan_partitions),
         Scenario("crash", "kill -9 a node, the leader, a majority, all; a worker mid-job",
@@ -216,7 +230,7 @@ def run_scenario(
             flood.stop_submitting()  # and cancels its idle jobs: every flood job can end
         client.stop()  # no submit still in flight: one acknowledged after the drain started
         _drain(cluster, history, context, sink,  # would be missed by it (seen: a smoke in CI)
-               evicting=scenario.flood)
+               evicting=scenario.evicts)
         if flood is not None:
             flood.stop()  # its consumer and observer ran through the drain
         pool.close()
@@ -304,7 +318,9 @@ def _collect(
         digests = {k: list(v) for k, v in cluster.audit_entries(30).items()}
     except ClusterError as error:
         history.record("note", text=f"final audit failed: {error}")
-    jobs = {node.node_id: cluster.list_jobs(node) for node in cluster.live_nodes()}
+    _wait_archives_whole(cluster, history)
+    # Each member's own answer (never a peer's, which a member still filling would give).
+    jobs = {node.node_id: cluster.list_jobs(node, own=True) for node in cluster.live_nodes()}
     leader = cluster.leader(10)
     jobs[leader.node_id] = _details(cluster, leader, [int(j["id"]) for j in jobs[leader.node_id]])
     _, schedules, _ = cluster.request(leader, "GET", "/v1/schedules", token=ADMIN)
@@ -339,6 +355,11 @@ def _collect(
         "members_final": _members_final(cluster),
         "usage": budget.get("usage") if isinstance(budget, dict) else None,
         "budget": budget.get("budget") if isinstance(budget, dict) else None,
+        # What the final read of acknowledged jobs holds to (checkers/jobs.py: check_lost):
+        # every member keeps what left its state, and this scenario made jobs leave.
+        "archive": isinstance(view, dict) and view.get("archive") is not None,
+        "evicting": scenario.evicts,
+        "snapshots_installed": _snapshots_installed(folder / "nodes"),
     }
     final = {"jobs": jobs, "schedules": schedule_list, "events": events, "digests": digests,
              "settings": settings}
@@ -350,6 +371,30 @@ def _collect(
     )
 
 
+def _wait_archives_whole(cluster: ChaosCluster, history: History) -> None:
+    """Until no member misses a part of its archive (a member that installed a leader's
+    snapshot fills it from a peer: cluster/archive/fill.py), at most ARCHIVE_FILL_BOUND_S;
+    what is still missing then is recorded, and the final read finds it lost."""
+    started = time.monotonic()
+    missing: dict[str, Any] = {}
+    while time.monotonic() - started < ARCHIVE_FILL_BOUND_S:
+        missing = {}
+        for node in cluster.live_nodes():
+            try:
+                _, view, _ = cluster.request(node, "GET", "/v1/cluster", token=ADMIN)
+                archive = view.get("archive") if isinstance(view, dict) else None
+            except OSError as error:
+                missing[node.node_id] = str(error)
+                continue
+            if archive and archive.get("missing_jobs"):
+                missing[node.node_id] = archive["missing_jobs"]
+        if not missing:
+            break
+        time.sleep(0.5)
+    history.record("phase", name="archives_whole", missing=missing,
+                   elapsed_ms=int((time.monotonic() - started) * 1000))
+
+
 def _raft_alarms(nodes: Path) -> list[str]:
     """Every node-log line with PySyncObj's truncation alarm (the defect cluster/raftpatch.py
     fixes: a replica that logs it may have lost acknowledged writes), prefixed with its node."""
@@ -359,6 +404,19 @@ def _raft_alarms(nodes: Path) -> list[str]:
             found += [f"{log_path.stem}: {line.strip()}" for line in lines
                       if raftpatch.TRUNCATION_ALARM in line]
     return found
+
+
+def _snapshots_installed(nodes: Path) -> dict[str, int]:
+    """How many leader's snapshots each node installed, from the node logs (such a node
+    filled from a peer what the entries it skipped removed: README "Bounded state")."""
+    found: Counter[str] = Counter()
+    for log_path in sorted(nodes.glob("*/*.log")):
+        with log_path.open(errors="replace") as lines:
+            for line in lines:
+                if '"snapshot_installed"' in line:
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        found[str(json.loads(line)["node"])] += 1
+    return dict(found)
 
 
 def _leaders(nodes: Path) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from raftcron.cluster.archive.fill import LOCAL_HEADER
 from raftcron.cluster.dev.loopback import Response, free_ports, http_request, release_ports
 from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
 from raftcron.cluster.dev.tomlwrite import toml_value
@@ -572,15 +573,20 @@ class LocalCluster:
             time.sleep(POLL_S)
 
     def list_jobs(
-        self, node: LocalNode, *, token: str | None = None, **filters: str | int
+        self, node: LocalNode, *, token: str | None = None, own: bool = False,
+        **filters: str | int,
     ) -> list[dict[str, Any]]:
-        """Every job one node holds that matches the filters (GET /v1/jobs, all pages)."""
+        """Every job one node holds that matches the filters (GET /v1/jobs, all pages).
+        `own`: answered from the node's own archive, never by a peer it would ask while it
+        fills its archive (cluster/archive/fill.py)."""
         jobs: list[dict[str, Any]] = []
         cursor: int | None = None
+        headers = {LOCAL_HEADER: "1"} if own else None
         while True:
             query = {**filters, "limit": 1_000, **({"cursor": cursor} if cursor else {})}
             path = "/v1/jobs?" + urllib.parse.urlencode(query)
-            status, body, _ = self.request(node, "GET", path, token=token or self.admin_token)
+            status, body, _ = self.request(node, "GET", path, token=token or self.admin_token,
+                                           headers=headers)
             if status != 200:
                 raise ClusterError(f"GET {path} on {node.node_id}: {status} {body}")
             jobs.extend(body["jobs"])

@@ -414,6 +414,72 @@ def test_a_worker_s_retryable_failure_is_no_evidence_of_an_end() -> None:
     assert any("never seen final" in v for v in violations(run, checkers.check_lost))
 
 
+# -- the archive: evicted jobs read back (DESIGN.md §9.2, CHAOS.md wave 3) ---------------
+
+
+def _archiving(run: RunData, *, archived: tuple[str, ...] = ("k-1", "k-2")) -> RunData:
+    """Every member keeps an archive, the scenario evicts, and the jobs of the `archived`
+    keys are read back from every node's archive (evictions counted for them)."""
+    run.settings.update(archive=True, evicting=True)
+    _evictions(run, len(archived))
+    for jobs in run.jobs.values():
+        for job in jobs:
+            if job["key"] in archived:
+                job["archived"] = True
+    return fresh(run)
+
+
+def test_acknowledged_jobs_read_back_from_every_archive_pass_and_are_counted() -> None:
+    result = checkers.check_lost(_archiving(good_run()))
+    assert result.ok, result.violations
+    assert result.counts["archived_acknowledged"] == 2 and result.counts["lost"] == 0
+
+
+def test_an_acknowledged_job_missing_from_live_and_archive_fails_despite_its_evidence() -> None:
+    run = _archiving(good_run())
+    job_id = _acked_id(run, "k-1")
+    run.jobs["n3"] = [j for j in run.jobs["n3"] if j["id"] != job_id]  # in no archive of n3
+    run.history.append({"t": BASE + 5_000, "kind": "final", "job_id": job_id,
+                        "status": "succeeded", "source": "observer"})
+    result = checkers.check_lost(fresh(run))
+    assert result.violations == [f"lost: submit k-1 (job {job_id}) acknowledged, absent on n3, "
+                                 "live and archived"]
+    assert result.counts["lost"] == 1
+
+
+def test_a_node_that_installed_a_snapshot_and_lacks_a_job_has_lost_it() -> None:
+    """It fills what it skipped from a peer, and the final read waits for that: a job it still
+    lacks is lost, even when another node holds it."""
+    run = _archiving(good_run())
+    job_id = _acked_id(run, "k-1")
+    run.jobs["n3"] = [j for j in run.jobs["n3"] if j["id"] != job_id]
+    run.settings["snapshots_installed"] = {"n3": 1}
+    result = checkers.check_lost(fresh(run))
+    assert result.counts["lost"] == 1, result.violations
+    assert result.violations == [f"lost: submit k-1 (job {job_id}) acknowledged, absent on n3, "
+                                 "live and archived"]
+
+
+def test_an_archived_job_in_another_status_than_the_run_saw_fails() -> None:
+    run = _archiving(good_run())
+    job_id = _acked_id(run, "k-1")
+    run.sink.append({"seq": 99_999, "job_id": job_id, "key": "k-1", "token": 1, "attempt": 1,
+                     "worker": "w1", "phase": "acked_succeeded", "t_ms": BASE + 1_500})
+    assert checkers.check_lost(run).ok
+    next(j for j in run.jobs["n2"] if j["id"] == job_id)["status"] = "failed"
+    found = violations(fresh(run), checkers.check_lost)
+    assert found == [f"submit k-1 (job {job_id}) ended succeeded as the run saw it, failed on "
+                     "n2 (archived)"]
+
+
+def test_a_scenario_that_evicts_and_reads_nothing_back_from_an_archive_fails() -> None:
+    run = _archiving(good_run(), archived=())
+    assert any("nothing was read back from its archive" in v
+               for v in violations(run, checkers.check_lost))
+    run.settings["evicting"] = False  # a scenario that keeps every job: nothing to read back
+    assert checkers.check_lost(run).ok
+
+
 def _refused(run: RunData, kind: str, key: str) -> RunData:
     run.history += [{"t": BASE + 20_000, "kind": kind, "op": "invoke", "key": key},
                     {"t": BASE + 20_100, "kind": kind, "op": "fail", "key": key,

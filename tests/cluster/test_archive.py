@@ -1,13 +1,17 @@
 """The archive on a real cluster (DESIGN.md §9.2): a job that retention evicts is still found
 by id on every member, as it was when it finished, with `"archived": true`; across a `kill -9`
 and restart from a snapshot that covers the eviction (the snapshot waited for the archive) and
-one whose log still holds it (replayed, written again); retried, it is 409. One search finds
-live and archived jobs by any field, each once across pages."""
+one whose log still holds it (replayed, written again); across a `kill -9` between the eviction
+and the archive's write (the writer held, a compaction asked for meanwhile); retried, it is
+409. One search finds live and archived jobs by any field, each once across pages."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -81,6 +85,75 @@ def test_an_evicted_job_is_found_archived_on_every_member_and_after_restarts(
     for job_id in more:
         view = job_on(cluster, victim, job_id)
         assert view is not None and "archived" not in view
+
+
+@contextlib.contextmanager
+def archive_held(node: LocalNode) -> Iterator[sqlite3.Connection]:
+    """Hold the write lock of the node's archive from this process (`BEGIN IMMEDIATE` on its
+    SQLite file): the node's writer can commit nothing, as behind a stalled disk, until the
+    hold ends. The connection sees the file as it is (nobody else can change it)."""
+    db = sqlite3.connect(node.data_dir / "archive.sqlite", isolation_level=None, timeout=10)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield db
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+
+
+def cluster_view(cluster: LocalCluster, node: LocalNode) -> dict[str, Any]:
+    status, view, _ = cluster.request(node, "GET", "/v1/cluster", token=cluster.admin_token)
+    assert status == 200, view
+    return dict(view)
+
+
+def test_a_member_killed_between_eviction_and_archive_write_still_finds_every_job(
+        cluster_factory: ClusterKeeper) -> None:
+    """The window made real: a follower's archive writer is held (its file's write lock taken
+    from here), jobs finish and are evicted, the follower applies the evictions (it answers
+    them from the writer's hand-over, none is in its file), a compaction is asked for (its
+    snapshot is written and must wait for the archive), then `kill -9`. Restarted, it replays
+    the evictions from its log and finds every job. A snapshot that did not wait would cover
+    the evictions, and the jobs would be in neither the state nor the archive (404)."""
+    cluster = cluster_factory.open()
+    admin = cluster.admin_token
+    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
+                                   {"succeeded": {"max_count": 0}}, token=admin)
+    assert status == 200, body
+    victim = cluster.followers()[0]
+    with archive_held(victim) as archive_file:
+        ids = submit(cluster, "held", 30)
+        drain(cluster, "held", result=lambda job: {"done": job["payload"]["customer"]})
+        applied = cluster.wait_for(lambda: (lambda view: view["applied_index"] if view[
+            "archive"]["pending_jobs"] >= len(ids) else None)(cluster_view(cluster, victim)),
+            15, "the victim holds the 30 evicted jobs for its held writer")
+        for job_id in ids:
+            view = job_on(cluster, victim, job_id)
+            assert view is not None and view["archived"] is True, view
+        in_file = archive_file.execute(
+            f"SELECT count(*) FROM jobs WHERE id IN ({','.join('?' * len(ids))})",
+            ids).fetchone()[0]
+        assert in_file == 0  # evicted, not written: the window
+        status, _, _ = cluster.request(victim, "POST", "/v1/cluster/compact", token=admin)
+        assert status == 202
+
+        def snapshot_reaches_the_evictions() -> bool:
+            written = [int(path.name.split(".")[1])
+                       for path in victim.data_dir.glob("snapshot.*.tmp")]
+            current = cluster_view(cluster, victim)["storage"]["snapshot_index"]
+            return max([current, *written]) >= applied
+
+        cluster.wait_for(snapshot_reaches_the_evictions, 30,
+                         "a snapshot of the victim past its evictions (current or waiting)")
+        cluster.kill(victim)  # SIGKILL: the writer never wrote them
+    cluster.start_node(victim)
+    cluster.wait_ready(30)
+    wait_archived(cluster, ids, "the 30 jobs evicted before the kill")
+    for number, job_id in enumerate(ids):
+        view = job_on(cluster, victim, job_id)
+        assert view is not None and view["status"] == "succeeded", view
+        assert view["payload"] == {"customer": {"id": number}}
+        assert view["result"] == {"done": {"id": number}}
 
 
 def search(cluster: LocalCluster, node: LocalNode, **params: Any) -> list[dict[str, Any]]:
@@ -174,9 +247,14 @@ def test_archive_retention_drops_the_same_rows_on_every_member(
     def kept_on(node: LocalNode) -> list[int]:
         return [job_id for job_id in ids if job_on(cluster, node, job_id) is not None]
 
-    kept = {node.node_id: cluster.wait_for(
-        lambda node=node: (lambda k: k if len(k) < 20 else None)(kept_on(node)), 15,
-        f"the archive of {node.node_id} trimmed") for node in cluster.nodes}
+    # Trimmed when the row count (kept in the trim's own transaction) says so, nothing left
+    # to write: reading the 20 jobs one by one while a trim commits would see some of them
+    # before it, some after.
+    for node in cluster.nodes:
+        cluster.wait_for(lambda node=node: (lambda archive: archive["rows"] < 20 and archive[
+            "pending_jobs"] == 0)(cluster_view(cluster, node)["archive"]), 15,
+            f"the archive of {node.node_id} trimmed")
+    kept = {node.node_id: kept_on(node) for node in cluster.nodes}
     first = kept[cluster.nodes[0].node_id]
     assert all(k == first for k in kept.values()), kept
     assert first == ids[len(ids) - len(first):]  # the newest stay, if any

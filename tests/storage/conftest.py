@@ -18,3 +18,13 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture
+def needs_fuse() -> None:
+    """Skips a test that mounts powerfs where FUSE cannot be mounted, naming why."""
+    from raftcron.chaos.powerfs.harness import fuse_unavailable_reason
+
+    reason = fuse_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"FUSE cannot be mounted here: {reason}")

@@ -14,79 +14,37 @@ rest), and the replicas' audit digests must agree. The fsync tests cut three tim
 The self-test shows the test can fail: with ``durability = "os"`` (nothing fsynced) the same cut
 of all three loses acknowledged jobs, or a node refuses to start naming a damaged file.
 
-Only processes these tests start are signalled; every mount is stopped and unmounted in a
-`finally`, also when a test fails.
+The cluster, the cut and the read-back are tests/storage/powered.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-import signal
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from raftcron.chaos.powerfs.harness import PowerFS, fuse_unavailable_reason, mounted
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
-from .harness import Lab, api, job_problems, poll, ready, submit_keyed
+from .harness import Lab, api, poll, submit_keyed
+from .powered import (
+    READY_DEADLINE_S,
+    Powered,
+    cut_summary,
+    every_acknowledged_job_problems,
+    failure,
+    power_cut,
+    powered_cluster,
+    restart,
+)
 
 KEYED = 100
 BATCHES, BATCH_SIZE = 3, 50
 STREAMED_BEFORE_CUT = 20  # acknowledged by the background stream before the power goes
-READY_DEADLINE_S = 60
 FSYNC_ROUNDS = 3  # cuts in a row on one cluster (each after more acknowledged jobs)
 
-pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(autouse=True)
-def _needs_fuse() -> None:
-    reason = fuse_unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"FUSE cannot be mounted here: {reason}")
-
-
-@dataclass
-class Powered:
-    """A configured 3-node cluster whose data dirs are powerfs mounts."""
-
-    cluster: LocalCluster
-    disks: dict[str, PowerFS]
-    cuts: list[dict[str, Any]] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def powered_cluster(lab: Lab, name: str, durability: str) -> Iterator[Powered]:
-    """Mount a powerfs at each node's data dir (the disk under `<name>-disks/`), start the
-    nodes; afterwards kill them and unmount, whatever happened."""
-    cluster = lab.cluster(name, nodes=3, storage={"durability": durability})
-    disks: dict[str, PowerFS] = {}
-    try:
-        for node in cluster.configure():
-            backing = lab.base_dir / f"{name}-disks" / node.node_id
-            backing.mkdir(parents=True)
-            node.data_dir.mkdir(parents=True)
-            disk = PowerFS(backing, node.data_dir, log_path=backing.parent / f"{node.node_id}.log")
-            disks[node.node_id] = disk
-            disk.start()
-        cluster.start()
-        yield Powered(cluster, disks)
-    finally:
-        try:
-            cluster.close()  # the nodes first: nothing may hold the mounts open
-        finally:
-            for disk in disks.values():
-                with contextlib.suppress(Exception):
-                    disk.stop()
-    for node_id, disk in disks.items():
-        assert not mounted(disk.mountpoint), f"{node_id}'s powerfs is still mounted"
-        log = disk.log_tail(100_000)
-        assert "powerfs bug" not in log and "Traceback" not in log, f"{node_id}: {log}"
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("needs_fuse")]
 
 
 class Stream:
@@ -137,65 +95,6 @@ def acknowledge(powered: Powered, prefix: str) -> tuple[dict[int, dict[str, Any]
     return acked, Stream(cluster, leader, f"{prefix}-stream")
 
 
-def power_cut(powered: Powered, node_ids: list[str], seed: int) -> None:
-    """SIGKILL every chosen node's process group (all first, as one power failure), reap
-    them, then cut each mount torn; what each cut dropped is kept in `powered.cuts`."""
-    cluster = powered.cluster
-    nodes = [cluster.node(node_id) for node_id in node_ids]
-    for node in nodes:
-        node.expected_exit = True
-        cluster.send_signal(node, signal.SIGKILL)
-    for node in nodes:
-        assert node.process is not None
-        node.process.wait(10)
-    for number, node in enumerate(nodes):
-        report = powered.disks[node.node_id].cut(torn=True, seed=seed + number)
-        report.pop("paths", None)
-        powered.cuts.append({"node": node.node_id, **report})
-
-
-def restart(powered: Powered, node_ids: list[str]) -> dict[str, tuple[int, str]]:
-    """Start the nodes; wait until each is ready or has exited. {node_id: (exit code, log)}
-    of those that exited (empty: every node is ready)."""
-    cluster = powered.cluster
-    nodes = [cluster.node(node_id) for node_id in node_ids]
-    for node in nodes:
-        cluster.start_node(node)
-    poll(lambda: all(not node.running or ready(node) for node in nodes), READY_DEADLINE_S,
-         "every restarted node is ready or has exited")
-    exited = {}
-    for node in nodes:
-        if not node.running:
-            assert node.process is not None
-            node.expected_exit = True
-            exited[node.node_id] = (node.process.returncode,
-                                    node.log_path.read_text(errors="replace"))
-    return exited
-
-
-def every_acknowledged_job_problems(
-    powered: Powered, acked: dict[int, dict[str, Any]]
-) -> list[str]:
-    """What differs from "every acknowledged job on every node, its key deduped, one state"."""
-    cluster = powered.cluster
-    cluster.wait_ready(timeout_s=READY_DEADLINE_S)
-    digests = cluster.audit(timeout_s=60)  # every node has applied everything before it
-    problems = [p for node in cluster.nodes for p in job_problems(cluster, node, acked)]
-    if len(set(digests.values())) != 1:
-        problems.append(f"the replicas diverged: audit digests {digests}")
-    leader = cluster.leader()
-    # every key streamed just before a cut (the writes most at risk), every 10th of the rest
-    resubmitted = [(job_id, sent) for number, (job_id, sent) in enumerate(acked.items())
-                   if "-stream-" in sent["key"] or number % 10 == 0]
-    for job_id, sent in resubmitted:
-        status, body, _ = api(cluster, leader, "POST", "/v1/jobs", sent)
-        if status != 200 or body.get("id") != job_id:
-            problems.append(f"re-submitting key {sent['key']} (job {job_id}) answered {status} "
-                            f"{body if not isinstance(body, dict) else body.get('id')}")
-            break
-    return problems
-
-
 def cut_and_check(lab: Lab, name: str, durability: str, cut: str, rounds: int) -> tuple[
         Powered, dict[int, dict[str, Any]], dict[str, tuple[int, str]], list[str]]:
     """The whole experiment, `rounds` times on one cluster (acknowledge, cut, restart, check
@@ -226,24 +125,6 @@ def cut_and_check(lab: Lab, name: str, durability: str, cut: str, rounds: int) -
         return powered, acked, refused, problems
 
 
-def cut_summary(powered: Powered) -> str:
-    """What each cut dropped: dirty bytes and files, torn writes (path: kept/written bytes)."""
-    return "; ".join(
-        f"{cut['node']}: {cut['dirty_bytes']} B in {cut['dirty_files']} files, "
-        f"{cut['dirty_dirs']} dirs, torn "
-        + (", ".join(f"{t['path']} {t['kept_bytes']}/{t['bytes']}" for t in cut["torn_writes"])
-           or "none")
-        for cut in powered.cuts)
-
-
-def _failure(powered: Powered, refused: dict[str, tuple[int, str]], problems: list[str]) -> str:
-    lines = [*problems]
-    for node_id, (code, log) in refused.items():
-        lines.append(f"{node_id} refused to start (exit {code}): {log.strip().splitlines()[-1]}")
-    lines += [f"cut: {cut}" for cut in powered.cuts]
-    return "\n".join(lines)
-
-
 @pytest.mark.parametrize("cut", ["all", "majority"])
 def test_power_loss_loses_no_acknowledged_job_with_fsync(
     lab: Lab, cut: str, capsys: pytest.CaptureFixture[str]
@@ -254,7 +135,7 @@ def test_power_loss_loses_no_acknowledged_job_with_fsync(
         print(f"\nfsync, {FSYNC_ROUNDS} power cuts of {cut}: {len(acked)} acks; cuts dropped: "
               f"{cut_summary(powered)}")
     assert len(acked) >= FSYNC_ROUNDS * (KEYED + BATCHES * BATCH_SIZE + STREAMED_BEFORE_CUT)
-    assert not refused and not problems, _failure(powered, refused, problems)
+    assert not refused and not problems, failure(powered, refused, problems)
 
 
 DAMAGE_NAMED = re.compile(r"(log-\d{8}\.seg|snapshot|raftcron\.storage|log\.clean)")

@@ -1,8 +1,9 @@
 """Promises 2-5 of CHAOS.md: what happens to a job once it exists.
 
-- `check_lost`: every acknowledged submit and workflow present on every node and final, or
-  evicted once final (with evidence, within the evictions the cluster counted); a submit or
-  workflow refused with a definite error (4xx, 507 `state_full`) created nothing.
+- `check_lost`: every acknowledged submit and workflow present on every node, live or
+  archived, in the final status the run saw (without an archive: or evicted once final, with
+  evidence, within the evictions the cluster counted); a submit or workflow refused with a
+  definite error (4xx, 507 `state_full`) created nothing.
 - `check_idempotent`: one job per key across every acknowledgement and every node.
 - `check_fencing`: one accepted completion per job, with its newest token; no stale write
   accepted (stale actor, sink); one applied effect per key; a completed job has its effect;
@@ -99,75 +100,112 @@ def final_evidence(
 
 
 def check_lost(run: RunData) -> CheckResult:
-    """Every acknowledged submit and workflow job is on every node at the end, final.
+    """Every acknowledged submit and workflow job is on every node at the end, final: live, or
+    archived once it left the state (`"archived": true`, DESIGN.md §9.2), and in the final
+    status the run saw it reach, when it saw one (`final_evidence`).
 
-    With a state budget, finished jobs are evicted (DESIGN.md §9.1): an acknowledged job absent
-    at the end is excused only when the cluster counted evictions (`usage.evicted` at the end)
-    AND the run has evidence that the job was final before it left (`final_evidence`); and on
-    each node the excused jobs are no more than the evictions counted. An absent job never seen
-    final is lost. With no eviction counted (every scenario without a small budget) an absent
-    acknowledged job is lost whatever the evidence: the rule is the one before budgets.
+    With the archive on (the run's `archive` setting: every member keeps what leaves its
+    state), an acknowledged job a node holds neither live nor archived is lost, whatever the
+    evidence: eviction is no excuse, and neither is a leader's snapshot the node installed
+    (it fills from a peer what the entries it skipped removed; the final read waits for that,
+    then reads each node's own archive). In a scenario that evicts (`evicting`: a low
+    retention or a small budget) at least one acknowledged job must be found archived on
+    every node, or this check proved nothing about the archive.
+
+    Without the archive (`[storage] archive = false`), the rule of budgets: an acknowledged job
+    absent at the end is excused only when the cluster counted evictions (`usage.evicted` at
+    the end) AND the run has evidence that the job was final before it left; and on each node
+    the excused jobs are no more than the evictions counted. An absent job never seen final is
+    lost; with no eviction counted, an absent job is lost whatever the evidence.
 
     Refused submits: a submit or workflow answered with a definite error (`definite_failure`:
     4xx, 507 `state_full`) created nothing, so no job may hold its key, unless the key was
     acknowledged by another submit (then `check_idempotent` judges which job holds it).
     """
     result = CheckResult("no lost job", safety=True)
-    acked = _acked_submits(run.history)
-    expected: dict[int, str] = {}
-    for key, job_ids in acked.items():
-        for job_id in job_ids:
-            expected[job_id] = f"submit {key}"
-    for event in _acked_workflows(run.history):
-        for name, job_id in event["jobs"].items():
-            expected[int(job_id)] = f"workflow {event['key']}/{name}"
+    expected = _expected_jobs(run.history)
     invoked = {e["key"] for e in run.history if e["kind"] == "submit"}
     info_keys = {e["key"] for e in run.history if e["kind"] == "submit" and e.get("op") == "info"}
+    archive = bool(run.setting("archive", False))
     evicted_total = evictions(run)
-    evidence = final_evidence(run.history, run.sink, run.cluster_events) if evicted_total else {}
-    lost = not_final = excused_max = 0
-    for node, jobs in sorted(run.jobs.items()):
-        held = {int(job["id"]): job for job in jobs}
-        excused = 0
+    evidence = final_evidence(run.history, run.sink, run.cluster_events)
+    held_by = {node: {int(job["id"]): job for job in jobs} for node, jobs in run.jobs.items()}
+    lost = not_final = altered = excused_max = 0
+    archived_min: int | None = None
+    for node, held in sorted(held_by.items()):
+        excused = archived = 0
         for job_id, what in sorted(expected.items()):
             job = held.get(job_id)
-            if job is None and job_id in evidence:
+            if job is None and not archive and evicted_total and job_id in evidence:
                 excused += 1  # evicted once final (counted against the evictions below)
             elif job is None:
                 lost += 1
-                never = ", never seen final" if evicted_total else ""
-                result.violate(f"lost: {what} (job {job_id}) acknowledged, absent on {node}"
-                               f"{never}")
+                why = (", live and archived" if archive
+                       else ", never seen final" if evicted_total else "")
+                result.violate(f"lost: {what} (job {job_id}) acknowledged, absent on {node}{why}")
             elif job.get("status") not in FINAL:
                 not_final += 1
                 result.violate(f"{what} (job {job_id}) still {job.get('status')} on {node}")
-        for job in jobs:
-            job_key = job.get("key")
-            if (
-                job.get("schedule") is None
-                and job.get("workflow_id") is None
-                and job_key is not None
-                and job_key not in invoked
-            ):
-                result.violate(f"unexpected job {job['id']} with key {job_key!r} on {node}")
+            else:
+                archived += job.get("archived") is True
+                seen = evidence.get(job_id)
+                if seen in FINAL and seen != job["status"]:
+                    altered += 1
+                    result.violate(f"{what} (job {job_id}) ended {seen} as the run saw it, "
+                                   f"{job['status']} on {node}"
+                                   + (" (archived)" if job.get("archived") else ""))
+        _check_keys(run.jobs[node], node, invoked, result)
         if excused > evicted_total:
             result.violate(f"{node}: {excused} acknowledged jobs absent once final, but the "
                            f"cluster counted only {evicted_total} evictions")
         excused_max = max(excused_max, excused)
+        archived_min = archived if archived_min is None else min(archived_min, archived)
+    if archive and run.setting("evicting", False) and expected and not archived_min:
+        result.violate("the scenario evicts, yet some node holds no acknowledged job archived: "
+                       "nothing was read back from its archive")
     refused, refused_created = _check_refused(run, result)
     final_keys = {job.get("key") for jobs in run.jobs.values() for job in jobs}
     result.counts = {
         "acknowledged": len(expected),
         "lost": lost,
         "not_final": not_final,
+        "altered": altered,
         "indeterminate": len(info_keys),
         "recovered": len(info_keys & final_keys),
         "refused": refused,
         "refused_created": refused_created,
         "evictions": evicted_total,
         "evicted_acknowledged": excused_max,
+        "archived_acknowledged": archived_min or 0,
     }
     return result
+
+
+def _expected_jobs(history: list[RecordedEvent]) -> dict[int, str]:
+    """Every acknowledged submit's and workflow's job: id -> what acknowledged it."""
+    expected: dict[int, str] = {}
+    for key, job_ids in _acked_submits(history).items():
+        for job_id in job_ids:
+            expected[job_id] = f"submit {key}"
+    for event in _acked_workflows(history):
+        for name, job_id in event["jobs"].items():
+            expected[int(job_id)] = f"workflow {event['key']}/{name}"
+    return expected
+
+
+def _check_keys(jobs: list[dict[str, Any]], node: str, invoked: set[str],
+                result: CheckResult) -> None:
+    """No job holds a client key no submit was made with (a schedule's and a workflow's jobs
+    carry keys of their own)."""
+    for job in jobs:
+        job_key = job.get("key")
+        if (
+            job.get("schedule") is None
+            and job.get("workflow_id") is None
+            and job_key is not None
+            and job_key not in invoked
+        ):
+            result.violate(f"unexpected job {job['id']} with key {job_key!r} on {node}")
 
 
 def _check_refused(run: RunData, result: CheckResult) -> tuple[int, int]:
