@@ -77,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="[storage] durability of the local cluster (default fsync, the nodes' default)",
     )
     parser.add_argument(
+        "--no-archive", action="store_true",
+        help="[storage] archive = false on the local cluster (to compare: DESIGN.md 9.2)",
+    )
+    parser.add_argument(
         "--minutes", type=float, help="soak: how long, fractions allowed (default 10; --quick 0.5)"
     )
     parser.add_argument(
@@ -148,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
             cluster = LocalCluster(
                 folder,
                 log_level="warning",
-                storage={"durability": args.durability},
+                storage={"durability": args.durability,
+                         **({"archive": False} if args.no_archive else {})},
                 settings=settings,
             )
             cluster.start()
