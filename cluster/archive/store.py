@@ -149,11 +149,10 @@ class Row:
                 or not (row.finished_ms is None or type(row.finished_ms) is int)
                 or row.id < 1 or row.seq < 1):
             raise ValueError(f"row {data[0]!r} has a field of the wrong type")
-        try:
-            view = json.loads(row.doc)
-        except ValueError:
-            raise ValueError(f"row {row.id}: its document is not JSON") from None
-        if not isinstance(view, dict) or view.get("id") != row.id:
+        # The document is the job's view as `of_view` wrote it, its id first: checked by
+        # that prefix (a peer is a member of the cluster). Parsing every document to check
+        # it held a fill to 13-14k rows/s against 21k (fillbench, 200,000 rows).
+        if not (row.doc.startswith(f'{{"id":{row.id},') and row.doc.endswith("}")):
             raise ValueError(f"row {row.id}: its document is not the job's")
         return row
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from raftcron.cluster.dev.bench.fillbench import measure
+
+pytestmark = pytest.mark.processes  # the peer serves from a process of its own
 
 
 def test_the_fill_benchmark_fills_every_row_and_says_how_fast(tmp_path: Path) -> None:

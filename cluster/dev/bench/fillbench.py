@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import tempfile
 import time
 from dataclasses import dataclass
@@ -72,6 +73,26 @@ class _Services:
     config: _Config
 
 
+def serve_peer(peer_dir: str, ports: multiprocessing.Queue[int]) -> None:
+    """The peer, in a process of its own as on another member: its archive's rows route."""
+
+    async def serve() -> None:
+        peer_store = ArchiveStore(peer_dir)
+        peer = NodeArchive(peer_store, ArchiveWriter(peer_store),
+                           ArchiveStore(peer_dir, readonly=True))
+        app = web.Application()
+        # The route reads node.archive and config.node_id only.
+        app[SERVICES] = _Services(_Node(peer), _Config())  # type: ignore[misc]
+        app.add_routes(archive_routes.routes())
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        ports.put(runner.addresses[0][1])
+        await asyncio.Event().wait()  # until the measuring process terminates it
+
+    asyncio.run(serve())
+
+
 async def measure(directory: Path, rows: int, payload_bytes: int) -> dict[str, Any]:
     peer_dir, member_dir = directory / "peer", directory / "member"
     peer_dir.mkdir()
@@ -79,17 +100,22 @@ async def measure(directory: Path, rows: int, payload_bytes: int) -> dict[str, A
     started = time.monotonic()
     peer_store = ArchiveStore(str(peer_dir))
     fill_peer(peer_store, rows, template(payload_bytes))
+    peer_store.close()
     made_s = time.monotonic() - started
-    peer = NodeArchive(peer_store, ArchiveWriter(peer_store),
-                       ArchiveStore(str(peer_dir), readonly=True))
-    app = web.Application()
-    app[SERVICES] = _Services(_Node(peer), _Config())  # type: ignore[misc]  # the route reads node.archive and config.node_id only
-    app.add_routes(archive_routes.routes())
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    address = f"127.0.0.1:{runner.addresses[0][1]}"
+    spawn = multiprocessing.get_context("spawn")
+    ports: multiprocessing.Queue[int] = spawn.Queue()
+    server = spawn.Process(target=serve_peer, args=(str(peer_dir), ports), daemon=True)
+    server.start()
+    try:
+        address = f"127.0.0.1:{ports.get(timeout=60)}"
+        return await _fill(member_dir, address, rows, payload_bytes, made_s)
+    finally:
+        server.terminate()
+        server.join(10)
+
+
+async def _fill(member_dir: Path, address: str, rows: int, payload_bytes: int,
+                made_s: float) -> dict[str, Any]:
     writer = ArchiveWriter(ArchiveStore(str(member_dir)))
     writer.start()
     filler = ArchiveFiller(writer, PeerDialer("http", None), lambda: [("peer", address)])
@@ -107,7 +133,6 @@ async def measure(directory: Path, rows: int, payload_bytes: int) -> dict[str, A
     finally:
         await filler.stop()
         writer.stop()
-        await runner.cleanup()
     member = ArchiveStore(str(member_dir), readonly=True)
     totals = member.totals()
     return {"rows": rows, "payload_bytes": payload_bytes, "filled_rows": totals["rows"],
