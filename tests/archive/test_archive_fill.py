@@ -144,16 +144,19 @@ def test_a_member_restarted_on_its_own_snapshot_records_no_gap(
         writer.stop()
 
 
+DOC = '{"id":1,"task":"t"}'  # a document of job 1, as of_view writes them: its id first
+
+
 @pytest.mark.parametrize("body, message", [
     ({"rows": [], "to_seq": 9}, "to_seq 9 outside"),
     ({"rows": [], "to_seq": 1}, "to_seq 1 outside"),
     ({"rows": "x", "to_seq": 3}, "not {rows, to_seq}"),
     ({"rows": [[1, "t"]], "to_seq": 3}, "13 fields"),
-    ({"rows": [[1, "t", "q", "succeeded", None, None, None, None, 0, 0, 1, 7, "{\"id\":1,\"x\":0}"]],
+    ({"rows": [[1, "t", "q", "succeeded", None, None, None, None, 0, 0, 1, 7, DOC]],
       "to_seq": 4}, "numbered 7, outside [2, 4)"),
     ({"rows": [[1, "t", "q", "succeeded", None, None, None, None, 0, 0, 1, 2, "{\"id\":5}"]],
       "to_seq": 4}, "not the job's"),
-    ({"rows": [[1, "t", "q", 3, None, None, None, None, 0, 0, 1, 2, "{\"id\":1,\"x\":0}"]],
+    ({"rows": [[1, "t", "q", 3, None, None, None, None, 0, 0, 1, 2, DOC]],
       "to_seq": 4}, "wrong type"),
 ])
 def test_a_peers_answer_that_does_not_hold_together_is_refused_naming_why(
