@@ -46,4 +46,9 @@ async def search_page(node: RaftNode, query: JobFilter, *, cursor: int | None, l
     live_page, floor = node.machine.read(live)
     archived = [] if archive is None else await archive.search(
         query, before_id=cursor, limit=limit, min_id=floor)
-    return merge_page((live_page, archived), floor=floor, limit=limit)
+    jobs, next_cursor = merge_page((live_page, archived), floor=floor, limit=limit)
+    if archived:  # read after the file: a purge applied since hides what it purged (the
+        # cursor stays the merge's: the page may hold fewer, the next goes on below)
+        purged = node.machine.state.archive_ledger.tombstones
+        jobs = [view for view in jobs if not (view.get("archived") and view["id"] in purged)]
+    return jobs, next_cursor
