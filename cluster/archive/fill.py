@@ -66,9 +66,13 @@ class ArchiveFiller:
                     await asyncio.sleep(IDLE_S)
                     continue
                 lo, hi = gaps[0]
-                if await self._fill_from_a_peer(session, lo, hi):
-                    retry_s = RETRY_S_MIN
-                    continue
+                try:
+                    if await self._fill_from_a_peer(session, lo, hi):
+                        retry_s = RETRY_S_MIN
+                        continue
+                except Exception:  # a bug must not end the filling for good: said, retried
+                    log.exception("filling the archive failed; retrying",
+                                  extra={"action": "archive_fill_failed"})
                 if self.unanswered != (lo, hi):
                     log.warning("no member can give the archive's jobs numbered %d to %d yet; "
                                 "asking again", lo, hi - 1,
