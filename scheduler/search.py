@@ -148,12 +148,23 @@ def _time(name: str, raw: str) -> int:
     return value
 
 
+def payload_path(text: str) -> tuple[str, ...] | None:
+    """The names of a dotted payload path ("customer.id"), or None when it is not one: 1 to
+    `PATH_DEPTH_MAX` names of letters, digits, `_` or `-`. Nothing else may be in a path: the
+    archive writes it into its SQL as a literal (cluster/archive/query.py)."""
+    parts = tuple(text.split("."))
+    if len(parts) > PATH_DEPTH_MAX or not all(_SEGMENT.fullmatch(part) for part in parts):
+        return None
+    return parts
+
+
 def _payload_filter(name: str, raw: str) -> PayloadFilter:
     parts = name[len(PAYLOAD_PREFIX):].split(".")
     op = "eq"
     if len(parts) > 1 and parts[-1] in ("gte", "lte"):
         op = parts.pop()
-    if not parts or len(parts) > PATH_DEPTH_MAX or not all(_SEGMENT.match(p) for p in parts):
+    path = payload_path(".".join(parts))
+    if path is None:
         raise Invalid(name, f"must be payload.<path> with 1 to {PATH_DEPTH_MAX} names of "
                       "letters, digits, _ or - (and .gte or .lte for a range)")
     if len(raw) > VALUE_CHARS_MAX:
@@ -161,7 +172,7 @@ def _payload_filter(name: str, raw: str) -> PayloadFilter:
     value = _value(raw)
     if op != "eq" and (isinstance(value, bool) or value is None):
         raise Invalid(name, "a range compares numbers or strings")
-    return PayloadFilter(tuple(parts), op, value)
+    return PayloadFilter(path, op, value)
 
 
 def _value(raw: str) -> Any:
