@@ -1,0 +1,177 @@
+"""Search attributes in a node's archive (cluster/archive, DESIGN.md §9.2): one SQLite index per
+declared payload path, which a search on that path uses (EXPLAIN QUERY PLAN says so) and which
+finds what a scan finds; built and dropped on the writer's thread when the state's setting
+changes, kept across a reopen, and left alone until the state has said what it declares."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftcron.cluster.archive.store import ArchiveError, ArchiveStore, Row
+from raftcron.cluster.archive.writer import ArchiveWriter
+from raftcron.scheduler.search import JobFilter, PayloadFilter
+
+
+def view(job_id: int) -> dict[str, Any]:
+    payload: dict[str, Any] = {"customer": {"id": job_id % 7}, "region": "eu" if job_id % 2
+                               else "us", "vip": job_id % 3 == 0, "total": job_id / 4}
+    if job_id % 5 == 0:
+        payload["customer"]["id"] = str(job_id % 7)  # the same digits, as text: no match
+    if job_id % 11 == 0:
+        payload = {}
+    return {"id": job_id, "task": "invoice" if job_id % 4 else "refund", "queue": "q",
+            "status": "succeeded", "schedule": None, "key": None, "error": None,
+            "created_ms": job_id, "finished_ms": job_id + 1, "payload": payload,
+            "history": [{"worker": "w1"}]}
+
+
+def field(path: str, value: Any, op: str = "eq") -> PayloadFilter:
+    return PayloadFilter(tuple(path.split(".")), op, value)
+
+
+QUERIES = [
+    JobFilter(payload=(field("customer.id", 3),)),
+    JobFilter(payload=(field("customer.id", "3"),)),
+    JobFilter(payload=(field("customer.id", 2, "gte"),)),
+    JobFilter(payload=(field("customer.id", 2, "lte"),)),
+    JobFilter(payload=(field("customer.id", 2, "gte"), field("customer.id", 4, "lte"))),
+    JobFilter(payload=(field("customer.id", "4", "gte"),)),
+    JobFilter(payload=(field("region", "us"),), task="refund"),
+    JobFilter(payload=(field("vip", True),)),
+    JobFilter(payload=(field("vip", False), field("customer.id", 1))),
+    JobFilter(payload=(field("total", 10.5, "gte"),), status="succeeded"),
+]
+ATTRIBUTES = ["customer.id", "region", "total", "vip"]
+
+
+def uses_an_attribute_index(plan: list[str]) -> bool:
+    return any("USING INDEX jobs_attribute_" in line for line in plan)
+
+
+def test_a_search_on_a_declared_path_uses_its_index_and_finds_what_a_scan_finds(
+        tmp_path: Path) -> None:
+    store = ArchiveStore(str(tmp_path), durable=False)
+    store.write([Row.of_view(view(job_id), 1) for job_id in range(1, 400)], 1)
+    scanned = [store.search(query, before_id=None, limit=1_000) for query in QUERIES]
+    assert all(found for found in scanned)  # each query finds something to compare
+    assert not any(uses_an_attribute_index(store.plan(query)) for query in QUERIES)
+
+    for path in ATTRIBUTES:
+        store.add_attribute(path)
+    assert store.attributes() == ATTRIBUTES
+    reader = ArchiveStore(str(tmp_path), readonly=True)  # the API's connection sees them too
+    for query, expected in zip(QUERIES, scanned, strict=True):
+        for connection in (store, reader):
+            assert uses_an_attribute_index(connection.plan(query)), (query, store.plan(query))
+            assert connection.search(query, before_id=None, limit=1_000) == expected, query
+            paged = connection.search(query, before_id=expected[2]["id"], limit=2)
+            assert paged == expected[3:5], query
+    # Rows written after the index is built are in it too.
+    store.write([Row.of_view(view(job_id), 2) for job_id in range(400, 450)], 2)
+    assert store.search(QUERIES[0], before_id=None, limit=1_000)[0]["id"] == 444
+
+    store.drop_attribute("region")
+    assert store.attributes() == ["customer.id", "total", "vip"]
+    assert not uses_an_attribute_index(reader.plan(QUERIES[6]))
+    store.close()
+    reopened = ArchiveStore(str(tmp_path))
+    assert reopened.attributes() == ["customer.id", "total", "vip"]
+    reopened.close()
+    reader.close()
+
+
+def test_a_filter_on_null_or_an_undeclared_path_does_not_use_an_index(tmp_path: Path) -> None:
+    store = ArchiveStore(str(tmp_path), durable=False)
+    store.add_attribute("customer.id")
+    for query in (JobFilter(payload=(field("customer.id", None),)),
+                  JobFilter(payload=(field("customer", 3),)),
+                  JobFilter(payload=(field("customer.id.more", 3),))):
+        assert not uses_an_attribute_index(store.plan(query)), query
+    store.close()
+
+
+@pytest.mark.parametrize("path", ["a b", "a'b", 'a"b', "a..b", "$.a", "a\n", ""])
+def test_a_path_outside_the_grammar_never_reaches_the_sql(tmp_path: Path, path: str) -> None:
+    store = ArchiveStore(str(tmp_path), durable=False)
+    with pytest.raises(ValueError):
+        store.add_attribute(path)
+    assert store.attributes() == []
+    store.close()
+
+
+def test_the_writer_builds_and_drops_the_indexes_the_state_declares_on_its_own_thread(
+        tmp_path: Path) -> None:
+    store = ArchiveStore(str(tmp_path), durable=False)
+    store.write([Row.of_view(view(job_id), 1) for job_id in range(1, 50)], 1)
+    threads: list[str] = []
+    add = store.add_attribute
+
+    def recorded_add(path: str) -> None:
+        threads.append(threading.current_thread().name)
+        add(path)
+
+    store.add_attribute = recorded_add  # type: ignore[method-assign]
+    writer = ArchiveWriter(store)
+    writer.start()
+    try:
+        writer.set_attributes(("customer.id", "region"))  # the Raft thread: hands it over
+        assert writer.wait_indexed(10)
+        assert writer.indexed == {"customer.id", "region"} == set(store.attributes())
+        assert threads == ["archive-writer"] * 2
+        writer.set_attributes(("region", "vip"))
+        assert writer.wait_indexed(10)
+        assert store.attributes() == ["region", "vip"]
+        assert writer.summary()["indexed"] == ["region", "vip"]
+    finally:
+        writer.stop()
+
+
+def test_a_restarted_writer_keeps_its_indexes_until_the_state_says_what_it_declares(
+        tmp_path: Path) -> None:
+    store = ArchiveStore(str(tmp_path), durable=False)
+    store.add_attribute("customer.id")
+    writer = ArchiveWriter(store)
+    assert writer.indexed == {"customer.id"}
+    writer.start()
+    try:
+        writer.put(5, [])  # an entry applied, its jobs written: nothing said of attributes
+        assert writer.wait_durable(5, 10)
+        assert not writer.wait_indexed(0)
+        assert store.attributes() == ["customer.id"]
+        writer.set_attributes(())
+        assert writer.wait_indexed(10)
+        assert store.attributes() == []
+    finally:
+        writer.stop()
+
+
+def test_a_build_that_fails_is_retried_later_and_writes_go_on_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("raftcron.cluster.archive.writer.INDEX_RETRY_S", 0.05)
+    store = ArchiveStore(str(tmp_path), durable=False)
+    failures = {"left": 1}
+    add = store.add_attribute
+
+    def failing_add(path: str) -> None:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise ArchiveError("cannot change the indexes of the archive: database or disk "
+                               "is full")
+        add(path)
+
+    store.add_attribute = failing_add  # type: ignore[method-assign]
+    writer = ArchiveWriter(store)
+    writer.set_attributes(("customer.id",))
+    writer.start()
+    try:
+        writer.put(7, [])
+        assert writer.wait_durable(7, 10)
+        assert writer.wait_indexed(10)
+        assert failures["left"] == 0 and store.attributes() == ["customer.id"]
+        assert writer.problem is None  # the archive's writes never failed
+    finally:
+        writer.stop()
