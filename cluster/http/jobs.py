@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from raftcron.cluster.archive.paging import merge_page
+from raftcron.cluster.archive.query import indexed
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     HttpError,
@@ -138,16 +139,15 @@ async def get_jobs(request: web.Request) -> web.Response:
         query = JobFilter.parse(request.query.items(), ignore=PAGING)
     except Invalid as error:
         raise HttpError(400, error.code, error.message, error.field) from None
-    if query.payload and not query.has_time_range:
-        raise HttpError(400, "invalid", f"a filter on {query.payload[0].name} (not a search "
-                        "attribute) needs a created or finished range: created_from_ms, "
-                        "created_to_ms, finished_from_ms or finished_to_ms", "created_from_ms")
     limit = query_int(request, "limit", default=100, low=1, high=bounds.PAGE_MAX) or 100
     cursor = query_int(request, "cursor", default=None, low=1, high=bounds.CURSOR_MAX)
     sources = _sources(request.query.get("archived"))
     await maybe_consistent(request)
     node = services(request).node
     archive = node.archive if "archive" in sources else None
+    if query.payload and not query.has_time_range:
+        attributes = node.machine.read(lambda state: state.settings.search_attributes.paths)
+        check_indexed(query, attributes, None if archive is None else archive.writer.indexed)
 
     def live(state: SchedulerState) -> tuple[list[dict[str, Any]], int]:
         # The hand-over under the same lock as the state: a job is in one or the other.
@@ -169,6 +169,27 @@ async def get_jobs(request: web.Request) -> web.Response:
             "applied_index": node.applied_index,
         }
     )
+
+
+def check_indexed(query: JobFilter, attributes: tuple[str, ...],
+                   indexed_here: frozenset[str] | None) -> None:
+    """A payload filter without a time range is answered only by a search attribute's index
+    (DESIGN.md §9.2): 400 naming created_from_ms for one that is not; 503 while this node's
+    archive (`indexed_here`, None: not searched) is still building it."""
+    for wanted in query.payload:
+        if not indexed(wanted, attributes):
+            why = ("a filter on null is not indexed" if wanted.value is None and
+                   ".".join(wanted.path) in attributes else
+                   "not a search attribute: PUT /v1/settings/search_attributes")
+            raise HttpError(400, "invalid", f"a filter on {wanted.name} ({why}) needs a "
+                            "created or finished range: created_from_ms, created_to_ms, "
+                            "finished_from_ms or finished_to_ms", "created_from_ms")
+    for wanted in query.payload:
+        if indexed_here is not None and ".".join(wanted.path) not in indexed_here:
+            raise HttpError(503, "unavailable", f"{wanted.name} is a search attribute this "
+                            "node's archive is still indexing: retry, ask another member, or "
+                            "give a created or finished range", "created_from_ms",
+                            headers={"Retry-After": "5"})
 
 
 def _sources(archived: str | None) -> tuple[str, ...]:

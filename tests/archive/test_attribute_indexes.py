@@ -13,6 +13,8 @@ import pytest
 
 from raftcron.cluster.archive.store import ArchiveError, ArchiveStore, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
+from raftcron.cluster.http.common import HttpError
+from raftcron.cluster.http.jobs import check_indexed
 from raftcron.scheduler.search import JobFilter, PayloadFilter
 
 
@@ -175,3 +177,24 @@ def test_a_build_that_fails_is_retried_later_and_writes_go_on_meanwhile(
         assert writer.problem is None  # the archive's writes never failed
     finally:
         writer.stop()
+
+
+@pytest.mark.parametrize("filters, declared, indexed_here, status", [
+    ({"payload.customer.id": "3"}, (), None, 400),  # not declared
+    ({"payload.customer.id": "3"}, ("customer.id",), frozenset({"customer.id"}), None),
+    ({"payload.customer.id": "null"}, ("customer.id",), frozenset({"customer.id"}), 400),
+    ({"payload.customer.id": "3", "payload.note": "x"}, ("customer.id",),
+     frozenset({"customer.id"}), 400),  # every filter without a range must be indexed
+    ({"payload.customer.id": "3"}, ("customer.id",), frozenset(), 503),  # still building
+    ({"payload.customer.id": "3"}, ("customer.id",), None, None),  # no archive searched
+])
+def test_a_payload_filter_without_a_range_needs_an_index_built_here(
+        filters: dict[str, str], declared: tuple[str, ...], indexed_here: frozenset[str] | None,
+        status: int | None) -> None:
+    query = JobFilter.parse(filters.items())
+    if status is None:
+        check_indexed(query, declared, indexed_here)
+        return
+    with pytest.raises(HttpError) as refused:
+        check_indexed(query, declared, indexed_here)
+    assert (refused.value.status, refused.value.field) == (status, "created_from_ms")
