@@ -30,6 +30,7 @@ TEXT_FIELDS = ("task", "queue", "schedule", "key", "worker")
 RANGE_FIELDS = ("created_from_ms", "created_to_ms", "finished_from_ms", "finished_to_ms")
 OPERATORS = {"": "eq", "gte": "gte", "lte": "lte"}
 TIME_MAX_MS = 2**53
+INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,10 @@ def _payload_filter(name: str, raw: str) -> PayloadFilter:
     if len(raw) > VALUE_CHARS_MAX:
         raise Invalid(name, f"must be at most {VALUE_CHARS_MAX} characters")
     value = _value(raw)
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+            INTEGER_MIN <= value <= INTEGER_MAX):
+        # The archive compares in SQLite, whose integers are of 64 bits.
+        raise Invalid(name, f"an integer must be between {INTEGER_MIN} and {INTEGER_MAX}")
     if op != "eq" and (isinstance(value, bool) or value is None):
         raise Invalid(name, "a range compares numbers or strings")
     return PayloadFilter(path, op, value)

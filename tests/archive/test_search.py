@@ -163,6 +163,8 @@ def test_a_query_string_reads_as_the_filter_it_names() -> None:
     ([("payload.a b", "1")], "payload.a b"),
     ([("payload." + ".".join("x" * 9), "1")], "payload." + ".".join("x" * 9)),
     ([("payload.vip.gte", "true")], "payload.vip.gte"),
+    ([("payload.n", str(2**63))], "payload.n"),  # SQLite's integers are of 64 bits
+    ([("payload.n.lte", str(-(2**63) - 1))], "payload.n.lte"),
     ([("error", "x" * 257)], "error"),
 ])
 def test_a_filter_it_cannot_read_is_refused_naming_the_parameter(
