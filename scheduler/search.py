@@ -199,6 +199,10 @@ def _payload_matches(payload: Any, wanted: PayloadFilter) -> bool:
     value = wanted.value
     if not _same_kind(found, value):
         return False
+    if isinstance(found, str):
+        # SQLite's JSON functions end a string at its first NUL ("\u0000"): read as the
+        # archive reads it, so that the archive's search and the state's agree on every text.
+        found = found.partition("\x00")[0]
     if wanted.op == "eq":
         return bool(found == value)
     if wanted.op == "gte":

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from raftcron.cluster.archive.query import payload_value, where
+from raftcron.cluster.archive.query import document, payload_value, where
 from raftcron.scheduler.search import JobFilter, last_worker, payload_path
 
 ARCHIVE_NAME = "archive.sqlite"
@@ -100,7 +100,7 @@ class Row:
             finished_ms=view["finished_ms"],
             left_index=left_index,
             seq=seq,
-            doc=json.dumps(view, separators=(",", ":"), ensure_ascii=False),
+            doc=document(view),
         )
 
     @property

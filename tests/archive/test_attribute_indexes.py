@@ -198,3 +198,29 @@ def test_a_payload_filter_without_a_range_needs_an_index_built_here(
     with pytest.raises(HttpError) as refused:
         check_indexed(query, declared, indexed_here)
     assert (refused.value.status, refused.value.field) == (status, "created_from_ms")
+
+
+# Values whose JSON spelling differs from their text, and the edges of SQLite's order.
+TRICKY = ["", " ", "é", 'a"b', "c\\d", "\n", "\u2028", "\x7f", "/", "😀", "\x00", "INV-1",
+          0, -1, 1, 0.5, -0.5, 2**53, -(2**53), 1e300, -1e300, True, False, None]
+
+
+@pytest.mark.parametrize("indexed_path", [False, True])
+def test_every_kind_of_value_is_found_as_the_filter_matches_it(
+        tmp_path: Path, indexed_path: bool) -> None:
+    views = []
+    for job_id, value in enumerate(TRICKY, start=1):
+        views.append({**view(job_id), "payload": {"a": value, "b": {"c": [value]}}})
+    store = ArchiveStore(str(tmp_path), durable=False)
+    if indexed_path:
+        store.add_attribute("a")
+    store.write([Row.of_view(each, 1) for each in views], 1)
+    for value in TRICKY:
+        for op in ("eq", "gte", "lte"):
+            if op != "eq" and (isinstance(value, bool) or value is None):
+                continue
+            query = JobFilter(payload=(field("a", value, op),))
+            found = [found["id"] for found in store.search(query, before_id=None, limit=100)]
+            assert found == [each["id"] for each in reversed(views) if query.matches(each)], (
+                value, op)
+    store.close()

@@ -25,7 +25,8 @@ NAMES = ["a", "b", "Bé", "c-d"]
 scalars = st.one_of(
     st.integers(-5, 5), st.floats(-5, 5, allow_nan=False, allow_infinity=False).map(
         lambda x: round(x, 1)),
-    st.sampled_from(["x", "y", "5", "Ünï", ""]), st.booleans(), st.none())
+    st.sampled_from(["x", "y", "5", "Ünï", "", 'a"b', "c\\d", "\n", "\u2028", "\x7f/"]),
+    st.booleans(), st.none())
 payloads = st.recursive(
     scalars, lambda inner: st.dictionaries(st.sampled_from(NAMES), inner, max_size=3),
     max_leaves=6)
@@ -101,7 +102,8 @@ def test_the_archive_finds_what_the_filter_matches(data: st.DataObject) -> None:
 # Values of every kind, the edges of SQLite's order among them (NULL, numbers, text) first.
 numbers = st.one_of(st.sampled_from([0, -1, 1, 0.5, -0.5, -2**53, 2**53, 1e300, -1e300]),
                     st.integers(-2**53, 2**53), st.floats(allow_nan=False, allow_infinity=False))
-texts = st.one_of(st.sampled_from(["", " ", "0", "1", "a", "z", "é", "zz"]), st.text(max_size=3))
+texts = st.one_of(st.sampled_from(["", " ", "0", "1", "a", "z", "é", "zz", 'a"', "\\", "\t"]),
+                  st.text(max_size=3))
 KINDS = {"number": numbers, "text": texts, "bool": st.booleans(), "null": st.none()}
 
 
@@ -118,11 +120,18 @@ def test_an_indexed_path_finds_what_the_filter_matches(data: st.DataObject) -> N
     shapes = st.sampled_from(["a", "a", "a", "none", "top"])
     jobs = [{**data.draw(views(job_id)), "payload": payloads[data.draw(shapes)]()}
             for job_id in range(1, data.draw(st.integers(1, 25)) + 1)]
+    held = [job["payload"]["a"] for job in jobs if isinstance(job["payload"], dict)
+            and "a" in job["payload"]]
     wanted = []
     for _ in range(data.draw(st.integers(1, 2))):
         op = data.draw(st.sampled_from(["eq", "gte", "lte"]))
-        wanted.append(PayloadFilter(("a",), op, value() if op == "eq" else value(
-            ("number", "text"))))
+        kinds = tuple(KINDS) if op == "eq" else ("number", "text")
+        allowed = [v for v in held if op == "eq" or not isinstance(v, bool | None)]
+        # Often a value a row holds: what must be found, found by every kind's rule.
+        if allowed and data.draw(st.booleans()):
+            wanted.append(PayloadFilter(("a",), op, data.draw(st.sampled_from(allowed))))
+        else:
+            wanted.append(PayloadFilter(("a",), op, value(kinds)))
     query = JobFilter(payload=tuple(wanted))
     with tempfile.TemporaryDirectory() as folder:
         store = ArchiveStore(folder, durable=False)
