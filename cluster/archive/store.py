@@ -236,26 +236,39 @@ class ArchiveStore:
         found = self.db.execute("SELECT name FROM meta WHERE name LIKE 'attribute:%'")
         return sorted(name.removeprefix(_ATTRIBUTE) for (name,) in found)
 
-    def add_attribute(self, path: str) -> None:
-        """Index a search attribute. SQLite builds an index whole, in one transaction that
-        holds the archive's write lock throughout: every row is read (seconds per million
-        rows: README, "Benchmarks"), and no row can be written meanwhile."""
+    def attributes_through(self) -> int:
+        """The log index of the setting the search attributes' indexes follow (0: none)."""
+        found = self._one("SELECT value FROM meta WHERE name = 'attributes_index'", ())
+        return 0 if found is None else int(found[0])
+
+    def add_attribute(self, path: str, *, through_index: int = 0) -> None:
+        """Index a search attribute, declared by the setting of the entry at `through_index`.
+        SQLite builds an index whole, in one transaction that holds the archive's write lock
+        throughout: every row is read (seconds per million rows: README, "Benchmarks"), and
+        no row can be written meanwhile."""
         index = _index_name(path)
         self._change_schema(
             f"CREATE INDEX IF NOT EXISTS {index} ON jobs ({payload_value(_names(path))})",
-            "INSERT OR REPLACE INTO meta VALUES (?, ?)", (_ATTRIBUTE + path, index))
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", (_ATTRIBUTE + path, index),
+            through_index)
 
-    def drop_attribute(self, path: str) -> None:
+    def drop_attribute(self, path: str, *, through_index: int = 0) -> None:
         self._change_schema(f"DROP INDEX IF EXISTS {_index_name(path)}",
-                            "DELETE FROM meta WHERE name = ?", (_ATTRIBUTE + path,))
+                            "DELETE FROM meta WHERE name = ?", (_ATTRIBUTE + path,),
+                            through_index)
 
-    def _change_schema(self, ddl: str, record: str, params: tuple[str, ...]) -> None:
-        """An index and its record in `meta`, in one transaction: a crash leaves both or
-        neither."""
+    def _change_schema(self, ddl: str, record: str, params: tuple[str, ...],
+                       through_index: int) -> None:
+        """An index, its record in `meta` and the setting's index, in one transaction: a
+        crash leaves all or none."""
         try:
             self.db.execute("BEGIN IMMEDIATE")
             self.db.execute(ddl)
             self.db.execute(record, params)
+            self.db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('attributes_index', max(?, coalesce("
+                "(SELECT value FROM meta WHERE name = 'attributes_index'), 0)))",
+                (through_index,))
             self.db.execute("COMMIT")
         except sqlite3.Error as error:
             if self.db.in_transaction:

@@ -67,6 +67,8 @@ class ArchiveWriter:
         # thread says), and those this archive holds an index of (read by the API, without
         # the lock: a frozenset replaced whole).
         self._attributes: tuple[str, ...] | None = None
+        self._attributes_index = 0  # the entry whose setting `_attributes` is
+        self._attributes_through = store.attributes_through()  # what the indexes follow
         self.indexed: frozenset[str] = frozenset(store.attributes())
         self._index_retry_at = 0.0  # after a failed build or drop
         self._durable_index = store.through_index()  # the last index committed
@@ -96,13 +98,18 @@ class ArchiveWriter:
                 self._floor = max(self._floor, floor)
                 self._cond.notify_all()
 
-    def set_attributes(self, paths: tuple[str, ...]) -> None:
-        """The state's search attributes after an entry (the Raft thread): this thread builds
-        and drops their indexes, a Raft thread must not (a build reads the whole archive)."""
-        if paths != self._attributes:
-            with self._cond:
-                self._attributes = paths
-                self._cond.notify_all()
+    def set_attributes(self, paths: tuple[str, ...], index: int) -> None:
+        """The state's search attributes after the entry at `index` (the Raft thread): this
+        thread builds and drops their indexes, a Raft thread must not (a build reads the
+        whole archive). An entry at or before the one whose setting the indexes follow is a
+        replay after a restart: it changes nothing (else a restart from a snapshot older
+        than a change of the setting would drop an index, then build it again)."""
+        if index <= self._attributes_through or paths == self._attributes:
+            return
+        with self._cond:
+            self._attributes = paths
+            self._attributes_index = index
+            self._cond.notify_all()
 
     def wait_indexed(self, timeout_s: float) -> bool:
         """Until the archive holds an index of each search attribute the state declares and of
@@ -230,9 +237,9 @@ class ArchiveWriter:
         started = self.monotonic()
         try:
             if action == "add":
-                self.store.add_attribute(path)
+                self.store.add_attribute(path, through_index=self._attributes_index)
             else:
-                self.store.drop_attribute(path)
+                self.store.drop_attribute(path, through_index=self._attributes_index)
         except ArchiveError as error:
             # Writes go on meanwhile (a build that failed may have read every row first).
             log.error("%s; retrying in %.0f s", error, INDEX_RETRY_S,

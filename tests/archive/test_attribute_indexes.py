@@ -112,19 +112,19 @@ def test_the_writer_builds_and_drops_the_indexes_the_state_declares_on_its_own_t
     threads: list[str] = []
     add = store.add_attribute
 
-    def recorded_add(path: str) -> None:
+    def recorded_add(path: str, *, through_index: int) -> None:
         threads.append(threading.current_thread().name)
-        add(path)
+        add(path, through_index=through_index)
 
     store.add_attribute = recorded_add  # type: ignore[method-assign]
     writer = ArchiveWriter(store)
     writer.start()
     try:
-        writer.set_attributes(("customer.id", "region"))  # the Raft thread: hands it over
+        writer.set_attributes(("customer.id", "region"), 10)  # the Raft thread hands it over
         assert writer.wait_indexed(10)
         assert writer.indexed == {"customer.id", "region"} == set(store.attributes())
         assert threads == ["archive-writer"] * 2
-        writer.set_attributes(("region", "vip"))
+        writer.set_attributes(("region", "vip"), 12)
         assert writer.wait_indexed(10)
         assert store.attributes() == ["region", "vip"]
         assert writer.summary()["indexed"] == ["region", "vip"]
@@ -132,21 +132,27 @@ def test_the_writer_builds_and_drops_the_indexes_the_state_declares_on_its_own_t
         writer.stop()
 
 
-def test_a_restarted_writer_keeps_its_indexes_until_the_state_says_what_it_declares(
+def test_a_restarted_writer_keeps_its_indexes_while_it_replays_older_entries(
         tmp_path: Path) -> None:
+    """The path was declared by entry 40 and indexed; the node restarts from a snapshot of
+    entry 30 and replays from 31: the setting of those entries (none declared) is history."""
     store = ArchiveStore(str(tmp_path), durable=False)
-    store.add_attribute("customer.id")
+    store.add_attribute("customer.id", through_index=40)
     writer = ArchiveWriter(store)
-    assert writer.indexed == {"customer.id"}
+    assert writer.indexed == {"customer.id"} and store.attributes_through() == 40
+    for index in range(31, 41):
+        writer.set_attributes((), index)  # replayed
+        assert writer._index_change() is None  # what the writer's turn would change
     writer.start()
     try:
-        writer.put(5, [])  # an entry applied, its jobs written: nothing said of attributes
-        assert writer.wait_durable(5, 10)
-        assert not writer.wait_indexed(0)
+        writer.put(40, [])
+        assert writer.wait_durable(40, 10)
         assert store.attributes() == ["customer.id"]
-        writer.set_attributes(())
+        writer.set_attributes(("customer.id",), 41)  # the replay reached the declaration
         assert writer.wait_indexed(10)
-        assert store.attributes() == []
+        writer.set_attributes((), 57)  # a new change of the setting
+        assert writer.wait_indexed(10)
+        assert store.attributes() == [] and store.attributes_through() == 57
     finally:
         writer.stop()
 
@@ -158,16 +164,16 @@ def test_a_build_that_fails_is_retried_later_and_writes_go_on_meanwhile(
     failures = {"left": 1}
     add = store.add_attribute
 
-    def failing_add(path: str) -> None:
+    def failing_add(path: str, *, through_index: int) -> None:
         if failures["left"]:
             failures["left"] -= 1
             raise ArchiveError("cannot change the indexes of the archive: database or disk "
                                "is full")
-        add(path)
+        add(path, through_index=through_index)
 
     store.add_attribute = failing_add  # type: ignore[method-assign]
     writer = ArchiveWriter(store)
-    writer.set_attributes(("customer.id",))
+    writer.set_attributes(("customer.id",), 3)
     writer.start()
     try:
         writer.put(7, [])
