@@ -172,7 +172,7 @@ async def get_jobs(request: web.Request) -> web.Response:
 
 
 def check_indexed(query: JobFilter, attributes: tuple[str, ...],
-                   indexed_here: frozenset[str] | None) -> None:
+                  indexed_here: frozenset[str] | None) -> None:
     """A payload filter without a time range is answered only by a search attribute's index
     (DESIGN.md §9.2): 400 naming created_from_ms for one that is not; 503 while this node's
     archive (`indexed_here`, None: not searched) is still building it."""
