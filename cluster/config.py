@@ -145,7 +145,7 @@ class NodeConfig:
     join: bool = False
     membership: MembershipSettings = MembershipSettings()
     cluster_name: str = DEFAULT_CLUSTER_NAME
-    # The settings a new cluster starts with (retention, budget: scheduler/settings.py): its
+    # The settings a new cluster starts with (scheduler/settings.py's sections): its
     # first leader, or `raftcron cluster finalize`, seeds the replicated settings from the
     # config of the node that proposes it, once; later they change through the API.
     settings: Settings = DEFAULT_SETTINGS
@@ -442,8 +442,9 @@ def _cluster(value: object) -> str:
 
 
 def _settings(value: object) -> Settings:
-    """`[settings]`: `retention` and `budget`, the shapes of `PUT /v1/settings/...` (parsed
-    by the core's own parser, so a config accepts exactly what the API does)."""
+    """`[settings]`: `retention`, `budget`, `archive` and `search_attributes`, the shapes of
+    `PUT /v1/settings/...` (parsed by the core's own parser, so a config accepts exactly what
+    the API does)."""
     if not isinstance(value, dict):
         raise ConfigError("settings", "must be a table")
     try:

@@ -153,6 +153,8 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                     self.archive.put(self._applying_index(), leaving or (), purging or ())
             if self.archive is not None:
                 self.archive.set_floor(self.state.archive_ledger.floor)
+                self.archive.set_attributes(self.state.settings.search_attributes.paths,
+                                            self._applying_index())
                 if leaving or purging:  # outside the lock: the archive's disk sets the pace
                     self.archive.wait_for_room()
             if self.on_applied is not None:

@@ -1,11 +1,13 @@
-"""`raftcron settings show | retention | budget` and `raftcron cluster finalize`: the cluster's
-replicated settings and its upgrade gate from a shell (DESIGN.md §9.0, §9.1; admin token to
-change them).
+"""`raftcron settings show | retention | budget | archive | search-attributes` and `raftcron
+cluster finalize`: the cluster's replicated settings and its upgrade gate from a shell
+(DESIGN.md §9.0, §9.1, §9.2; admin token to change them).
 
 `settings retention` replaces the retention setting whole: each flag left out takes its
 default, and `--queue NAME:OUTCOME:AGE:COUNT` (repeatable) gives a queue its own rule (`-` for a
 field it takes from the cluster-wide rule). Ages take `30s`, `15m`, `24h`, `7d`; sizes
-`512MiB`, `2GiB`. Exit codes and output as the other operator commands (cluster/opscli.py).
+`512MiB`, `2GiB`. `settings search-attributes customer.id invoice.number` declares the payload
+paths every archive indexes (the list replaces the setting; `--none` declares none). Exit codes
+and output as the other operator commands (cluster/opscli.py).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ _UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB"
 
 def add_commands(commands: Any) -> None:
     settings = commands.add_parser(
-        "settings", help="retention, the state budget and archive retention: show, or change "
-        "them (admin)")
+        "settings", help="retention, the state budget, archive retention and search attributes: "
+        "show, or change them (admin)")
     actions = settings.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_common(actions.add_parser(
         "show", help="every setting, and the state against its budget"))
@@ -51,6 +53,14 @@ def add_commands(commands: Any) -> None:
     add_common(archive)
     archive.add_argument("--age", metavar="AGE", help="keep archived jobs this long (e.g. 30d)")
     archive.add_argument("--size", metavar="SIZE", help="keep at most this much (e.g. 10GiB)")
+    attributes = actions.add_parser(
+        "search-attributes", help="the payload paths every member's archive indexes, so a "
+        "search finds archived jobs by them without a time range (replaces the list whole)")
+    add_common(attributes)
+    attributes.add_argument("paths", nargs="*", metavar="PATH",
+                            help="a payload path, as in --payload PATH=VALUE (e.g. customer.id)")
+    attributes.add_argument("--none", action="store_true",
+                            help="declare none (every attribute's index is dropped)")
 
 
 def add_finalize(actions: Any) -> None:
@@ -70,13 +80,16 @@ def handle(client: Client, args: argparse.Namespace) -> None:
         body = retention_body(args)
     elif args.action == "budget":
         body = {"bytes": size_bytes(args.size)}
+    elif args.action == "search-attributes":
+        body = {"paths": attribute_paths(args)}
     else:
         body = {}
         if args.age is not None:
             body["max_age_ms"] = _duration(args.age, "--age")
         if args.size is not None:
             body["max_bytes"] = size_bytes(args.size)
-    view = client.request("PUT", f"/v1/settings/{args.action}", body, write=True)
+    section = args.action.replace("-", "_")
+    view = client.request("PUT", f"/v1/settings/{section}", body, write=True)
     _print(args, view, lambda: describe(view))
 
 
@@ -121,6 +134,13 @@ def retention_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+def attribute_paths(args: argparse.Namespace) -> list[str]:
+    if bool(args.paths) == args.none:
+        raise UsageError("give the payload paths to index (e.g. customer.id invoice.number), "
+                         "or --none for none")
+    return list(args.paths)
+
+
 def size_bytes(text: str) -> int:
     match = _SIZE_RE.match(text)
     if match is None:
@@ -155,6 +175,9 @@ def describe(view: dict[str, Any]) -> str:
         kept = usage.get("archive", {}).get("bytes", 0)
         lines.append(f"archive: keeps {_age(archive['max_age_ms'])} or "
                      f"{_mib(archive['max_bytes'])}, whichever first; holds {_mib(kept)}")
+    attributes = view.get("search_attributes")
+    if attributes is not None:
+        lines.append("search attributes: " + (", ".join(attributes["paths"]) or "none"))
     return ("\n".join(lines) + "\n"
             + _table(["QUEUE", "OUTCOME", "MAX AGE", "MAX COUNT", "KEPT"], rows)
             + f"evicted: {evicted or 'none'}; fires refused for space: "

@@ -58,7 +58,8 @@ class Finalize:
 
 @dataclass(frozen=True, slots=True)
 class PutSettings:
-    """Replace one section of the settings (`retention`, `budget`, `archive`) whole."""
+    """Replace one section of the settings (`retention`, `budget`, `archive`,
+    `search_attributes`) whole."""
 
     TAG: ClassVar[int] = 51
     request_id: str | None

@@ -30,6 +30,7 @@ TEXT_FIELDS = ("task", "queue", "schedule", "key", "worker")
 RANGE_FIELDS = ("created_from_ms", "created_to_ms", "finished_from_ms", "finished_to_ms")
 OPERATORS = {"": "eq", "gte": "gte", "lte": "lte"}
 TIME_MAX_MS = 2**53
+INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,20 +182,35 @@ def _time(name: str, raw: str) -> int:
     return value
 
 
+def payload_path(text: str) -> tuple[str, ...] | None:
+    """The names of a dotted payload path ("customer.id"), or None when it is not one: 1 to
+    `PATH_DEPTH_MAX` names of letters, digits, `_` or `-`. Nothing else may be in a path: the
+    archive writes it into its SQL as a literal (cluster/archive/query.py)."""
+    parts = tuple(text.split("."))
+    if len(parts) > PATH_DEPTH_MAX or not all(_SEGMENT.fullmatch(part) for part in parts):
+        return None
+    return parts
+
+
 def _payload_filter(name: str, raw: str) -> PayloadFilter:
     parts = name[len(PAYLOAD_PREFIX):].split(".")
     op = "eq"
     if len(parts) > 1 and parts[-1] in ("gte", "lte"):
         op = parts.pop()
-    if not parts or len(parts) > PATH_DEPTH_MAX or not all(_SEGMENT.match(p) for p in parts):
+    path = payload_path(".".join(parts))
+    if path is None:
         raise Invalid(name, f"must be payload.<path> with 1 to {PATH_DEPTH_MAX} names of "
                       "letters, digits, _ or - (and .gte or .lte for a range)")
     if len(raw) > VALUE_CHARS_MAX:
         raise Invalid(name, f"must be at most {VALUE_CHARS_MAX} characters")
     value = _value(raw)
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+            INTEGER_MIN <= value <= INTEGER_MAX):
+        # The archive compares in SQLite, whose integers are of 64 bits.
+        raise Invalid(name, f"an integer must be between {INTEGER_MIN} and {INTEGER_MAX}")
     if op != "eq" and (isinstance(value, bool) or value is None):
         raise Invalid(name, "a range compares numbers or strings")
-    return PayloadFilter(tuple(parts), op, value)
+    return PayloadFilter(path, op, value)
 
 
 def _value(raw: str) -> Any:
@@ -216,6 +232,10 @@ def _payload_matches(payload: Any, wanted: PayloadFilter) -> bool:
     value = wanted.value
     if not _same_kind(found, value):
         return False
+    if isinstance(found, str):
+        # SQLite's JSON functions end a string at its first NUL ("\u0000"): read as the
+        # archive reads it, so that the archive's search and the state's agree on every text.
+        found = found.partition("\x00")[0]
     if wanted.op == "eq":
         return bool(found == value)
     if wanted.op == "gte":

@@ -1,5 +1,6 @@
 """The cluster's settings: retention and the state budget, replicated so every replica evicts
-and refuses exactly the same (DESIGN.md §9.1).
+and refuses exactly the same (DESIGN.md §9.1); archive retention and search attributes, so
+every member's archive keeps the same rows with the same indexes (§9.2).
 
 `Settings` is a frozen value: `parse` is the only way in (from the API, the config of a new
 cluster, the wire) and names the field that is wrong; `to_wire` gives the whole shape back,
@@ -22,6 +23,7 @@ from typing import Any
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.search import PATH_DEPTH_MAX, payload_path
 
 OUTCOMES = ("succeeded", "failed", "cancelled")
 
@@ -197,7 +199,43 @@ class ArchiveRetention:
 
 
 _ARCHIVE_FIELDS = frozenset({"max_age_ms", "max_bytes"})
-Section = Retention | Budget | ArchiveRetention
+
+# Search attributes (DESIGN.md §9.2): payload paths every member's archive keeps an index on,
+# so a search on one needs no time range. Each index is written with every archived row and
+# built over the whole archive when declared: a few paths, not many.
+SEARCH_ATTRIBUTES_MAX = 16
+SEARCH_ATTRIBUTE_CHARS_MAX = 256
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAttributes:
+    paths: tuple[str, ...] = ()  # dotted payload paths ("customer.id"), in name order
+
+    def to_wire(self) -> dict[str, list[str]]:
+        return {"paths": list(self.paths)}
+
+    @classmethod
+    def parse(cls, data: object, where: str = "search_attributes") -> SearchAttributes:
+        data = parse.as_mapping(data, where)
+        parse.reject_unknown(data, _ATTRIBUTE_FIELDS, where)
+        given = parse.array(data.get("paths", []), f"{where}.paths",
+                            items_max=SEARCH_ATTRIBUTES_MAX)
+        paths: set[str] = set()
+        for number, raw in enumerate(given):
+            field_name = f"{where}.paths[{number}]"
+            text = parse.text(raw, field_name, chars_max=SEARCH_ATTRIBUTE_CHARS_MAX)
+            if payload_path(text) is None:
+                raise Invalid(field_name, f"{text!r} must be a payload path: 1 to "
+                              f"{PATH_DEPTH_MAX} names of letters, digits, _ or -, joined by "
+                              "dots (e.g. customer.id)")
+            if text in paths:
+                raise Invalid(field_name, f"{text!r} is given twice")
+            paths.add(text)
+        return cls(tuple(sorted(paths)))  # name order: the same whatever order was sent
+
+
+_ATTRIBUTE_FIELDS = frozenset({"paths"})
+Section = Retention | Budget | ArchiveRetention | SearchAttributes
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +243,7 @@ class Settings:
     retention: Retention = Retention()
     budget: Budget = Budget()
     archive: ArchiveRetention = ArchiveRetention()
+    search_attributes: SearchAttributes = SearchAttributes()
 
     def to_wire(self) -> dict[str, Any]:
         return {name: getattr(self, name).to_wire() for name in SECTIONS}
@@ -214,7 +253,9 @@ class Settings:
             return replace(self, retention=value)
         if isinstance(value, Budget):
             return replace(self, budget=value)
-        return replace(self, archive=value)
+        if isinstance(value, ArchiveRetention):
+            return replace(self, archive=value)
+        return replace(self, search_attributes=value)
 
     @classmethod
     def parse(cls, data: object, where: str = "settings") -> Settings:
@@ -229,7 +270,7 @@ class Settings:
         return settings
 
 
-SECTIONS = ("retention", "budget", "archive")
+SECTIONS = ("retention", "budget", "archive", "search_attributes")
 _SECTION_NAMES = frozenset(SECTIONS)
 
 
@@ -240,5 +281,7 @@ def parse_section(name: str, data: object, where: str | None = None) -> Section:
         return Budget.parse(data, where or name)
     if name == "archive":
         return ArchiveRetention.parse(data, where or name)
+    if name == "search_attributes":
+        return SearchAttributes.parse(data, where or name)
     raise Invalid("section", f"must be one of {', '.join(SECTIONS)}, not {name!r}",
                   code="not_found")

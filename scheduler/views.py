@@ -20,6 +20,7 @@ from raftcron.scheduler.queues import claim_budgets
 from raftcron.scheduler.schedules import Schedule, next_fire_ms
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.search import JobFilter
+from raftcron.scheduler.settings import SECTIONS
 from raftcron.scheduler.state import SchedulerState
 
 
@@ -207,7 +208,7 @@ def settings_view(state: SchedulerState) -> dict[str, Any]:
     if state.finalized:
         view.update(state.settings.to_wire())
     else:
-        view.update(retention=None, budget=None, archive=None)
+        view.update(dict.fromkeys(SECTIONS))
     view["usage"] = usage(state)
     return view
 

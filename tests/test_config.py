@@ -52,6 +52,9 @@ def test_the_settings_of_a_new_cluster_come_from_the_config(tmp_path):
     assert loaded.settings.retention.succeeded == Rule(3_600_000, 1_000_000)
     assert loaded.settings.retention.rule_of("failed", "audit") == Rule(604_800_000, 5)
     assert config.parse(with_changes(), base_dir=tmp_path).settings == Settings()
+    declared = config.parse(with_changes(settings={
+        "search_attributes": {"paths": ["invoice.number", "customer.id"]}}), base_dir=tmp_path)
+    assert declared.settings.search_attributes.paths == ("customer.id", "invoice.number")
 
 
 def test_data_dir_is_relative_to_the_config_file(tmp_path):
@@ -101,6 +104,8 @@ def test_data_dir_is_relative_to_the_config_file(tmp_path):
          "settings.retention.queues.q.done"),
         ({"settings": {"archives": {}}}, "settings.archives"),
         ({"settings": {"archive": {"max_bytes": 1}}}, "settings.archive.max_bytes"),
+        ({"settings": {"search_attributes": {"paths": ["customer id"]}}},
+         "settings.search_attributes.paths[0]"),
     ],
 )
 def test_a_bad_config_names_the_key(changes, key, tmp_path, monkeypatch):

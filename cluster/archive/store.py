@@ -26,6 +26,7 @@ In `fsync` durability a commit is synced (`synchronous = FULL` with the write-ah
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
@@ -33,8 +34,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from raftcron.cluster.archive.query import where
-from raftcron.scheduler.search import JobFilter, last_worker
+from raftcron.cluster.archive.query import document, payload_value, where
+from raftcron.scheduler.search import JobFilter, last_worker, payload_path
 
 ARCHIVE_NAME = "archive.sqlite"
 SCHEMA_VERSION = 1
@@ -125,7 +126,7 @@ class Row:
             finished_ms=view["finished_ms"],
             left_index=left_index,
             seq=seq,
-            doc=json.dumps(view, separators=(",", ":"), ensure_ascii=False),
+            doc=document(view),
         )
 
     def to_wire(self) -> list[Any]:
@@ -363,20 +364,72 @@ class ArchiveStore:
                min_id: int = 0) -> list[dict[str, Any]]:
         """The archived jobs `query` matches, newest (highest id) first, from `min_id` up to
         below `before_id`."""
-        clause, params = where(query)
-        if before_id is not None:
-            clause += " AND id < ?"
-            params.append(before_id)
-        if min_id > 0:
-            clause += " AND id >= ?"
-            params.append(min_id)
+        sql, params = _select(query, before_id=before_id, limit=limit, min_id=min_id)
         try:
-            found = self.db.execute(
-                f"SELECT doc FROM jobs WHERE {clause} ORDER BY id DESC LIMIT ?",
-                [*params, limit]).fetchall()
+            found = self.db.execute(sql, params).fetchall()
         except sqlite3.Error as error:
             raise ArchiveError(f"cannot read the archive {self.path}: {error}") from None
         return [json.loads(doc) for (doc,) in found]
+
+    def plan(self, query: JobFilter, *, before_id: int | None = None, limit: int = 100,
+             min_id: int = 0) -> list[str]:
+        """How SQLite answers `search` (EXPLAIN QUERY PLAN, one line per step): which index."""
+        sql, params = _select(query, before_id=before_id, limit=limit, min_id=min_id)
+        # A plan is made when its statement is prepared, from the schema the connection read
+        # last: a read of the schema table reads it again if another connection changed it,
+        # and its version in the text makes a new statement (a cached one is not prepared
+        # again).
+        self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        version = self.db.execute("PRAGMA schema_version").fetchone()[0]
+        return [str(row[-1]) for row in self.db.execute(
+            f"EXPLAIN QUERY PLAN /* schema {version} */ {sql}", params)]
+
+    # -- search attributes ----------------------------------------------------------------
+
+    def attributes(self) -> list[str]:
+        """The search attributes (dotted payload paths) this archive holds an index of."""
+        found = self.db.execute("SELECT name FROM meta WHERE name LIKE 'attribute:%'")
+        return sorted(name.removeprefix(_ATTRIBUTE) for (name,) in found)
+
+    def attributes_through(self) -> int:
+        """The log index of the setting the search attributes' indexes follow (0: none)."""
+        found = self._one("SELECT value FROM meta WHERE name = 'attributes_index'", ())
+        return 0 if found is None else int(found[0])
+
+    def add_attribute(self, path: str, *, through_index: int = 0) -> None:
+        """Index a search attribute, declared by the setting of the entry at `through_index`.
+        SQLite builds an index whole, in one transaction that holds the archive's write lock
+        throughout: every row is read (seconds per million rows: README, "Benchmarks"), and
+        no row can be written meanwhile."""
+        index = _index_name(path)
+        self._change_schema(
+            f"CREATE INDEX IF NOT EXISTS {index} ON jobs ({payload_value(_names(path))})",
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", (_ATTRIBUTE + path, index),
+            through_index)
+
+    def drop_attribute(self, path: str, *, through_index: int = 0) -> None:
+        self._change_schema(f"DROP INDEX IF EXISTS {_index_name(path)}",
+                            "DELETE FROM meta WHERE name = ?", (_ATTRIBUTE + path,),
+                            through_index)
+
+    def _change_schema(self, ddl: str, record: str, params: tuple[str, ...],
+                       through_index: int) -> None:
+        """An index, its record in `meta` and the setting's index, in one transaction: a
+        crash leaves all or none."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.execute(ddl)
+            self.db.execute(record, params)
+            self.db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('attributes_index', max(?, coalesce("
+                "(SELECT value FROM meta WHERE name = 'attributes_index'), 0)))",
+                (through_index,))
+            self.db.execute("COMMIT")
+        except sqlite3.Error as error:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise ArchiveError(f"cannot change the indexes of the archive {self.path}: "
+                               f"{error}") from None
 
     def through_index(self) -> int:
         """The log index every row up to which is written (0 for a new archive)."""
@@ -414,3 +467,34 @@ class ArchiveStore:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self.db.close()
+
+
+_ATTRIBUTE = "attribute:"  # a row of `meta` per search attribute indexed: its index's name
+
+
+def _names(path: str) -> tuple[str, ...]:
+    """A search attribute's names. The setting let only valid paths in; one that is not
+    would be SQL text: a bug, refused here too."""
+    names = payload_path(path)
+    if names is None:
+        raise ValueError(f"{path!r} is not a payload path")
+    return names
+
+
+def _index_name(path: str) -> str:
+    """The name of a search attribute's index: the path itself may hold '-', and SQLite's
+    names are better plain."""
+    _names(path)
+    return "jobs_attribute_" + hashlib.sha256(path.encode()).hexdigest()[:16]
+
+
+def _select(query: JobFilter, *, before_id: int | None, limit: int,
+            min_id: int) -> tuple[str, list[Any]]:
+    clause, params = where(query)
+    if before_id is not None:
+        clause += " AND id < ?"
+        params.append(before_id)
+    if min_id > 0:
+        clause += " AND id >= ?"
+        params.append(min_id)
+    return f"SELECT doc FROM jobs WHERE {clause} ORDER BY id DESC LIMIT ?", [*params, limit]

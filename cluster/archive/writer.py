@@ -23,6 +23,12 @@ puts the state past evictions this member never wrote. `restored` sees it, as th
 next archive number against the writer's own account, and records the range as missing; the
 filler (fill.py) asks a peer for those rows and hands them here (`fill`), so every change to
 the file is made by this one thread in order.
+
+Search attributes' indexes are built and dropped here too, when the state's setting changes
+(`set_attributes`, handed over as the floor is), one at a time between batches. SQLite builds
+an index whole, holding the write lock: on a big archive the jobs handed over meanwhile wait
+(about 3 s per million rows, README "Benchmarks"), and past the hand-over's bound so does
+applying.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ PENDING_JOBS_MAX = 50_000  # removed jobs waiting for the writer (tens of MB at 
 BATCH_JOBS_MAX = 5_000  # jobs per transaction
 RETRY_S = 1.0  # after a failed write
 TRIM_ROWS_MAX = 5_000  # rows one trim transaction deletes
+INDEX_RETRY_S = 30.0  # after a failed index build or drop
 PUT_WAIT_LOG_S = 5.0  # a Raft thread held longer than this by a full hand-over is logged
 
 
@@ -66,6 +73,14 @@ class ArchiveWriter:
         # row below `_trimmed` is gone already.
         self._floor = 1
         self._trimmed = 1
+        # Search attributes (DESIGN.md §9.2): the paths the state declares (None until the Raft
+        # thread says), and those this archive holds an index of (read by the API, without
+        # the lock: a frozenset replaced whole).
+        self._attributes: tuple[str, ...] | None = None
+        self._attributes_index = 0  # the entry whose setting `_attributes` is
+        self._attributes_through = store.attributes_through()  # what the indexes follow
+        self.indexed: frozenset[str] = frozenset(store.attributes())
+        self._index_retry_at = 0.0  # after a failed build or drop
         self._durable_index = store.through_index()  # the last index committed
         # The account of archive numbers: each one below it is written, handed over, or in a
         # gap. Gaps to record, and peers' rows to fill them with, wait here for the thread.
@@ -137,6 +152,31 @@ class ArchiveWriter:
                 self._floor = max(self._floor, floor)
                 self._cond.notify_all()
 
+    def set_attributes(self, paths: tuple[str, ...], index: int) -> None:
+        """The state's search attributes after the entry at `index` (the Raft thread): this
+        thread builds and drops their indexes, a Raft thread must not (a build reads the
+        whole archive). An entry at or before the one whose setting the indexes follow is a
+        replay after a restart: it changes nothing (else a restart from a snapshot older
+        than a change of the setting would drop an index, then build it again)."""
+        if index <= self._attributes_through or paths == self._attributes:
+            return
+        with self._cond:
+            self._attributes = paths
+            self._attributes_index = index
+            self._cond.notify_all()
+
+    def wait_indexed(self, timeout_s: float) -> bool:
+        """Until the archive holds an index of each search attribute the state declares and of
+        no other (False: not within `timeout_s`)."""
+        deadline = self.monotonic() + timeout_s
+        with self._cond:
+            while self._attributes is None or self.indexed != set(self._attributes):
+                left = deadline - self.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
+            return True
+
     def wait_for_room(self) -> None:
         """Hold the Raft thread (outside the apply lock) while the hand-over is over its
         bound: applying slows to what the archive's disk takes, as it does to the log's."""
@@ -191,7 +231,8 @@ class ArchiveWriter:
         """The oldest entries' jobs, left in `_pending` (readers see them) until committed."""
         with self._cond:
             while (not self._pending and not self._stopping and self._trimmed >= self._floor
-                   and not self._new_gaps and not self._fills):
+                   and not self._new_gaps and not self._fills
+                   and self._index_change() is None):
                 self._cond.wait(1.0)
             taken: list[Handed] = []
             count = 0
@@ -215,6 +256,7 @@ class ArchiveWriter:
                 for _, _, _, done in fills:
                     done.set_exception(ArchiveError("the archive is closing"))
                 return
+            self._change_index()
 
     def _mend(self) -> None:
         """Record the new gaps, write the peers' rows for the old ones."""
@@ -267,6 +309,47 @@ class ArchiveWriter:
             with contextlib.suppress(ArchiveError):
                 self.gaps = self.store.gaps()
 
+    def _index_change(self) -> tuple[str, str] | None:
+        """The next index to drop, or else to build: ("drop" | "add", path)."""
+        wanted = self._attributes
+        if wanted is None:  # not told yet (a restart): keep what is built
+            return None
+        if self._stopping or self.monotonic() < self._index_retry_at:
+            return None
+        stale = sorted(self.indexed - set(wanted))
+        if stale:
+            return "drop", stale[0]
+        missing = [path for path in wanted if path not in self.indexed]
+        return ("add", missing[0]) if missing else None
+
+    def _change_index(self) -> None:
+        """Build or drop one search attribute's index, between two batches: a build holds the
+        archive's write lock while it reads every row (SQLite builds an index whole), so the
+        jobs handed over meanwhile wait for it, and a second index waits for them."""
+        change = self._index_change()
+        if change is None:
+            return
+        action, path = change
+        started = self.monotonic()
+        try:
+            if action == "add":
+                self.store.add_attribute(path, through_index=self._attributes_index)
+            else:
+                self.store.drop_attribute(path, through_index=self._attributes_index)
+        except ArchiveError as error:
+            # Writes go on meanwhile (a build that failed may have read every row first).
+            log.error("%s; retrying in %.0f s", error, INDEX_RETRY_S,
+                      extra={"action": "archive_index_failed", "path": path})
+            self._index_retry_at = self.monotonic() + INDEX_RETRY_S
+            return
+        with self._cond:
+            self.indexed = self.indexed | {path} if action == "add" else self.indexed - {path}
+            self._cond.notify_all()
+        done = "built" if action == "add" else "dropped"
+        log.info("search attribute %s: index %s in %.1f s", path, done,
+                 self.monotonic() - started, extra={"action": f"archive_index_{done}",
+                                                    "path": path})
+
     def _write(self, taken: list[Handed]) -> None:
         rows = [Row.of_view(job_view(job), index, seq)
                 for index, jobs, _ in taken for seq, job in jobs]
@@ -304,4 +387,5 @@ class ArchiveWriter:
     def summary(self) -> dict[str, Any]:
         with self._cond:
             return {"pending_jobs": self._pending_jobs, "durable_index": self._durable_index,
-                    "problem": self.problem, "gaps": [list(gap) for gap in self.gaps[:10]]}
+                    "problem": self.problem, "gaps": [list(gap) for gap in self.gaps[:10]],
+                    "indexed": sorted(self.indexed)}

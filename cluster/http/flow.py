@@ -35,7 +35,7 @@ from raftcron.cluster.http.common import (
     services,
     take_request_id,
 )
-from raftcron.cluster.http.jobsearch import check_filter, search_page
+from raftcron.cluster.http.jobsearch import check_search, search_page
 from raftcron.scheduler import flowviews, parse
 from raftcron.scheduler.commands import Barrier
 from raftcron.scheduler.flowcommands import BulkJobs, PauseQueue, PutQueue, ResumeQueue, queue_name
@@ -108,8 +108,7 @@ async def bulk(request: web.Request) -> web.Response:
 
 async def _purge(request: web.Request, body: dict[str, Any], request_id: str, *,
                  dry_run: bool) -> web.Response:
-    query = check_filter(parse_or_400(lambda: JobFilter.from_object(body.get("filter", {}))),
-                         "filter")
+    query = parse_or_400(lambda: JobFilter.from_object(body.get("filter", {})))
     if query == JobFilter():
         raise HttpError(400, "invalid", "a purge names what to purge: give at least one filter",
                         "filter")
@@ -118,6 +117,7 @@ async def _purge(request: web.Request, body: dict[str, Any], request_id: str, *,
     cursor = parse_or_400(lambda: parse.integer(body.get("cursor", 0), "cursor", low=0,
                                                 high=bounds.CURSOR_MAX))
     node = services(request).node
+    check_search(node, query, node.archive, "filter")
     if node.archive is not None and not node.archive.whole:
         raise HttpError(503, "unavailable", "this node is still filling its archive from a peer "
                         "and would miss archived jobs; send the purge to another member")

@@ -26,7 +26,7 @@ from raftcron.cluster.http.common import (
     services,
     take_request_id,
 )
-from raftcron.cluster.http.jobsearch import check_filter, search_page
+from raftcron.cluster.http.jobsearch import check_search, search_page
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import (
     CancelJob,
@@ -123,7 +123,8 @@ async def get_job(request: web.Request) -> web.Response:
     view = node.machine.read(find)
     if view is None and archive is not None:  # left the state: archived, if still kept
         view = await archive.get(job_id)
-        if view is not None and job_id in node.machine.state.archive_ledger.tombstones:
+        if view is not None and node.machine.read(
+                lambda state: job_id in state.archive_ledger.tombstones):
             view = None  # purged: its row waits for the writer to delete it
         if view is None and not archive.whole:  # it may be in what this member misses
             view = await _from_a_peer(request, whole=False)
@@ -140,7 +141,7 @@ async def get_jobs(request: web.Request) -> web.Response:
     (and the archive's hand-over) under the apply lock, a bounded number per read, then the
     archive's file over the same range of ids; merged, each job once."""
     try:
-        query = check_filter(JobFilter.parse(request.query.items(), ignore=PAGING))
+        query = JobFilter.parse(request.query.items(), ignore=PAGING)
     except Invalid as error:
         raise HttpError(400, error.code, error.message, error.field) from None
     limit = query_int(request, "limit", default=100, low=1, high=bounds.PAGE_MAX) or 100
@@ -153,6 +154,7 @@ async def get_jobs(request: web.Request) -> web.Response:
         answer = await _from_a_peer(request, whole=True)
         if answer is not None:
             return json_response(answer)
+    check_search(node, query, archive)
     jobs, next_cursor = await search_page(node, query, cursor=cursor, limit=limit,
                                           sources=sources)
     for view in jobs:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from raftcron.cluster.archive.node import NodeArchive
 from raftcron.cluster.archive.paging import merge_page
+from raftcron.cluster.archive.query import indexed
 from raftcron.cluster.http.common import HttpError
 from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler import views
@@ -20,14 +22,36 @@ from raftcron.scheduler.state import SchedulerState
 EVERYWHERE = ("state", "archive")
 
 
-def check_filter(query: JobFilter, field: str = "created_from_ms") -> JobFilter:
-    """400 for a filter the archive would answer by scanning it all: a payload field with no
-    created or finished range."""
+def check_search(node: RaftNode, query: JobFilter, archive: NodeArchive | None,
+                 field: str = "created_from_ms") -> None:
+    """`check_indexed` with this node's search attributes and its archive's indexes."""
     if query.payload and not query.has_time_range:
-        raise HttpError(400, "invalid", f"a filter on {query.payload[0].name} (not a search "
-                        "attribute) needs a created or finished range: created_from_ms, "
-                        "created_to_ms, finished_from_ms or finished_to_ms", field)
-    return query
+        attributes = node.machine.read(lambda state: state.settings.search_attributes.paths)
+        check_indexed(query, attributes, None if archive is None else archive.writer.indexed,
+                      field)
+
+
+def check_indexed(query: JobFilter, attributes: tuple[str, ...],
+                  indexed_here: frozenset[str] | None, field: str = "created_from_ms") -> None:
+    """A payload filter without a time range is answered only by a search attribute's index
+    (DESIGN.md §9.2): 400 naming `field` (created_from_ms) for one that is not; 503 while this
+    node's archive (`indexed_here`, None: not searched) is still building it."""
+    if not query.payload or query.has_time_range:
+        return
+    for wanted in query.payload:
+        if not indexed(wanted, attributes):
+            why = ("a filter on null is not indexed" if wanted.value is None and
+                   ".".join(wanted.path) in attributes else
+                   "not a search attribute: PUT /v1/settings/search_attributes")
+            raise HttpError(400, "invalid", f"a filter on {wanted.name} ({why}) needs a "
+                            "created or finished range: created_from_ms, created_to_ms, "
+                            "finished_from_ms or finished_to_ms", field)
+    for wanted in query.payload:
+        if indexed_here is not None and ".".join(wanted.path) not in indexed_here:
+            raise HttpError(503, "unavailable", f"{wanted.name} is a search attribute this "
+                            "node's archive is still indexing: retry, ask another member, or "
+                            "give a created or finished range", field,
+                            headers={"Retry-After": "5"})
 
 
 async def search_page(node: RaftNode, query: JobFilter, *, cursor: int | None, limit: int,
@@ -49,6 +73,8 @@ async def search_page(node: RaftNode, query: JobFilter, *, cursor: int | None, l
     jobs, next_cursor = merge_page((live_page, archived), floor=floor, limit=limit)
     if archived:  # read after the file: a purge applied since hides what it purged (the
         # cursor stays the merge's: the page may hold fewer, the next goes on below)
-        purged = node.machine.state.archive_ledger.tombstones
-        jobs = [view for view in jobs if not (view.get("archived") and view["id"] in purged)]
+        ids = [view["id"] for view in jobs if view.get("archived")]
+        purged = node.machine.read(
+            lambda state: {i for i in ids if i in state.archive_ledger.tombstones})
+        jobs = [view for view in jobs if view["id"] not in purged]
     return jobs, next_cursor

@@ -1,8 +1,8 @@
 """The cluster's settings and its upgrade gate (DESIGN.md §9.0, §9.1).
 
 `GET /v1/settings` shows every setting, whether they are in effect, and the state against its
-budget. `PUT /v1/settings/retention` and `PUT /v1/settings/budget` (admin, audited) replace one
-section; they are never refused for space (a full cluster must be unblockable) and are refused
+budget. `PUT /v1/settings/{retention,budget,archive,search_attributes}` (admin, audited) replace
+one section; they are never refused for space (a full cluster must be unblockable) and are refused
 `not_finalized` before the gate opens. `POST /v1/cluster/finalize` (admin, audited) opens it:
 every member is asked for its release (`GET /healthz`, `release_level`) and only when each one
 answers with this release's level is one `Finalize` proposed, carrying this node's configured

@@ -52,6 +52,7 @@ from raftcron.scheduler.settings import (
     ArchiveRetention,
     Budget,
     Retention,
+    SearchAttributes,
 )
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
@@ -247,12 +248,12 @@ def _settings_section(body: dict[str, Any]) -> Any:
     """cluster/http/settings.py's put: request_id out, then the section's own parser. The
     document cannot tie a body to the path's section, so it takes what any section takes."""
     body = _without_request_id(body)
-    for section in (Retention, Budget):
+    for section in (Retention, Budget, ArchiveRetention):
         try:
             return section.parse(body)
         except Invalid:
             pass
-    return ArchiveRetention.parse(body)
+    return SearchAttributes.parse(body)
 
 
 def _finalize(body: dict[str, Any]) -> Any:
@@ -533,6 +534,14 @@ AGREEMENT = [
     ("putSettings", {"bytes": 1_048_576, "succeeded": {}}, False),
     ("putSettings", {"retention": {}}, False),
     ("putSettings", {"bytes": 1_048_576, "request_id": ""}, False),
+    ("putSettings", {"paths": ["customer.id", "a-b.c_D.9"], "request_id": "s-1"}, True),
+    ("putSettings", {"paths": []}, True),
+    ("putSettings", {"paths": ["customer id"]}, False),
+    ("putSettings", {"paths": ["a..b"]}, False),
+    ("putSettings", {"paths": ["a", "a"]}, False),
+    ("putSettings", {"paths": [f"p{n}" for n in range(17)]}, False),
+    ("putSettings", {"paths": ["x" * 65]}, False),
+    ("putSettings", {"paths": "customer.id"}, False),
     ("finalizeCluster", {}, True),
     ("finalizeCluster", {"request_id": "f-1"}, True),
     ("finalizeCluster", {"request_id": "r" * 201}, False),

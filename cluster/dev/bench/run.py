@@ -10,14 +10,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench import measures, scale, soak, soakrecord
+from raftcron.cluster.dev.bench import archivebench, measures, scale, soak, soakrecord
 from raftcron.cluster.dev.bench.target import Target
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 MEASURES = (
-    "submit_single", "submit_batched", "drain", "claim", "fire", "failover", "scale", "soak"
+    "submit_single", "submit_batched", "drain", "claim", "fire", "failover", "scale", "soak",
+    "archive",
 )
-ON_REQUEST = ("scale", "soak")  # long: run only when --only names them
+ON_REQUEST = ("scale", "soak", "archive")  # long: run only when --only names them
 FULL = {
     "single_jobs": 5_000,
     "batched_jobs": 100_000,
@@ -111,6 +112,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="soak: ramp (or hold --rate) from the empty state; by default the state is first "
         "filled until it evicts (its retention or budget reached), as after months of running",
     )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        help="archive: rows of the archive searched (default 10,000,000; --quick 6,000); "
+        "no cluster is started for it (cluster/dev/bench/archivebench.py)",
+    )
     # One record per minute; a smoke test asks for one every few seconds.
     parser.add_argument("--report-s", type=float, default=60.0, help=argparse.SUPPRESS)
 
@@ -126,6 +133,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if "archive" in chosen:  # a node's archive on this disk, no cluster
+        archive = archivebench.measure(**archivebench.sizes(quick=args.quick, rows=args.rows))
+        print(json.dumps({"archive": archive}) if args.json else archivebench.render(archive))
+        chosen = [m for m in chosen if m != "archive"]
+        if not chosen:
+            return 0
     sizes = dict(QUICK if args.quick else FULL)
     if args.minutes is not None:
         sizes["soak_minutes"] = args.minutes
