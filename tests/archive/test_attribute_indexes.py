@@ -5,12 +5,14 @@ changes, kept across a reopen, and left alone until the state has said what it d
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from raftcron.cluster.archive.query import document, spelled
 from raftcron.cluster.archive.store import ArchiveError, ArchiveStore, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
 from raftcron.cluster.http.common import HttpError
@@ -230,3 +232,14 @@ def test_every_kind_of_value_is_found_as_the_filter_matches_it(
             assert found == [each["id"] for each in reversed(views) if query.matches(each)], (
                 value, op)
     store.close()
+
+
+def test_a_document_spells_every_string_as_the_standard_encoder_and_takes_big_integers() -> None:
+    """Rows are written with orjson; a search looks for a string's spelling (`spelled`), and
+    a row encoded by the fallback (an integer beyond 64 bits) spells strings the same."""
+    for text in [value for value in TRICKY if isinstance(value, str)]:
+        assert spelled(text) == json.dumps(text, ensure_ascii=False), repr(text)
+        view = {"id": 1, "payload": {"s": text}}
+        assert document(view) == json.dumps(view, separators=(",", ":"), ensure_ascii=False)
+    big = {"id": 2, "payload": {"n": 2**70, "s": "é"}}
+    assert json.loads(document(big)) == big
