@@ -245,18 +245,38 @@ class ArchiveWriter:
 
     def _run(self) -> None:
         while True:
-            taken, last = self._take()
-            if taken:
-                self._write(taken)
-            self._trim()
-            self._mend()
-            if last:
+            try:
+                if self._turn():
+                    return
+            except Exception as error:  # a bug: never a silent end of the archive
+                # A thread that died here would leave the hand-over to fill up and then hold
+                # applying for good, unexplained. It says so, makes the storage unhealthy
+                # (as a write that fails does), and tries again.
+                if self.problem is None or not self.problem.startswith("unexpected"):
+                    log.critical("the archive's writer failed", exc_info=True,
+                                 extra={"action": "archive_writer_failed"})
+                self.problem = f"unexpected {type(error).__name__}: {error}"
                 with self._cond:
-                    fills, self._fills = list(self._fills), deque()
-                for _, _, _, done in fills:
-                    done.set_exception(ArchiveError("the archive is closing"))
-                return
-            self._change_index()
+                    if self._stopping:
+                        return
+                    self._cond.wait(RETRY_S)
+
+    def _turn(self) -> bool:
+        """One turn of the thread: write what was handed over, trim, mend gaps, change an
+        index. Whether the thread is done (stopping, everything written)."""
+        taken, last = self._take()
+        if taken:
+            self._write(taken)
+        self._trim()
+        self._mend()
+        if last:
+            with self._cond:
+                fills, self._fills = list(self._fills), deque()
+            for _, _, _, done in fills:
+                done.set_exception(ArchiveError("the archive is closing"))
+            return True
+        self._change_index()
+        return False
 
     def _mend(self) -> None:
         """Record the new gaps, write the peers' rows for the old ones."""

@@ -240,3 +240,30 @@ def test_rows_below_the_floor_go_with_their_totals_even_those_written_late(
     pre_gate = Row.of_view(job_view(leaving[0][1]), 1, seq=0)
     writer.store.write([pre_gate], 7)
     assert writer.store.trim(10**9) == 0  # archived before the gate: no number, kept
+
+
+def test_an_unexpected_error_in_the_writer_is_named_retried_and_never_ends_the_thread(
+        tmp_path: Path, d: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("raftcron.cluster.archive.writer.RETRY_S", 0.05)
+    real_view = job_view
+    failures = {"left": 2}
+    seen: list[str | None] = []
+    writer = ArchiveWriter(ArchiveStore(str(tmp_path)))
+
+    def failing_view(job: Any, **options: Any) -> Any:
+        if failures["left"]:
+            failures["left"] -= 1
+            seen.append(writer.problem)
+            raise KeyError("a field the view did not expect")
+        return real_view(job, **options)
+
+    monkeypatch.setattr("raftcron.cluster.archive.writer.job_view", failing_view)
+    writer.start()
+    try:
+        writer.put(4, leave_after(d, 2))
+        assert writer.wait_durable(4, 10)
+    finally:
+        writer.stop()
+    assert seen[1] is not None and seen[1].startswith("unexpected KeyError"), seen
+    assert writer.problem is None and writer._thread.is_alive() is False
+    assert writer.store.get(1) is not None and writer.store.get(2) is not None
