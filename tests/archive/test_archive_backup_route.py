@@ -32,7 +32,7 @@ PLENTY = 1 << 50
 
 
 def fake_node(directory: Path, *, free_bytes: int = PLENTY, applied_index: int = 40,
-              archive: bool = True) -> Any:
+              commit_index: int = 45, archive: bool = True) -> Any:
     node_archive = None
     if archive:
         store = ArchiveStore(str(directory))
@@ -40,6 +40,7 @@ def fake_node(directory: Path, *, free_bytes: int = PLENTY, applied_index: int =
                                    ArchiveStore(str(directory), readonly=True))
     return SimpleNamespace(
         config=SimpleNamespace(node_id="n2"), applied_index=applied_index,
+        commit_index=commit_index,
         archive=node_archive,
         storage=SimpleNamespace(directory=str(directory), free_bytes=lambda: free_bytes))
 
@@ -179,6 +180,25 @@ def test_a_node_that_has_not_applied_the_snapshot_s_index_answers_503(
         status, error = await error_of(await client.get(ROUTE, params={"min_index": "41"}))
         assert (status, error["code"]) == (503, "unavailable")
         assert "not up to 41" in error["message"] and "lags" in error["message"], error
+        assert node.archive.copying is None
+
+    serve(node, test)
+
+
+def test_an_index_beyond_what_the_node_knows_committed_is_answered_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the API fuzzer: min_index 2**62 held the request for the whole wait (120 s)."""
+    make_archive(tmp_path, {1: 1})
+    monkeypatch.setattr(bounds, "BACKUP_WAIT_S", 60)
+    node = fake_node(tmp_path, applied_index=40, commit_index=45)
+
+    async def test(client: TestClient[Any, Any]) -> None:
+        started = time.monotonic()
+        status, error = await error_of(await client.get(ROUTE, params={
+            "min_index": str(2**62 - 1)}))
+        assert (status, error["code"]) == (503, "unavailable")
+        assert "committed up to index 45" in error["message"], error
+        assert time.monotonic() - started < 5
         assert node.archive.copying is None
 
     serve(node, test)
