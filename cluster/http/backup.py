@@ -128,8 +128,9 @@ async def _archive_through(node: RaftNode, archive: NodeArchive, min_index: int)
     """Wait (bounded) until the node applied `min_index` and its archive holds every job the
     entries up to what it applied then removed; that index."""
     if min_index > node.commit_index:  # not even known committed here: waiting is no use
-        raise unavailable(f"node {node.config.node_id} knows the log committed up to index "
-                          f"{node.commit_index}, not up to {min_index}: ask another node")
+        raise HttpError(409, "index_not_committed", f"node {node.config.node_id} knows the log "
+                        f"committed up to index {node.commit_index}, not up to {min_index}: "
+                        "ask another node, or for a smaller min_index", "min_index")
     deadline = time.monotonic() + bounds.BACKUP_WAIT_S
     while node.applied_index < min_index:
         if time.monotonic() >= deadline:

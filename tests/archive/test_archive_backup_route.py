@@ -196,7 +196,7 @@ def test_an_index_beyond_what_the_node_knows_committed_is_answered_at_once(
         started = time.monotonic()
         status, error = await error_of(await client.get(ROUTE, params={
             "min_index": str(2**62 - 1)}))
-        assert (status, error["code"]) == (503, "unavailable")
+        assert (status, error["code"]) == (409, "index_not_committed")
         assert "committed up to index 45" in error["message"], error
         assert time.monotonic() - started < 5
         assert node.archive.copying is None
