@@ -6,20 +6,14 @@ every replica, across snapshot and restore."""
 from __future__ import annotations
 
 import pytest
+from test_core_archiving import finish
 
 from raftcron.scheduler import limits, sizes
-from raftcron.scheduler.commands import Ack, CancelJob
+from raftcron.scheduler.commands import CancelJob
 from raftcron.scheduler.driver import Driver, Refused
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.purging import PURGE_IDS_MAX, PurgeJobs
 from raftcron.scheduler.snapshot import digest, restore, snapshot
-
-
-def finish(d: Driver, count: int, **fields: object) -> list[int]:
-    ids = d.submit_many(count, max_attempts=1, **fields)
-    claimed = d.claim(max=count)
-    d.claim(max=0, acks=tuple(Ack(i, t, "succeeded") for i, t in claimed))
-    return ids
 
 
 @pytest.fixture

@@ -48,3 +48,11 @@ def wait_archived(cluster: LocalCluster, job_ids: list[int], what: str) -> None:
         (job_on(cluster, node, job_id) or {}).get("archived") is True
         for node in cluster.nodes for job_id in job_ids) or None,
         15, f"{what} archived on every member")
+
+
+def keep_succeeded(cluster: LocalCluster, max_count: int) -> None:
+    """Retention keeps at most `max_count` succeeded jobs: the rest leave for the archive."""
+    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
+                                   {"succeeded": {"max_count": max_count}},
+                                   token=cluster.admin_token)
+    assert status == 200, body

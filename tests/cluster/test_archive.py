@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import ClusterKeeper
-from drains import drain, job_on, wait_archived
+from drains import drain, job_on, keep_succeeded, wait_archived
 
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 
@@ -34,9 +34,7 @@ def submit(cluster: LocalCluster, queue: str, count: int) -> list[int]:
 def test_an_evicted_job_is_found_archived_on_every_member_and_after_restarts(
         cluster_factory: ClusterKeeper) -> None:
     cluster = cluster_factory.open()
-    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
-                                   {"succeeded": {"max_count": 5}}, token=cluster.admin_token)
-    assert status == 200, body
+    keep_succeeded(cluster, 5)
     ids = submit(cluster, "billing", 12)
     drain(cluster, "billing", result=lambda job: {"done": job["payload"]["customer"]})
     first = cluster.nodes[0]
@@ -117,9 +115,7 @@ def test_a_member_killed_between_eviction_and_archive_write_still_finds_every_jo
     the evictions, and the jobs would be in neither the state nor the archive (404)."""
     cluster = cluster_factory.open()
     admin = cluster.admin_token
-    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
-                                   {"succeeded": {"max_count": 0}}, token=admin)
-    assert status == 200, body
+    keep_succeeded(cluster, 0)
     victim = cluster.followers()[0]
     with archive_held(victim) as archive_file:
         ids = submit(cluster, "held", 30)
@@ -175,9 +171,7 @@ def search(cluster: LocalCluster, node: LocalNode, **params: Any) -> list[dict[s
 def test_one_search_finds_live_and_archived_jobs_by_payload_field_each_once(
         cluster_factory: ClusterKeeper) -> None:
     cluster = cluster_factory.open()
-    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
-                                   {"succeeded": {"max_count": 6}}, token=cluster.admin_token)
-    assert status == 200, body
+    keep_succeeded(cluster, 6)
     ids = submit(cluster, "search", 15)  # customer ids 0..14
     drain(cluster, "search")
     waiting = submit(cluster, "search-later", 3)  # queued, never claimed: live
@@ -220,9 +214,7 @@ def test_archive_retention_drops_the_same_rows_on_every_member(
         cluster_factory: ClusterKeeper) -> None:
     cluster = cluster_factory.open()
     admin = cluster.admin_token
-    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
-                                   {"succeeded": {"max_count": 0}}, token=admin)
-    assert status == 200, body
+    keep_succeeded(cluster, 0)
     ids: list[int] = []
     for first in range(0, 20, 5):  # 5 x 60 KB a batch: under the 512 KiB a command may be
         status, created, _ = cluster.call("POST", "/v1/jobs/batch", {"jobs": [

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import ClusterKeeper
-from drains import drain, job_on, wait_archived
+from drains import drain, job_on, keep_succeeded, wait_archived
 from test_archive import submit
 
 from raftcron.cluster.archive.fill import LOCAL_HEADER
@@ -62,9 +62,7 @@ def test_a_member_rejoined_empty_and_one_added_later_fill_their_archive_from_a_p
         cluster_factory: ClusterKeeper) -> None:
     cluster = cluster_factory.open()
     admin = cluster.admin_token
-    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
-                                   {"succeeded": {"max_count": 0}}, token=admin)
-    assert status == 200, body
+    keep_succeeded(cluster, 0)
     ids = submit(cluster, "fill", 40)  # customer ids 0..39
     drain(cluster, "fill", result=lambda job: {"done": job["payload"]["customer"]})
     wait_archived(cluster, ids, "40 evicted jobs")
@@ -111,9 +109,7 @@ def test_a_purge_removes_live_and_archived_jobs_on_every_member_and_a_fill_never
         cluster_factory: ClusterKeeper) -> None:
     cluster = cluster_factory.open()
     admin = cluster.admin_token
-    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
-                                   {"succeeded": {"max_count": 4}}, token=admin)
-    assert status == 200, body
+    keep_succeeded(cluster, 4)
     status, created, _ = cluster.call("POST", "/v1/jobs/batch", {"jobs": [
         {"task": "invoice", "queue": "purge", "payload": {"customer": {"id": n % 3}}}
         for n in range(12)]})

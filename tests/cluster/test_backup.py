@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from drains import drain
+from drains import drain, keep_succeeded
 from test_archive import job_on, search, submit, wait_archived
 
 from raftcron.cluster import backup, cli
@@ -143,9 +143,7 @@ def test_a_backup_with_its_archive_restores_the_archived_jobs_on_every_new_membe
     cluster_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     cluster = cluster_factory.open(cluster_name="prod")
-    status, body, _ = cluster.call("PUT", "/v1/settings/retention",
-                                   {"succeeded": {"max_count": 5}}, token=cluster.admin_token)
-    assert status == 200, body
+    keep_succeeded(cluster, 5)
     ids = submit(cluster, "billing", 12)  # customer ids 0..11
     drain(cluster, "billing", result=lambda job: {"done": job["payload"]["customer"]})
     evicted = ids[:7]  # the newest 5 stay in the state
