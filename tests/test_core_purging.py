@@ -103,3 +103,21 @@ def test_a_purge_command_that_does_not_parse_names_ids(ids: list[object], messag
 def test_decode_of_encode_gives_the_command_back() -> None:
     command = PurgeJobs("r-1", (5, 3, 9))
     assert PurgeJobs.from_wire(command.to_wire()) == command
+
+
+def test_tombstones_past_the_budget_evict_finished_jobs_to_stay_within_it() -> None:
+    """Purges are never refused for space; their tombstones count in the state, so past the
+    budget finished jobs are evicted, as for anything else the state holds."""
+    d = Driver()
+    d.finalize(budget={"bytes": 1 << 20}, retention={"succeeded": {"max_count": 999}})
+    kept = finish(d, 1_000)
+    d.tick(advance_ms=1)  # the oldest leaves for the archive: tombstones from now are kept
+    assert d.state.state_bytes() < 1 << 20
+    assert sum(d.state.table.get(job_id) is not None for job_id in kept) == 999
+    phantom = 10**9  # ids no state holds: archived elsewhere, as far as a purge knows
+    for first in range(phantom, phantom + 8_000, PURGE_IDS_MAX):
+        purge(d, *range(first, first + PURGE_IDS_MAX))
+    d.tick(advance_ms=1)
+    assert d.state.archive_ledger.tombstone_bytes == 8_000 * sizes.TOMBSTONE_BYTES
+    assert d.state.state_bytes() <= 1 << 20
+    assert sum(d.state.table.get(job_id) is not None for job_id in kept) < 999

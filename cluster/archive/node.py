@@ -45,14 +45,16 @@ class NodeArchive:
         """An archived job's view with `"archived": true`, or None. Off the event loop: a
         lookup by id is a few pages, but a disk may be slow."""
         view = await asyncio.to_thread(self._locked, self.reader.get, job_id)
-        if view is not None:
-            view["archived"] = True
+        if view is None or self.writer.purged(job_id):  # checked after the read: a purge
+            return None  # applied since hides the row its writer has yet to delete
+        view["archived"] = True
         return view
 
     async def search(self, query: JobFilter, *, before_id: int | None, limit: int,
                      min_id: int) -> list[dict[str, Any]]:
         """Archived jobs `query` matches (newest first, `min_id` <= id < `before_id`), each
-        with `"archived": true`."""
+        with `"archived": true`; purged ones among them too, for the page's cursor to stay
+        exact: the caller leaves out those `self.writer.purged` names after merging."""
         found = await asyncio.to_thread(self._locked, partial(
             self.reader.search, query, before_id=before_id, limit=limit, min_id=min_id))
         for view in found:

@@ -123,9 +123,6 @@ async def get_job(request: web.Request) -> web.Response:
     view = node.machine.read(find)
     if view is None and archive is not None:  # left the state: archived, if still kept
         view = await archive.get(job_id)
-        if view is not None and node.machine.read(
-                lambda state: job_id in state.archive_ledger.tombstones):
-            view = None  # purged: its row waits for the writer to delete it
         if view is None and not archive.whole:  # it may be in what this member misses
             view = await _from_a_peer(request, whole=False)
     if view is None:

@@ -71,10 +71,8 @@ async def search_page(node: RaftNode, query: JobFilter, *, cursor: int | None, l
     archived = [] if archive is None else await archive.search(
         query, before_id=cursor, limit=limit, min_id=floor)
     jobs, next_cursor = merge_page((live_page, archived), floor=floor, limit=limit)
-    if archived:  # read after the file: a purge applied since hides what it purged (the
-        # cursor stays the merge's: the page may hold fewer, the next goes on below)
-        ids = [view["id"] for view in jobs if view.get("archived")]
-        purged = node.machine.read(
-            lambda state: {i for i in ids if i in state.archive_ledger.tombstones})
-        jobs = [view for view in jobs if view["id"] not in purged]
+    if archive is not None:  # read after the file: a purge applied since hides what it
+        # purged (the cursor stays the merge's: the page may hold fewer, the next goes on)
+        jobs = [view for view in jobs
+                if not (view.get("archived") and archive.writer.purged(view["id"]))]
     return jobs, next_cursor

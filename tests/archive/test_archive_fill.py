@@ -20,6 +20,7 @@ from raftcron.cluster.archive.fill import (
     forward_read,
     parse_rows_answer,
 )
+from raftcron.cluster.archive.node import NodeArchive
 from raftcron.cluster.archive.store import ArchiveStore, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
 from raftcron.cluster.peerhttp import PeerDialer
@@ -260,3 +261,22 @@ def test_a_restored_snapshots_tombstones_delete_the_rows_the_member_still_holds(
     finally:
         writer.stop()
     assert [store.get(job.id) is not None for _, job in leaving] == [True, False, True]
+
+
+def test_a_purged_job_is_hidden_by_the_archive_before_its_row_is_deleted(
+        tmp_path: Path, d: Driver) -> None:
+    """The purge is applied (its tombstone in the state) before the writer deletes the row:
+    a read by id in between finds no job, and the archive no longer says it holds it."""
+    leaving = evict(d, 2)
+    store = ArchiveStore(str(tmp_path))
+    store.write(rows_of(leaving), 1)
+    archive = NodeArchive(store, ArchiveWriter(store), ArchiveStore(str(tmp_path), readonly=True))
+    gone, kept = leaving[0][1].id, leaving[1][1].id
+    tombstones: set[int] = set()
+    archive.writer.purged = lambda job_id: job_id in tombstones
+    assert asyncio.run(archive.get(gone)) is not None
+    tombstones.add(gone)  # applied; nothing handed to the (not started) writer yet
+    assert store.get(gone) is not None  # the row is still in the file
+    assert asyncio.run(archive.get(gone)) is None
+    assert not asyncio.run(archive.holds(gone))
+    assert asyncio.run(archive.get(kept)) == {**job_view(leaving[1][1]), "archived": True}
