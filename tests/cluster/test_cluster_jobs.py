@@ -70,7 +70,10 @@ def test_a_repeated_key_returns_the_first_job_with_200_instead_of_201(
 
 
 def claim_one(cluster: LocalCluster, queue: str, *, lease_ms: int) -> dict[str, Any]:
-    body = {"worker": "w1", "queues": [queue], "max": 1, "lease_ms": lease_ms, "wait_ms": 5_000}
+    # A request_id: `call` sends a claim again to another node when an answer does not come
+    # (a slow machine), and only the id makes that second claim the first one's repeat.
+    body = {"worker": "w1", "queues": [queue], "max": 1, "lease_ms": lease_ms, "wait_ms": 5_000,
+            "request_id": f"claim-{queue}-{lease_ms}"}
     status, answer, _ = cluster.call("POST", "/v1/claims", body)
     assert status == 200, answer
     assert len(answer["jobs"]) == 1, answer
