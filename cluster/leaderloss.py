@@ -37,6 +37,8 @@ import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj
 from pysyncobj.syncobj import _RAFT_STATE
 
+from raftcron.cluster import prevote
+
 HANDLER = "_SyncObj__onNodeDisconnected"
 CONNECTED = "_SyncObj__onNodeConnected"
 MARKER = "__leaderloss_original__"
@@ -55,6 +57,8 @@ def election_delay_s(self_id: str, others: list[str], lost_leader: str | None,
 def _make_on_node_disconnected(library: Callable[..., Any]) -> Callable[..., Any]:
     def on_node_disconnected(self: Any, node: Any) -> None:
         library(self, node)
+        if node == self._SyncObj__raftLeader:
+            prevote.leader_lost(self)  # its lease ends with its connection
         self_node = self._SyncObj__selfNode
         if (self_node is None or self._SyncObj__raftState != _RAFT_STATE.FOLLOWER
                 or node != self._SyncObj__raftLeader or self._SyncObj__transferInProgress):

@@ -377,6 +377,9 @@ def _storage_metrics(out: Writer, storage: RaftStorage, node_id: str) -> None:
     out.metric("raftcron_storage_healthy", "gauge",
                "1 while the log can be written; 0: not acknowledging, voting or leading",
                [(labels, 1 if storage.healthy else 0)])
+    out.metric("raftcron_storage_fsync_failed", "gauge",
+               "1 once an fsync of the log failed: latched until the node restarts",
+               [(labels, 0 if storage.fsync_failed is None else 1)])
     out.metric("raftcron_storage_log_entries", "gauge",
                "Entries in the log since the last compaction", [(labels, len(storage.log))])
     current = storage.snapshots.current

@@ -35,6 +35,9 @@ The rules this module adds (tests/raft shows each failing on 0.3.17 and passing 
    that never heard of its removal reaches the members: with rule 6 its ever higher terms
    depose nobody. Only ever a vote not given: safe; a new member whose entry has not reached
    this node yet is heard once it has.
+7. PreVote, the leader's lease and the higher-term reply (cluster/prevote.py): a member that
+   missed heartbeats (a stalled disk, a pause) asks before it stands, and a member that
+   hears a live leader ignores a vote request of a higher term.
 
 How: the original functions keep doing all the work; the wrappers only rewrite their input.
 The handler is bound in ``SyncObj.__init__``, so ``install()`` must run before a node is built;
@@ -58,7 +61,7 @@ import pysyncobj.pickle as pysyncobj_pickle
 import pysyncobj.version
 from pysyncobj import SyncObj
 
-from raftcron.cluster import leaderloss
+from raftcron.cluster import leaderloss, prevote
 from raftcron.cluster.storage import hooks as storage_hooks
 
 logger = logging.getLogger(__name__)
@@ -107,6 +110,17 @@ REVIEWED_SOURCE_SHA256: dict[str, str] = {
         "b2d5d695b12e592fd32dc956415884096f7d13cd8f7b2cf69d4b8d3c2bb0178f",
     "addNodeToCluster": "409209c3165ec2dc83dca52c2a7399084299dc5842ddc12e2a5f72581cca63b6",
     "removeNodeFromCluster": "a655f3c1f147299823a8152d7ed9e15b5812af2d264fca8dc8c667faf9566877",
+    # Relied on by cluster/prevote.py (PreVote, the lease, the higher-term reply).
+    "_SyncObj__generateRaftTimeout":
+        "92ed37d3620e781a15680bc5af8a1983a2c265c42aef4322d403001319bbb1a7",
+    "_SyncObj__connectedToAnyone":
+        "acd40e9e3ac6c4cc1f4428e725fb008e06ee9bfce0240dc104fc04fa5eb1b4e5",
+    "_SyncObj__setCurrentTerm": "0ad5bf456ac06bd314d2dbc8991c6b6240e63bf33aaa975620aa84a7079d5f39",
+    "_SyncObj__setState": "2c1f239f7bd79b3945b63418b4f564c40c07893d3cf747af2ddd5c6a045093a8",
+    "_SyncObj__getCurrentLogTerm":
+        "1cb8867e6a13d3976c07506c31d71681bc4921334dda8c5958da5d91f2e939ac",
+    "_SyncObj__getCurrentLogIndex":
+        "e5af22ca246686bdc5fd2bd9c5e34eac491a571ca9ed3dae493a232cacbacb7a",
 }
 REVIEWED_SYNCOBJ_FILE_SHA256 = "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4"
 
@@ -229,6 +243,8 @@ def _make_handler(library: Callable[..., Any]) -> Callable[..., Any]:
             kind = message.get("type")
             if kind == "request_vote" and node not in self.otherNodes:
                 return  # rule 6
+            if prevote.on_message(self, node, message):
+                return  # rule 7
             if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
                 if "prevLogIdx" in message:
                     _follower_append(library, self, node, message)

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import msgpack
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
-from raftcron.cluster import leaderloss, raftguard, raftpatch
+from raftcron.cluster import leaderloss, prevote, raftguard, raftpatch
 from raftcron.cluster.archive.node import NodeArchive, open_archive
 from raftcron.cluster.archive.writer import ArchiveWriter
 from raftcron.cluster.config import NodeConfig
@@ -389,6 +389,9 @@ class RaftNode:
             raise
         self._raft_thread_calls: deque[Callable[[], None]] = deque()
         self._wrap_tick()
+        # PreVote only once every member answers it (cluster/prevote.py; DESIGN.md §9.0).
+        self.prevote = prevote.attach(self.sync, enabled=lambda: self.machine.state.finalized,
+                                      learner=lambda: storage.learner)
         self.sync._raftcron_config_gate = self._config_gate
         self.storage.compaction_max_bytes = config.raft.compaction_max_bytes
         self.storage.request_compaction = self.sync.forceLogCompaction

@@ -33,7 +33,7 @@ from pysyncobj.node import Node
 from raftcron.chaos.sim.clock import FakeClock, simulated_pysyncobj
 from raftcron.chaos.sim.disk import PowerCut, SimDisk
 from raftcron.chaos.sim.network import LinkFaults, SimNetwork, SimTransport
-from raftcron.cluster import raftpatch
+from raftcron.cluster import prevote, raftpatch
 from raftcron.cluster.storage.hooks import storage_of
 from raftcron.cluster.storage.raftlog import StorageError
 
@@ -136,8 +136,9 @@ class SimCluster:
 
     def __init__(self, node_ids: Sequence[str], node_factory: NodeFactory, *, seed: int | str,
                  conf_factory: ConfFactory | None = None, faults: LinkFaults | None = None,
-                 tick_s: float = 0.01, patched: bool = True) -> None:
+                 tick_s: float = 0.01, patched: bool = True, prevote: bool = False) -> None:
         self.node_ids = sorted(node_ids)
+        self.prevote = prevote  # attach cluster/prevote.py to every patched node
         self.node_factory = node_factory
         self.conf_factory = conf_factory or (lambda _id, journal, dump: default_conf(journal, dump))
         self.seed = seed
@@ -212,6 +213,8 @@ class SimCluster:
         conf = self.conf_factory(node_id, base + ".journal", base + ".dump")
         spec = NodeSpec(node_id, self_node, others, conf, transport, self.disks[node_id])
         node = self.node_factory(spec)
+        if self.prevote and raftpatch.runs_fix(node):
+            prevote.attach(node, enabled=lambda: True)
         self.nodes[node_id] = node
         self.network.attach(node_id, transport)
         self.trace.record(self._now_us(), "start", node_id)

@@ -24,7 +24,7 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.config import SERIALIZER_STATE
 
 from raftcron.chaos.sim.cluster import NodeSpec, SimCluster
-from raftcron.cluster import raftpatch
+from raftcron.cluster import prevote, raftpatch
 from raftcron.cluster import replica as product_replica
 from raftcron.cluster.config import NodeConfig, RaftTuning
 from raftcron.cluster.replica import AUDIT_PREFIX, StateMachine, encode_batch, sync_conf
@@ -43,8 +43,9 @@ class ReplicaMachine:
     ``durability`` ("fsync" or "os") on raftcron's storage, else on PySyncObj's files."""
 
     def __init__(self, tuning: RaftTuning, *, durability: str | None = None,
-                 segment_bytes_max: int = SEGMENT_BYTES_MAX) -> None:
+                 segment_bytes_max: int = SEGMENT_BYTES_MAX, prevote: bool = True) -> None:
         self.tuning = tuning
+        self.prevote = prevote  # cluster/prevote.py, as a finalized cluster runs it
         self.durability = durability
         self.segment_bytes_max = segment_bytes_max
         self.consumers: dict[int, tuple[SyncObj, StateMachine]] = {}  # id(node) -> both
@@ -64,6 +65,7 @@ class ReplicaMachine:
     def build(self, spec: NodeSpec) -> SyncObj:
         raftpatch.install()
         consumer = StateMachine()
+        storage: RaftStorage | None = None
         if self.durability is not None:
             storage = RaftStorage(DATA_DIR, node_id=spec.node_id, source=consumer,
                                   durability=self.durability, fork=False, disk=spec.disk,
@@ -75,6 +77,9 @@ class ReplicaMachine:
             transport=spec.transport,
         )
         self.consumers[id(node)] = (node, consumer)
+        if raftpatch.runs_fix(node):  # an unpatched node's handler would not answer pre-votes
+            learner = (lambda: storage.learner) if storage is not None else (lambda: False)
+            prevote.attach(node, enabled=lambda: self.prevote, learner=learner)
         return node
 
     def _count_events(self, storage: RaftStorage) -> None:

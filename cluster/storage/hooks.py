@@ -52,9 +52,10 @@ from typing import Any
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj
 
+from raftcron.cluster import prevote
 from raftcron.cluster.storage.journal import LEARNER_VOTE, StorageJournal
 from raftcron.cluster.storage.node import RaftStorage
-from raftcron.cluster.storage.raftlog import CONFIG_COMMAND, StorageUnavailable
+from raftcron.cluster.storage.raftlog import CONFIG_COMMAND, StorageUnavailable, SyncFailed
 
 log = logging.getLogger("raftcron.storage")
 
@@ -114,6 +115,7 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
     def on_tick(self: Any, timeToWait: float = 0.0) -> None:
         storage = storage_of(self)
         if storage is None:
+            prevote.before_tick(self)
             library(self, timeToWait)
             return
         if self._SyncObj__needLoadDumpFile:
@@ -139,8 +141,13 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
             _learner_step(self, storage)
         elif not storage.may_lead():
             _hand_over(self)
+        prevote.before_tick(self)  # after the learner's and the hand-over's deadlines
         try:
             library(self, timeToWait)
+        except SyncFailed:
+            storage.sync()  # latched: says so (rate-limited) and answers False
+            _stand_down(self)
+            syncobj_module.time.sleep(timeToWait)
         except StorageUnavailable as error:
             storage.failed(str(error))
             _stand_down(self)

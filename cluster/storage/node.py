@@ -31,6 +31,7 @@ from raftcron.cluster.storage.raftlog import (
     RaftLog,
     StorageError,
     StorageUnavailable,
+    SyncFailed,
 )
 from raftcron.cluster.storage.snapshots import SnapshotSource, SnapshotStore
 
@@ -184,8 +185,17 @@ class RaftStorage(os.PathLike[str]):
         return self.log.report
 
     @property
+    def fsync_failed(self) -> str | None:
+        """The log's first failed fsync (`raftlog.SyncFailed`): latched until a restart."""
+        return self.log.sync_failed
+
+    @property
     def problem(self) -> str | None:
         """What keeps this node's storage from writing: its log, or its archive."""
+        if self.log.sync_failed is not None:
+            return (f"fsync failed: {self.log.sync_failed}; the data it covered may not be on "
+                    "the disk, so this node acknowledges nothing until it is restarted "
+                    "(after the disk is checked)")
         if self.write_error is not None:
             return self.write_error
         archive_problem = self.archive_problem()
@@ -233,6 +243,9 @@ class RaftStorage(os.PathLike[str]):
         if archive_problem is not None:
             self._log_unhealthy(f"archive: {archive_problem}")
             return False
+        if self.log.sync_failed is not None:
+            self._log_unhealthy(self.problem or "fsync failed")
+            return False  # never again in this process: a retry could "succeed" over lost pages
         if not self.log.dirty and self.write_error is None:
             return True
         started = self.monotonic()
@@ -240,6 +253,9 @@ class RaftStorage(os.PathLike[str]):
             self.log.sync()
             self.sync_latency.observe(self.monotonic() - started)
             self._compact_if_large(started)
+        except SyncFailed:
+            self._log_unhealthy(self.problem or "fsync failed")
+            return False
         except StorageUnavailable as error:
             self.failed(str(error))
             return False
@@ -256,6 +272,9 @@ class RaftStorage(os.PathLike[str]):
         now = self.monotonic()
         if now - self._unhealthy_logged_at >= UNHEALTHY_LOG_EVERY_S:
             self._unhealthy_logged_at = now
+            if self.log.sync_failed is not None:
+                log.critical("%s", problem, extra={"action": "storage_fsync_failed"})
+                return
             log.error("storage cannot write: %s; not acknowledging, voting or leading until it "
                       "can", problem, extra={"action": "storage_unavailable"})
 

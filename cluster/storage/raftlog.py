@@ -62,6 +62,14 @@ class LogDamaged(StorageError):
         self.problem = problem
 
 
+class SyncFailed(StorageError):
+    """An fsync (of a segment or of the log's folder) failed. Unlike a failed write, this is
+    never retried: after a failed writeback the kernel may have dropped the pages it could not
+    write and marked them clean, so a later fsync that succeeds proves nothing about them
+    (PostgreSQL's "fsyncgate"). The storage latches (`RaftStorage.fsync_failed`) until the
+    process restarts and reads back what the disk really holds."""
+
+
 class StorageUnavailable(StorageError):
     """A write or sync failed (disk full, I/O error): nothing was acknowledged on it."""
 
@@ -117,6 +125,7 @@ class RaftLog:
         self._current = 0
         self._sequence = 0
         self._compacted = False
+        self.sync_failed: str | None = None  # the first failed fsync: latched (`SyncFailed`)
         self.report = LoadReport()
         self._load()
 
@@ -225,7 +234,10 @@ class RaftLog:
 
     def sync(self) -> None:
         """Write everything buffered as one batch; with durable=True, fdatasync it.
-        Raises StorageUnavailable (and keeps the changes buffered) when the write fails."""
+        Raises StorageUnavailable (and keeps the changes buffered) when the write fails, and
+        SyncFailed when an fsync failed, now or ever before in this process (`SyncFailed`)."""
+        if self.sync_failed is not None:
+            raise SyncFailed(self.sync_failed)
         if not self.dirty:
             return
         if self._current == 0 or self._sizes[self._current] >= self.segment_bytes_max:
@@ -263,12 +275,15 @@ class RaftLog:
         offset = self._sizes[number]
         try:
             file.append(data)
-            if self.durable:
-                file.sync()
         except OSError as error:
             with contextlib.suppress(OSError):  # no half batch for the next one to follow
                 file.truncate(offset)
             raise StorageUnavailable(f"{self._path(number)}: write failed: {error}") from error
+        if self.durable:
+            try:
+                file.sync()
+            except OSError as error:
+                raise self._latch(f"{self._path(number)}: fsync failed: {error}") from error
         self._sequence += 1
         self._sizes[number] = offset + len(data)
         return offset
@@ -290,7 +305,18 @@ class RaftLog:
         try:
             self._files[number].sync()
         except OSError as error:
-            raise StorageUnavailable(f"{self._path(number)}: sync failed: {error}") from error
+            raise self._latch(f"{self._path(number)}: fsync failed: {error}") from error
+
+    def _sync_dir(self) -> None:
+        try:
+            self.disk.sync_dir(self.directory)
+        except OSError as error:
+            raise self._latch(f"{self.directory}: fsync of the folder failed: {error}") from error
+
+    def _latch(self, problem: str) -> SyncFailed:
+        if self.sync_failed is None:
+            self.sync_failed = problem
+        return SyncFailed(problem)
 
     def _new_segment(self) -> None:
         number = self._current + 1
@@ -306,9 +332,9 @@ class RaftLog:
         try:
             self._write(number, header)
             if not self.durable:
-                self._files[number].sync()  # even then: a segment's header is its identity
-            self.disk.sync_dir(self.directory)
-        except (OSError, StorageUnavailable):
+                self._sync_file(number)  # even then: a segment's header is its identity
+            self._sync_dir()
+        except (OSError, StorageError):
             self._files.pop(number).close()
             del self._sizes[number]
             self.disk.unlink(path)
@@ -331,7 +357,7 @@ class RaftLog:
             self._files.pop(number).close()
             del self._sizes[number]
             self.disk.unlink(self._path(number))
-        self.disk.sync_dir(self.directory)
+        self._sync_dir()
 
     def close(self, *, clean: bool) -> None:
         """Sync and close; a clean stop leaves a mark that the newest segment is whole."""
