@@ -1,13 +1,14 @@
-"""What network latency costs the cluster: `python -m raftcron.chaos.tier2.netbench`.
+"""What a sick network costs the cluster: `python -m raftcron.chaos.tier2.netbench`.
 
 Three nodes (fsync durability, the suite's Raft timings `CHAOS_RAFT`) behind the loopback
 `SickRelay`, one sequential client on a kept-alive connection to the leader: submit a job,
 then claim it through `POST /v1/claims` acking the previous one, again and again, for
-`--seconds` per phase. Phases: no delay, then each `--delays` entry (`50+-25` = every link
-50 +- 25 ms one way). Printed per phase: writes/s (submits and claims, each a committed
-entry), submit and claim p50/p99, and leader changes (from the node logs, as scenarios.py
-`_leaders` reads them). Every loop is bounded by a count and a deadline; the cluster and the
-relay are always closed.
+`--seconds` per phase. Phases (`--phases`, see `PHASES`): no delay, `50+-25` (every link
+50 +- 25 ms one way), and the other sicknesses of chaos/tier2/sick_network.py. Printed per
+phase: writes/s (submits and claims, each a committed entry), submit and claim p50/p99, leader
+changes (from the node logs, as scenarios.py `_leaders` reads them) and requests the client
+had to send again (an error or no answer). Every loop is bounded by a count and a deadline;
+the cluster and the relay are always closed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from raftcron.chaos.tier2.nemesis import SUBMIT, WORKER
 from raftcron.chaos.tier2.netns import Relay
 from raftcron.chaos.tier2.scenarios import _leaders
-from raftcron.chaos.tier2.sick_network import Sickness, SickCluster
+from raftcron.chaos.tier2.sick_network import SickCluster, Sickness
 from raftcron.cluster.dev.bench.stats import percentile
 
 OPERATIONS_MAX = 100_000  # per phase: the deadline ends it long before
@@ -63,18 +64,23 @@ class Leader:
         raise RuntimeError(f"POST {path}: no answer after 20 tries")
 
 
-def phase(cluster: SickCluster, seconds: float) -> dict[str, Any]:
-    """One phase of the sequential client; its figures."""
+def phase(cluster: SickCluster, seconds: float, *, reset_every_s: float | None = None,
+          reset_host: str | None = None) -> dict[str, Any]:
+    """One phase of the sequential client; its figures. With reset_every_s, `reset_host`'s
+    connections are reset that often."""
     leader = Leader(cluster)
     queue = f"netbench-{uuid.uuid4().hex[:8]}"
     submits: list[float] = []
     claims: list[float] = []
     acks: list[dict[str, Any]] = []
     started_ms = int(time.time() * 1000)
-    started = time.monotonic()
+    started = last_reset = time.monotonic()
     for index in range(OPERATIONS_MAX):
         if time.monotonic() - started >= seconds:
             break
+        if reset_every_s and reset_host and time.monotonic() - last_reset >= reset_every_s:
+            cluster.sick.reset(reset_host)
+            last_reset = time.monotonic()
         began = time.monotonic()
         leader.post("/v1/jobs", {"task": "noop", "queue": queue,
                                  "request_id": f"{queue}-s{index}"}, SUBMIT)
@@ -101,16 +107,49 @@ def phase(cluster: SickCluster, seconds: float) -> dict[str, Any]:
     }
 
 
-def parse_delay(text: str) -> Sickness:
-    delay, _, jitter = text.partition("+-")
-    return Sickness(delay_ms=float(delay), jitter_ms=float(jitter or 0))
+def sicken(cluster: SickCluster, label: str) -> dict[str, Any]:
+    """Make the phase `label` sick (see `PHASES`); the arguments `phase` needs for it."""
+    ids = [node.node_id for node in cluster.nodes]
+    leader = cluster.leader(30).node_id
+    follower = next(n for n in ids if n != leader)
+    relay = cluster.sick
+    relay.cure()
+    if "+-" in label:
+        delay, _, jitter = label.partition("+-")
+        for sender in ids:
+            for receiver in ids:
+                if sender != receiver:
+                    relay.sicken(sender, receiver, Sickness(delay_ms=float(delay),
+                                                            jitter_ms=float(jitter)))
+    elif label.startswith("loss-"):
+        for receiver in ids:
+            if receiver != leader:
+                relay.sicken(leader, receiver, Sickness(loss=float(label[5:]) / 100))
+    elif label.startswith("stall-"):
+        pairs = {"stall-l2f": [(leader, follower)], "stall-f2l": [(follower, leader)],
+                 "stall-both": [(leader, follower), (follower, leader)]}[label]
+        for sender, receiver in pairs:
+            relay.sicken(sender, receiver, Sickness(stalled=True))
+    elif label == "reset-5s":
+        return {"reset_every_s": 5.0, "reset_host": leader}
+    elif label != "none":
+        raise SystemExit(f"unknown phase {label!r}; known: {', '.join(PHASES)}")
+    return {}
+
+
+# none; latency on every link (one way, D+-J ms); the leader's outgoing links losing P %
+# (chunks retransmitted after RTO); a stalled link for the whole phase (leader to a follower,
+# a follower to the leader, both ways); the leader's connections reset every 5 s.
+PHASES = ["none", "50+-25", "150+-50", "loss-10", "stall-l2f", "stall-f2l", "stall-both",
+          "reset-5s"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m raftcron.chaos.tier2.netbench")
     parser.add_argument("--seconds", type=float, default=25.0, help="per phase (default 25)")
-    parser.add_argument("--delays", nargs="*", default=["50+-25"],
-                        help="one-way delays on every link, one phase each (default 50+-25)")
+    parser.add_argument("--phases", nargs="*", default=["none", "50+-25"],
+                        help=f"in order (default: none 50+-25); known: {' '.join(PHASES)}; "
+                        "any D+-J and loss-P too")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="netbench-"))
     cluster = SickCluster(folder / "nodes", Relay(), nodes=3)
@@ -118,27 +157,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster.start()
         cluster.wait_ready(60)
-        ids = [node.node_id for node in cluster.nodes]
-        links = [(a, b) for a in ids for b in ids if a != b]
-        for label in ["none", *args.delays]:
+        for label in args.phases:
             cluster.sick.cure()
-            if label != "none":
-                for sender, receiver in links:
-                    cluster.sick.sicken(sender, receiver, parse_delay(label))
             cluster.wait_ready(60)
-            rows.append((label, phase(cluster, args.seconds)))
+            rows.append((label, phase(cluster, args.seconds, **sicken(cluster, label))))
             print(f"{label}: {rows[-1][1]}", file=sys.stderr, flush=True)
     finally:
         cluster.close()
         shutil.rmtree(folder, ignore_errors=True)
     print(f"3 nodes, fsync, one sequential client, {args.seconds:.0f} s per phase")
-    print(f"{'delay (ms)':12} {'writes/s':>9} {'submit p50/p99 ms':>18} "
-          f"{'claim p50/p99 ms':>17} {'leader changes':>15}")
+    print(f"{'phase':12} {'writes/s':>9} {'submit p50/p99 ms':>18} "
+          f"{'claim p50/p99 ms':>17} {'leader changes':>15} {'retries':>8}")
     for label, row in rows:
         print(f"{label:12} {row['writes_s']:9.0f} "
               f"{row['submit_p50_ms']:8.0f} /{row['submit_p99_ms']:6.0f}   "
               f"{row['claim_p50_ms']:7.0f} /{row['claim_p99_ms']:6.0f}   "
-              f"{row['leader_changes']:15d}")
+              f"{row['leader_changes']:15d} {row['retries']:8d}")
     return 0
 
 
