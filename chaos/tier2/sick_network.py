@@ -93,6 +93,7 @@ class SickRelay(Relay):
         self.lanes: dict[int, dict[str, _Lane]] = {}  # id(pipe) -> {"up": ..., "down": ...}
         self.retransmits = 0  # chunks delayed by a modelled loss (what a test counts)
         self.resets = 0
+        self.host = "127.0.0.1"  # where it listens, and where its upstream connections leave from
         self.pairs_of: dict[str, list[tuple[str, str]]] = {}  # fault id -> the pairs it sickened
 
     def add(self, initiator: str, acceptor: str, target: tuple[str, int], port: int,
@@ -195,7 +196,7 @@ class SickRelay(Relay):
             try:
                 upstream = socket.create_connection(
                     pipe.target, timeout=1.0,  # type: ignore[attr-defined]
-                    source_address=(getattr(self, "host", "127.0.0.1"), 0),
+                    source_address=(self.host, 0),
                 )
             except OSError:
                 self._close(pipe)
@@ -318,8 +319,7 @@ class SickCluster(ChaosCluster):
         self.base_dir.mkdir(parents=True, exist_ok=True)
         net = self.net
         ids = [f"n{index + 1}" for index in range(self.size)]
-        run(["ip", "-n", net.namespace("ctl"), "addr", "add", f"{RELAY_ADDRESS}/24", "dev",
-             "eth0"])
+        add_relay_address(net)
         for a_index, a in enumerate(ids):
             for b_index, b in enumerate(ids[:a_index]):
                 port = RELAY_PORT_BASE + a_index * self.size + b_index
@@ -373,14 +373,30 @@ def lose(nemesis: Nemesis, sender: str, loss: float, **fields: Any) -> str:
     if isinstance(cluster, SickCluster) and isinstance(cluster.net, Namespaces):
         fault_id = nemesis._start("loss", [sender, *peers], loss=loss, how="iptables",
                                   pairs=[[sender, p] for p in peers], **fields)
-        rule = [*cluster.net.exec_prefix("ctl"), "iptables", "{op}", "INPUT", "-s",
-                cluster.net.address(sender), "-d", RELAY_ADDRESS, "-m", "statistic",
-                "--mode", "random", "--probability", f"{loss:.4f}", "-j", "DROP"]
-        run([part.format(op="-A") for part in rule])
-        cluster.loss_rules.append(rule)
+        cluster.loss_rules.append(drop_at_random(cluster.net, sender, loss))
         return fault_id
     return sicken(nemesis, [(sender, p) for p in peers], Sickness(loss=loss), fault="loss",
                   how="relay", **fields)
+
+
+def add_relay_address(net: Namespaces) -> None:
+    """Give the harness's namespace the relay's own address (see `RELAY_ADDRESS`)."""
+    run(["ip", "-n", net.namespace("ctl"), "addr", "add", f"{RELAY_ADDRESS}/24", "dev", "eth0"])
+
+
+def drop_at_random(net: Namespaces, sender: str, loss: float) -> list[str]:
+    """Drop each packet from `sender` to the relay with probability `loss`, in the harness's
+    namespace (where the relay is): real loss, which TCP retransmits. The rule, with `{op}`
+    for -A/-D, to delete it later (`undo_drop`)."""
+    rule = [*net.exec_prefix("ctl"), "iptables", "{op}", "INPUT", "-s", net.address(sender),
+            "-d", RELAY_ADDRESS, "-m", "statistic", "--mode", "random", "--probability",
+            f"{loss:.4f}", "-j", "DROP"]
+    run([part.format(op="-A") for part in rule])
+    return rule
+
+
+def undo_drop(rule: list[str]) -> None:
+    run([part.format(op="-D") for part in rule], check=False)
 
 
 def reset(nemesis: Nemesis, host: str, **fields: Any) -> str:
@@ -417,6 +433,6 @@ def _delete_loss_rules(nemesis: Nemesis) -> None:
     if not isinstance(cluster, SickCluster):
         return
     for rule in cluster.loss_rules:
-        run([part.format(op="-D") for part in rule], check=False)
+        undo_drop(rule)
     cluster.loss_rules.clear()
 

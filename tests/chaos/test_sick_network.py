@@ -108,8 +108,8 @@ def test_a_delayed_pair_takes_at_least_its_delay_and_keeps_the_order(relayed) ->
             got += sock.recv(4096)
         assert got == expected
     with connect(ports["n3"]) as other:  # the other pair is not delayed
-        fast = round_trip_s(other, b"fast")
-        assert fast is not None and fast < 0.05
+        fast = [round_trip_s(other, b"fast") for _ in range(5)]
+        assert min(t for t in fast if t is not None) < 0.05, fast
 
 
 def test_a_stalled_pair_delivers_nothing_while_others_flow_and_delivers_at_the_cure(
@@ -123,9 +123,8 @@ def test_a_stalled_pair_delivers_nothing_while_others_flow_and_delivers_at_the_c
         stalled.sendall(b"held")
         with pytest.raises(TimeoutError):
             stalled.recv(4)
-        for _ in range(5):
-            took = round_trip_s(healthy, b"flows")
-            assert took is not None and took < 0.2
+        flowing = [round_trip_s(healthy, b"flows") for _ in range(5)]
+        assert None not in flowing and min(t for t in flowing if t is not None) < 0.05, flowing
         assert echo.endings == []  # nobody was closed: the stall is silent
         relay.cure([("n2", "n1")])
         stalled.settimeout(5)
