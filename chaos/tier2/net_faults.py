@@ -11,6 +11,11 @@ chaos/tier2/sick_network.py while the workload runs, each held then healed:
 - one-way loss of 5-20 % on the leader's outgoing links;
 - resets of the leader's Raft connections, a few in a row.
 
+Latency, loss and resets carry `failover_expected: False`: they slow the leader's links but
+give no reason to replace it, so the liveness checker's "worst failover" (the time from a fault
+on the leader to a leader of a newer term) leaves them out instead of timing the next
+unrelated election.
+
 It must not judge: the checkers do. Every wait is bounded, and whatever happens every
 sickness is cured before the plan returns.
 """
@@ -47,7 +52,8 @@ def _leader_and_follower(ctx: Context) -> tuple[str, str]:
 def _latency(sickness: Sickness, *, guard: bool) -> Callable[[Context, float], None]:
     def step(ctx: Context, hold_s: float) -> None:
         fields = {"leader_changes_max": 0} if guard else {}
-        fault = sicken(ctx.nemesis, _every_link(ctx), sickness, fault="latency", **fields)
+        fault = sicken(ctx.nemesis, _every_link(ctx), sickness, fault="latency",
+                       failover_expected=False, **fields)
         ctx.hold(hold_s)
         cure(ctx.nemesis, fault)
 
@@ -78,7 +84,8 @@ def _stall_long(ctx: Context, hold_s: float) -> None:
 
 def _loss(ctx: Context, hold_s: float) -> None:
     leader = ctx.leader() or ctx.node_ids()[0]
-    fault = lose(ctx.nemesis, leader, round(ctx.rng.uniform(0.05, 0.20), 3))
+    fault = lose(ctx.nemesis, leader, round(ctx.rng.uniform(0.05, 0.20), 3),
+                 failover_expected=False)
     ctx.hold(hold_s)
     cure(ctx.nemesis, fault)
 
@@ -86,7 +93,7 @@ def _loss(ctx: Context, hold_s: float) -> None:
 def _resets(ctx: Context, hold_s: float) -> None:
     for _ in range(RESETS):
         leader = ctx.leader() or ctx.node_ids()[0]
-        reset(ctx.nemesis, leader)
+        reset(ctx.nemesis, leader, failover_expected=False)
         ctx.hold(hold_s / RESETS)
 
 

@@ -200,3 +200,13 @@ def test_the_checker_only_counts_leader_changes_under_a_stall() -> None:
     result = checkers.check_sick_network(_run([500, 23_000]))
     assert result.ok
     assert result.counts["leader_changes"] == {"latency": 0, "stall": 1}
+
+
+def test_worst_failover_leaves_out_a_latency_that_must_not_move_the_leader() -> None:
+    run = _run([])
+    run.history[0].update(leader="n1", failover_expected=False)
+    run.history.append({"t": 60_000, "kind": "sample", "node": "n2", "role": "leader",
+                        "has_quorum": True, "term": 9})  # an election a minute later
+    assert checkers.check_liveness(run).counts["worst_failover_ms"] is None
+    del run.history[0]["failover_expected"]  # counted, it would be timed to that election
+    assert checkers.check_liveness(run).counts["worst_failover_ms"] == 59_000
