@@ -35,6 +35,7 @@ from raftcron.chaos.tier2.flood import Flood
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.member_faults import MemberCluster, plan_members
 from raftcron.chaos.tier2.nemesis import ADMIN, ChaosCluster, Nemesis
+from raftcron.chaos.tier2.net_faults import plan_sicknet
 from raftcron.chaos.tier2.netns import Namespaces, Relay, namespaces_possible
 from raftcron.chaos.tier2.plans import (
     READY_TIMEOUT_S,
@@ -50,6 +51,7 @@ from raftcron.chaos.tier2.plans import (
     plan_smoke,
 )
 from raftcron.chaos.tier2.power_faults import PowerCluster, plan_power
+from raftcron.chaos.tier2.sick_network import SickCluster
 from raftcron.chaos.tier2.storage_faults import STORAGE_RAFT, plan_storage
 from raftcron.cluster import raftpatch
 from raftcron.cluster.config import ClockSettings
@@ -146,10 +148,13 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("members", "add and remove members (the leader too) while killing, isolating "
                  "and pausing the leader or the joining node; a second change meanwhile",
                  plan_members, nodes=5, cluster_class=MemberCluster, needs_namespaces=True),
+        Scenario("sicknet", "latency 50+-25 (0 leader changes) and 150+-50 ms on every link, "
+                 "stalled links, loss on the leader's links, its connections reset",
+                 plan_sicknet, cluster_class=SickCluster),
     ]
 }
 FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "budget", "five",
-        "storage", "power", "members"]
+        "storage", "power", "members", "sicknet"]
 
 
 # -- one run -------------------------------------------------------------------------------

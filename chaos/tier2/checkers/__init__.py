@@ -18,6 +18,8 @@ The modules, each owning one part:
 - `statetime`: `check_state_time` (no node's state time ahead of the majority's clocks).
 - `membership`: `check_membership` (never two leaders in one term; membership changes one at
   a time, a removed node never leads again, every member ends agreeing on the members).
+- `network`: `check_sick_network` (leader changes during network sickness, against the
+  bound a fault carries: 0 under 50 +- 25 ms of latency).
 
 This package owns `CHECKERS` (every checker, in the order they run and are reported) and
 `check_all`, and re-exports the modules' public names, so `chaos.checkers.X` keeps working.
@@ -47,6 +49,7 @@ from raftcron.chaos.tier2.checkers.jobs import (
     final_evidence,
 )
 from raftcron.chaos.tier2.checkers.membership import check_membership
+from raftcron.chaos.tier2.checkers.network import check_sick_network
 from raftcron.chaos.tier2.checkers.statetime import check_state_time
 from raftcron.chaos.tier2.checkers.storage import STORAGE_FAULTS, check_storage
 
@@ -70,6 +73,7 @@ __all__ = [
     "check_lost",
     "check_membership",
     "check_rerun",
+    "check_sick_network",
     "check_state_time",
     "check_storage",
     "expected_plan",
@@ -90,6 +94,7 @@ CHECKERS: list[Callable[[RunData], CheckResult]] = [
     check_storage,
     check_state_time,
     check_membership,
+    check_sick_network,
 ]
 
 

@@ -146,6 +146,8 @@ def _worst_failover(run: RunData) -> int | None:
     samples = [e for e in run.history if e["kind"] == "sample"]
     for start, _end, event in run.faults():
         leader = event.get("leader")
+        if event.get("failover_expected") is False:
+            continue  # slows the leader's links but must not move it (chaos/tier2/net_faults.py)
         if leader is None or (leader not in event.get("targets", []) and
                               event.get("fault") not in WHOLE_CLUSTER):
             continue
