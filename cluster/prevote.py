@@ -32,9 +32,10 @@ is untouched: a vote not given and an election not started can only cost livenes
    peer.
 
 PreVote needs every member to answer the new message (an older release ignores it, so a
-member that needs its pre-votes would never stand): it runs only while ``enabled()`` says so,
-which `RaftNode` ties to a finalized cluster (DESIGN.md §9.0). Rules 2 and 3 are a member's own
-decisions and always run. Installed through `cluster.raftpatch` (the message handler) and the
+member that needs its pre-votes would never stand), and the lease needs every member to send
+the higher-term reply (an older member that stood while cut off would otherwise be refused
+for as long as the leader lives): rules 1 and 2 run only while ``enabled()`` says so, which
+`RaftNode` ties to a finalized cluster (DESIGN.md §9.0). Rule 3 always runs. Installed through `cluster.raftpatch` (the message handler) and the
 storage hooks (`before_tick`, at the start of every tick); a node opts in with `attach`.
 PySyncObj's clock and randomness are its module globals, so the simulation drives them.
 """
@@ -163,7 +164,8 @@ def on_message(sync: Any, node: Any, message: dict[str, Any]) -> bool:
     term = message.get("term")
     if not isinstance(term, int):
         return False
-    if kind == "request_vote" and term > sync.raftCurrentTerm and in_lease(sync, state):
+    if kind == "request_vote" and term > sync.raftCurrentTerm and state.enabled() and \
+            in_lease(sync, state):
         state.votes_ignored += 1
         return True  # rule 2: a live leader is not deposed by a member that missed it
     if kind == "append_entries":

@@ -101,6 +101,7 @@ class StoredKeyLog:
         consumer = Keys()
         storage = RaftStorage(DATA_DIR, node_id=spec.node_id, source=consumer,
                               durability=self.durability, fork=False, disk=spec.disk,
+                              sync_thread=False,
                               segment_bytes_max=self.segment_bytes_max)
         spec.conf.journalFile = spec.conf.fullDumpFile = storage
         node = SyncObj(spec.self_node, spec.other_nodes, spec.conf, consumers=[consumer],

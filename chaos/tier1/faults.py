@@ -67,6 +67,9 @@ class Profile:
     safety_s: float
     grace_ms: int  # the schedules' misfire grace
     ticker_wake_s: float = 0.0  # from a role change to the ticker's wake (the loop's delay)
+    # With the storage: a follower's log batch is written up to this many ticks after it was
+    # handed over (cluster/storage/syncworker.py's thread, on a slow disk); 0: at once.
+    slow_sync_ticks: int = 0
 
     @staticmethod
     def draw(rng: random.Random, *, storage: bool = False) -> Profile:
@@ -77,7 +80,8 @@ class Profile:
             return profile
         tuning = dataclasses.replace(profile.tuning,
                                      compaction_min_entries=rng.choice([20, 40, 80]))
-        return dataclasses.replace(profile, tuning=tuning)
+        return dataclasses.replace(profile, tuning=tuning,
+                                   slow_sync_ticks=rng.choice([0, 3, 30]))
 
     @staticmethod
     def _draw(rng: random.Random) -> Profile:

@@ -13,6 +13,7 @@ checks replay. It never decides what to propose: that is chaos.tier1.workload's.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,9 +44,12 @@ class ReplicaMachine:
     ``durability`` ("fsync" or "os") on raftcron's storage, else on PySyncObj's files."""
 
     def __init__(self, tuning: RaftTuning, *, durability: str | None = None,
-                 segment_bytes_max: int = SEGMENT_BYTES_MAX, prevote: bool = True) -> None:
+                 segment_bytes_max: int = SEGMENT_BYTES_MAX, prevote: bool = True,
+                 slow_sync_ticks: int = 0, seed: int | str = 0) -> None:
         self.tuning = tuning
         self.prevote = prevote  # cluster/prevote.py, as a finalized cluster runs it
+        self.slow_sync_ticks = slow_sync_ticks  # a follower's batch written 0..this ticks late
+        self.seed = seed
         self.durability = durability
         self.segment_bytes_max = segment_bytes_max
         self.consumers: dict[int, tuple[SyncObj, StateMachine]] = {}  # id(node) -> both
@@ -69,8 +73,12 @@ class ReplicaMachine:
         if self.durability is not None:
             storage = RaftStorage(DATA_DIR, node_id=spec.node_id, source=consumer,
                                   durability=self.durability, fork=False, disk=spec.disk,
+                                  sync_thread=False,
                                   segment_bytes_max=self.segment_bytes_max)
             self._count_events(storage)
+            if self.slow_sync_ticks:
+                rng = random.Random(f"{self.seed}/{spec.node_id}/syncs")
+                storage.flight_ticks = lambda: rng.randint(0, self.slow_sync_ticks)
             spec.conf.journalFile = spec.conf.fullDumpFile = storage
         node = SyncObj(
             spec.self_node, spec.other_nodes, conf=spec.conf, consumers=[consumer],

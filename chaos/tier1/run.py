@@ -215,7 +215,8 @@ def run_seed(seed: int, *, patched: bool = True, durability: str | None = None) 
     """
     rng = random.Random(f"{seed}/tier1")
     profile = Profile.draw(rng, storage=durability is not None)
-    machine = ReplicaMachine(profile.tuning, durability=durability)
+    machine = ReplicaMachine(profile.tuning, durability=durability,
+                             slow_sync_ticks=profile.slow_sync_ticks, seed=seed)
     node_ids = [f"n{i}" for i in range(1, profile.nodes + 1)]
     try:
         cluster = RecordingCluster(

@@ -51,11 +51,17 @@ from typing import Any
 
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj
+from pysyncobj.poller import POLL_EVENT_TYPE
 
 from raftcron.cluster import prevote
 from raftcron.cluster.storage.journal import LEARNER_VOTE, StorageJournal
 from raftcron.cluster.storage.node import RaftStorage
-from raftcron.cluster.storage.raftlog import CONFIG_COMMAND, StorageUnavailable, SyncFailed
+from raftcron.cluster.storage.raftlog import (
+    CONFIG_COMMAND,
+    LogDamaged,
+    StorageUnavailable,
+    SyncFailed,
+)
 
 log = logging.getLogger("raftcron.storage")
 
@@ -104,8 +110,8 @@ def _make_send_next_node_idx(library: Callable[..., Any]) -> Callable[..., Any]:
             nextNodeIdx = self._SyncObj__raftLog[-1][1] + 1
         ack = {"node": node, "reset": reset, "nextNodeIdx": nextNodeIdx, "success": success}
         held = _held_acks(self)
-        if held or (success and storage.log.has_unsynced_entries):
-            held.append(ack)  # after the next sync, in order with earlier ones
+        if held or (success and nextNodeIdx - 1 > storage.log.durable_through):
+            held.append(ack)  # once its entries are durable, in order with earlier ones
             return
         library(self, **ack)
     return send_next_node_idx
@@ -124,13 +130,14 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
             self._SyncObj__needLoadDumpFile = False
             if storage.snapshots.current is not None:
                 self._SyncObj__loadDumpFile(clearJournal=False)
-        if not storage.sync():
+        _watch_sync_worker(self, storage)
+        # The leader counts itself toward a majority in this tick: its log must be durable
+        # first. Anyone else writes off this thread and acks once its entries are durable.
+        if not (storage.sync() if self._isLeader() else storage.sync_async()):
             _stand_down(self)
             syncobj_module.time.sleep(timeToWait)  # PySyncObj's clock: a simulation fakes it
             return
-        held = _held_acks(self)
-        while held:
-            library_send(self, **held.pop(0))
+        _release_acks(self, storage)
         if not getattr(self, "_raftcron_voters_restored", False):
             _restore_voters(self, storage)  # no snapshot to load: the log's changes alone
         if storage.snapshots.on_chunk is None:
@@ -144,6 +151,9 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
         prevote.before_tick(self)  # after the learner's and the hand-over's deadlines
         try:
             library(self, timeToWait)
+        except LogDamaged as error:  # a record the disk cannot give back: stop, naming it
+            storage.fatal(f"the log is damaged: {error}")
+            raise
         except SyncFailed:
             storage.sync()  # latched: says so (rate-limited) and answers False
             _stand_down(self)
@@ -153,6 +163,34 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
             _stand_down(self)
             syncobj_module.time.sleep(timeToWait)
     return on_tick
+
+
+def _release_acks(self: Any, storage: RaftStorage) -> None:
+    """Send the held acks, in order, as far as the entries they claim are durable."""
+    held = _held_acks(self)
+    durable = storage.log.durable_through
+    while held and (not held[0]["success"] or held[0]["nextNodeIdx"] - 1 <= durable):
+        library_send(self, **held.pop(0))
+
+
+def _watch_sync_worker(self: Any, storage: RaftStorage) -> None:
+    """Once: the Raft thread's poller wakes it when the sync worker finished a batch, so the
+    acks it held go out at once, not at the next tick."""
+    worker = storage.worker
+    if worker is None or getattr(self, "_raftcron_sync_watched", False):
+        return
+    self._raftcron_sync_watched = True
+
+    def on_sync_done(_descr: int, _event: int) -> None:
+        worker.drain()
+        if self._isLeader():
+            return  # the leader syncs on its own thread; the tick takes what is done
+        if storage.sync_async():
+            _release_acks(self, storage)
+        else:
+            _stand_down(self)
+
+    self._poller.subscribe(worker.read_fd, on_sync_done, POLL_EVENT_TYPE.READ)
 
 
 def _report_chunk(self: Any, received: int) -> None:
@@ -226,8 +264,8 @@ def _make_check_commands_to_apply(library: Callable[..., Any]) -> Callable[..., 
         (before the tick waits on the network) overlaps its fdatasync with the followers'."""
         library(self)
         storage = storage_of(self)
-        if storage is not None and self._isLeader() and storage.log.has_unsynced_entries \
-                and not storage.sync():
+        if storage is not None and self._isLeader() and \
+                storage.log.last_index > storage.log.durable_through and not storage.sync():
             _stand_down(self)
     return check_commands_to_apply
 

@@ -27,6 +27,7 @@ from raftcron.cluster.storage.disk import Disk, OsDisk
 from raftcron.cluster.storage.journal import StorageJournal, reconcile
 from raftcron.cluster.storage.raftlog import (
     SEGMENT_BYTES_MAX,
+    Flight,
     LoadReport,
     RaftLog,
     StorageError,
@@ -34,6 +35,7 @@ from raftcron.cluster.storage.raftlog import (
     SyncFailed,
 )
 from raftcron.cluster.storage.snapshots import SnapshotSource, SnapshotStore
+from raftcron.cluster.storage.syncworker import SyncWorker
 
 log = logging.getLogger("raftcron.storage")
 
@@ -58,7 +60,8 @@ class RaftStorage(os.PathLike[str]):
                  disk: Disk | None = None, segment_bytes_max: int = SEGMENT_BYTES_MAX,
                  on_fatal: Callable[[str], None] = _raise,
                  monotonic: Callable[[], float] = time.monotonic,
-                 rejoin_empty: bool = False, cluster_name: str | None = None) -> None:
+                 rejoin_empty: bool = False, cluster_name: str | None = None,
+                 sync_thread: bool = True) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
         self.directory = os.fspath(directory)
@@ -84,6 +87,14 @@ class RaftStorage(os.PathLike[str]):
             self.datadir.release()
             raise
         self.journal = StorageJournal(self)
+        # A follower's batches are written on this thread (`sync_async`); without it (the
+        # simulation) they are written at once and taken as done at the next tick.
+        self.worker = SyncWorker() if sync_thread else None
+        if self.worker is not None:
+            self.log.flight_waiter = self.worker.wait  # type: ignore[method-assign]
+        self._flight_started = 0.0
+        self.flight_ticks: Callable[[], int] = lambda: 0  # the simulation's slow disk
+        self._flight_ticks_left = 0
         self.sync_latency = Histogram()  # one batch: write + fdatasync (fsync mode)
         # Past this many bytes of commands in the log, a compaction is asked for (the node
         # sets `request_compaction`): PySyncObj compacts by entry count and time only, so a
@@ -246,7 +257,7 @@ class RaftStorage(os.PathLike[str]):
         if self.log.sync_failed is not None:
             self._log_unhealthy(self.problem or "fsync failed")
             return False  # never again in this process: a retry could "succeed" over lost pages
-        if not self.log.dirty and self.write_error is None:
+        if not self.log.dirty and self.log.flight is None and self.write_error is None:
             return True
         started = self.monotonic()
         try:
@@ -259,10 +270,61 @@ class RaftStorage(os.PathLike[str]):
         except StorageUnavailable as error:
             self.failed(str(error))
             return False
+        self._recovered()
+        return True
+
+    def sync_async(self) -> bool:
+        """`sync` for a follower: take a batch written off this thread if it is done, and hand
+        the next one over; acks claim what `log.durable_through` says. False (and unhealthy)
+        as `sync`."""
+        archive_problem = self.archive_problem()
+        if archive_problem is not None:
+            self._log_unhealthy(f"archive: {archive_problem}")
+            return False
+        if self.log.sync_failed is not None:
+            self._log_unhealthy(self.problem or "fsync failed")
+            return False
+        log_ = self.log
+        try:
+            flight = log_.flight
+            if flight is not None and not flight.done and self.worker is None:
+                self._run_held_flight(flight)
+            if flight is not None and flight.done:
+                log_.finish_sync()
+                self.sync_latency.observe(self.monotonic() - self._flight_started)
+                self._compact_if_large(self.monotonic())
+                self._recovered()
+            if log_.flight is None and log_.dirty:
+                self._flight_started = self.monotonic()
+                flight = log_.begin_sync()
+                if flight is None:  # written at once (a new segment)
+                    self._recovered()
+                elif self.worker is not None:
+                    self.worker.submit(flight)
+                else:
+                    self._flight_ticks_left = self.flight_ticks()
+                    self._run_held_flight(flight)
+        except SyncFailed:
+            self._log_unhealthy(self.problem or "fsync failed")
+            return False
+        except StorageUnavailable as error:
+            self.failed(str(error))
+            return False
+        return self.write_error is None
+
+    def _run_held_flight(self, flight: Flight) -> None:
+        """Without a worker (the simulation): a batch is written `flight_ticks()` ticks after
+        it was handed over, as a slow disk would (0: at once)."""
+        if self._flight_ticks_left > 0:
+            self._flight_ticks_left -= 1
+            return
+        flight.run()
+        flight.done = True
+
+    def _recovered(self) -> None:
         if self.write_error is not None:
             log.warning("storage writable again", extra={"action": "storage_recovered"})
             self.write_error = None
-        return True
 
     def failed(self, problem: str) -> None:
         self.write_error = problem
@@ -293,4 +355,6 @@ class RaftStorage(os.PathLike[str]):
             log.error("storage did not close cleanly: %s", error,
                       extra={"action": "storage_close_failed"})
         finally:
+            if self.worker is not None:
+                self.worker.close()
             self.datadir.release()

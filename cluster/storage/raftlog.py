@@ -27,71 +27,41 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import zlib
 from array import array
 from collections import deque
-from dataclasses import dataclass
 
 from raftcron.cluster.storage import records
 from raftcron.cluster.storage.disk import Disk, File, OsDisk
+from raftcron.cluster.storage.logparts import (
+    CLEAN_MARK,
+    HEAD_MARK,
+    Flight,
+    LoadReport,
+    LogDamaged,
+    StorageError,
+    StorageUnavailable,
+    SyncFailed,
+    check_clean_mark,
+    check_segment_header,
+    cut_torn_tail,
+    read_clean_mark,
+    read_head_mark,
+    segment_name,
+    segment_number,
+    write_mark,
+)
+
+__all__ = ["CLEAN_MARK", "HEAD_MARK", "Flight", "LoadReport", "LogDamaged", "RaftLog",
+           "StorageError", "StorageUnavailable", "SyncFailed", "segment_name", "segment_number"]
 
 SEGMENT_BYTES_MAX = 64 << 20
 CACHE_BYTES_MAX = 32 << 20
-CLEAN_MARK = "log.clean"
-# The newest segment ever made, written (synced, renamed) right after making it: without it a
-# deleted newest segment would look like a log that never reached it, and the node would start
-# short. A crash before it is written leaves the previous name, which is never wrong (it only
-# says "at least"); a missing mark is tolerated, so only a second deletion could hide the first.
-HEAD_MARK = "log.head"
 # The first byte of a PySyncObj command that changes the Raft configuration (its
 # `_COMMAND_TYPE.MEMBERSHIP`): the log keeps the indexes of those entries, because a node's
 # voters are the ones the latest of them names, committed or not (cluster/membership).
 CONFIG_COMMAND = b"\x02"
-
-
-class StorageError(Exception):
-    """The node's data dir cannot be used as it is."""
-
-
-class LogDamaged(StorageError):
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = path
-        self.problem = problem
-
-
-class SyncFailed(StorageError):
-    """An fsync (of a segment or of the log's folder) failed. Unlike a failed write, this is
-    never retried: after a failed writeback the kernel may have dropped the pages it could not
-    write and marked them clean, so a later fsync that succeeds proves nothing about them
-    (PostgreSQL's "fsyncgate"). The storage latches (`RaftStorage.fsync_failed`) until the
-    process restarts and reads back what the disk really holds."""
-
-
-class StorageUnavailable(StorageError):
-    """A write or sync failed (disk full, I/O error): nothing was acknowledged on it."""
-
-
-def segment_name(number: int) -> str:
-    return f"log-{number:08d}.seg"
-
-
-def segment_number(name: str) -> int | None:
-    if name.startswith("log-") and name.endswith(".seg") and name[4:-4].isdigit():
-        return int(name[4:-4])
-    return None
-
-
-@dataclass
-class LoadReport:
-    segments: int = 0
-    entries: int = 0
-    torn_bytes_cut: int = 0
-    torn_segment: str | None = None
-    torn_problem: str | None = None
-    clean_stop: bool = False
 
 
 class RaftLog:
@@ -126,8 +96,11 @@ class RaftLog:
         self._sequence = 0
         self._compacted = False
         self.sync_failed: str | None = None  # the first failed fsync: latched (`SyncFailed`)
+        self.flight: Flight | None = None  # a batch being written off the Raft thread
         self.report = LoadReport()
         self._load()
+        # Every entry up to here is on the disk (fsync mode: durable); acks claim no more.
+        self.durable_through = self.last_index
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -146,8 +119,12 @@ class RaftLog:
         cached = self._cache.get(index)
         if cached is not None:
             return cached
-        file = self._files[self._segments_of[position]]
-        return file.read_at(self._offsets[position], self._lengths[position])
+        number = self._segments_of[position]
+        try:
+            return self._files[number].read_at(self._offsets[position], self._lengths[position])
+        except OSError as error:  # a disk that cannot give back a record: damage, by name
+            raise LogDamaged(self._path(number), f"entry {index} cannot be read at offset "
+                                                 f"{self._offsets[position]}: {error}") from error
 
     def _position(self, index: int) -> int:
         position = index - self.first_index
@@ -158,10 +135,6 @@ class RaftLog:
     @property
     def dirty(self) -> bool:
         return bool(self._pending) or self.commit_index != self._commit_written
-
-    @property
-    def has_unsynced_entries(self) -> bool:
-        return bool(self._pending)
 
     # --- changing (buffered until sync) ----------------------------------------------------
 
@@ -193,6 +166,11 @@ class RaftLog:
             del column[keep:]
         self._forget_config_entries(from_index=self.first_index + keep)
         self._pending.append(records.index_frame(records.KIND_TRUNCATE, max(index, 0)))
+        gone = self.first_index + keep  # the first index no longer held
+        self.durable_through = min(self.durable_through, gone - 1)
+        if self.flight is not None:  # what it wrote for the indexes gone is not theirs now
+            self.flight.entries = [(i, n) for i, n in self.flight.entries if i < gone]
+            self.flight.last_index = min(self.flight.last_index, gone - 1)
 
     def reset(self) -> None:
         self.truncate_from(0)
@@ -238,6 +216,9 @@ class RaftLog:
         SyncFailed when an fsync failed, now or ever before in this process (`SyncFailed`)."""
         if self.sync_failed is not None:
             raise SyncFailed(self.sync_failed)
+        if self.flight is not None:
+            self.wait_flight()
+            self.finish_sync()
         if not self.dirty:
             return
         if self._current == 0 or self._sizes[self._current] >= self.segment_bytes_max:
@@ -251,10 +232,11 @@ class RaftLog:
         if self.commit_index != self._commit_written:
             frames.append(records.index_frame(records.KIND_COMMIT, self.commit_index))
         offset = self._write(self._current, frames)
-        self._place_entries(offset, frames)
+        self._place_entries(self._current, offset, frames, self._pending_entries)
         self._pending.clear()
         self._pending_entries.clear()
         self._commit_written = self.commit_index
+        self.durable_through = self.last_index
         self._evict()
         if self._compacted:
             self._compacted = False
@@ -288,18 +270,104 @@ class RaftLog:
         self._sizes[number] = offset + len(data)
         return offset
 
-    def _place_entries(self, batch_offset: int, frames: list[bytes]) -> None:
+    def _place_entries(self, segment: int, batch_offset: int, frames: list[bytes],
+                       entries: list[tuple[int, int]]) -> None:
         """Point the index at where this batch put each entry that is still in the log."""
         starts = []
         position = batch_offset + len(records.batch(0, []))
         for item in frames:
             starts.append(position)
             position += len(item)
-        for index, number in self._pending_entries:
+        for index, number in entries:
             if self._terms and self.first_index <= index <= self.last_index:
                 slot = index - self.first_index
-                self._segments_of[slot] = self._current
+                self._segments_of[slot] = segment
                 self._offsets[slot] = records.entry_command_offset(starts[number])
+
+    # --- writing off the Raft thread -------------------------------------------------------
+
+    def begin_sync(self) -> Flight | None:
+        """Make what is buffered one batch for another thread to write (`Flight.run`), and
+        return it; None when there is nothing to write, a batch is already in flight, or the
+        batch needs a new segment (then it is written here, at once, as `sync` does: once per
+        segment). Until `finish_sync` the entries it holds are read from the cache, and acks
+        claim only `durable_through`. Raises as `sync` does."""
+        if self.sync_failed is not None:
+            raise SyncFailed(self.sync_failed)
+        if self.flight is not None or not self.dirty:
+            return None
+        if self._current == 0 or self._sizes[self._current] >= self.segment_bytes_max:
+            self.sync()
+            return None
+        frames = list(self._pending)
+        with_commit = self.commit_index != self._commit_written
+        if with_commit:
+            frames.append(records.index_frame(records.KIND_COMMIT, self.commit_index))
+        number = self._current
+        data = records.batch(self._sequence + 1, frames)
+        offset = self._sizes[number]
+        self.flight = Flight(number=number, offset=offset, data=data, frames=frames,
+                             entries=list(self._pending_entries),
+                             commit_before=self._commit_written, with_commit=with_commit,
+                             last_index=self.last_index,
+                             compacted=self._compacted, file=self._files[number],
+                             durable=self.durable)
+        self._sequence += 1  # reserved: the next batch follows it in the file
+        self._sizes[number] = offset + len(data)
+        self._pending.clear()
+        self._pending_entries.clear()
+        self._commit_written = self.commit_index
+        self._compacted = False
+        return self.flight
+
+    def wait_flight(self) -> None:
+        """Block until the batch in flight is written (the storage's worker says when)."""
+        if self.flight is not None and not self.flight.done:
+            self.flight_waiter(self.flight)
+
+    # Set by the storage: how to wait for a flight to be done (its worker's event). Alone the
+    # log runs a flight where it waits (tests, tools).
+    @staticmethod
+    def flight_waiter(flight: Flight) -> None:
+        if not flight.done:
+            flight.run()
+            flight.done = True
+
+    def finish_sync(self) -> None:
+        """Take a finished flight's outcome, on the Raft thread: its entries placed and
+        durable; or, if the write failed, its changes buffered again before what came after
+        (StorageUnavailable); or, if its fsync failed, the latch (SyncFailed)."""
+        flight = self.flight
+        if flight is None or not flight.done:
+            return
+        self.flight = None
+        if flight.error is not None:
+            if flight.failed_in_sync:
+                raise self._latch(f"{self._path(flight.number)}: fsync failed: "
+                                  f"{flight.error}") from flight.error
+            with contextlib.suppress(OSError):  # no half batch for the next one to follow
+                flight.file.truncate(flight.offset)
+            self._sequence -= 1
+            self._sizes[flight.number] = flight.offset
+            frames = flight.frames[:-1] if flight.with_commit else flight.frames
+            shift = len(frames)
+            self._pending_entries = [*flight.entries, *(
+                (index, number + shift) for index, number in self._pending_entries)]
+            self._pending = [*frames, *self._pending]
+            self._commit_written = flight.commit_before
+            self._compacted = self._compacted or flight.compacted
+            raise StorageUnavailable(f"{self._path(flight.number)}: write failed: "
+                                     f"{flight.error}") from flight.error
+        self._place_entries(flight.number, flight.offset, flight.frames, flight.entries)
+        self.durable_through = max(self.durable_through,
+                                   min(flight.last_index, self.last_index))
+        self._evict()
+        if flight.compacted:
+            try:
+                self._drop_dead_segments()
+            except OSError as error:  # the batch is durable; dead segments wait for the next
+                self._compacted = True
+                raise StorageUnavailable(f"{self.directory}: dead segments: {error}") from error
 
     def _sync_file(self, number: int) -> None:
         try:
@@ -340,7 +408,7 @@ class RaftLog:
             self.disk.unlink(path)
             raise
         self._current = number
-        self._write_mark(HEAD_MARK, {"segment": segment_name(number)})
+        write_mark(self.disk, self.directory, HEAD_MARK, {"segment": segment_name(number)})
 
     def _drop_dead_segments(self) -> None:
         """Delete segments before the one holding the oldest live entry (never the newest)."""
@@ -374,17 +442,9 @@ class RaftLog:
         if not self._current:
             return
         data = self.disk.read(self._path(self._current))
-        self._write_mark(CLEAN_MARK, {"segment": segment_name(self._current),
-                                      "size": len(data), "crc32": zlib.crc32(data)})
-
-    def _write_mark(self, name: str, fields: dict[str, object]) -> None:
-        temporary = os.path.join(self.directory, name + ".tmp")
-        try:
-            self.disk.write_file(temporary, [json.dumps(fields).encode()], sync=True)
-            self.disk.rename(temporary, os.path.join(self.directory, name))
-            self.disk.sync_dir(self.directory)
-        except OSError as error:
-            raise StorageUnavailable(f"{temporary}: write failed: {error}") from error
+        write_mark(self.disk, self.directory, CLEAN_MARK, {
+            "segment": segment_name(self._current), "size": len(data),
+            "crc32": zlib.crc32(data)})
 
     # --- cache -----------------------------------------------------------------------------
 
@@ -400,7 +460,14 @@ class RaftLog:
             self._cache_bytes -= len(command)
 
     def _evict(self) -> None:
+        # Entries not written yet (buffered, or in a flight) are read from the cache only.
+        unplaced = [entries[0][0] for entries in (
+            self._pending_entries, self.flight.entries if self.flight else []) if entries]
+        floor = min(unplaced, default=None)
         while self._cache_bytes > self.cache_bytes_max and self._cache_order:
+            oldest = self._cache_order[0]
+            if floor is not None and oldest >= floor and oldest in self._cache:
+                break
             self._cache_drop(self._cache_order.popleft())
         if len(self._cache_order) > 4 * max(1, len(self._cache)) + 1024:
             self._cache_order = deque(i for i in self._cache_order if i in self._cache)
@@ -413,8 +480,8 @@ class RaftLog:
     def _load(self) -> None:
         names = self.disk.listdir(self.directory)
         numbers = sorted(n for n in map(segment_number, names) if n is not None)
-        clean = self._read_clean_mark(names)
-        head = self._read_head_mark(names)
+        clean = read_clean_mark(self.disk, self.directory, names)
+        head = read_head_mark(self.disk, self.directory, names)
         if head is not None and head > (numbers[-1] if numbers else 0):
             raise LogDamaged(self._path(head), f"is missing: the log reached it ({HEAD_MARK} "
                                                f"names it), and no newer segment is there")
@@ -426,10 +493,13 @@ class RaftLog:
         sequence: int | None = None
         for position, number in enumerate(numbers):
             path = self._path(number)
-            data = self.disk.read(path)
+            try:
+                data = self.disk.read(path)
+            except OSError as error:
+                raise LogDamaged(path, f"cannot be read: {error}") from error
             newest = position == len(numbers) - 1
             if newest and clean is not None:
-                self._check_clean_mark(clean, number, data)
+                check_clean_mark(path, clean, number, data)
             # The head mark is written after the segment's header was synced: a segment it
             # names had a whole header, so an empty or headless one is damage, not a crash.
             made_whole = head is not None and number <= head
@@ -442,7 +512,10 @@ class RaftLog:
                 if not newest or scan.damaged or clean is not None or (
                         made_whole and scan.good_end == 0):
                     raise LogDamaged(path, scan.problem)
-                self._cut_torn_tail(number, path, scan, len(data))
+                self.report.torn_bytes_cut = len(data) - scan.good_end
+                self.report.torn_segment, self.report.torn_problem = path, scan.problem
+                if not self.read_only:
+                    cut_torn_tail(self.disk, self.directory, path, scan)
                 if scan.good_end == 0:
                     continue
             self._files[number] = self.disk.open(path)
@@ -450,7 +523,7 @@ class RaftLog:
             self._current = number
             for index, frame in enumerate(records.frames_of(scan.batches)):
                 if index == 0:
-                    self._check_segment_header(path, number, frame)
+                    check_segment_header(path, number, frame)
                 found = self._replay(path, number, frame)
                 if found is not None:
                     listed = found
@@ -483,68 +556,6 @@ class RaftLog:
             self._cache_bytes += len(command)
             budget -= len(command)
             index -= 1
-
-    def _read_clean_mark(self, names: list[str]) -> dict[str, object] | None:
-        if CLEAN_MARK not in names:
-            return None
-        path = os.path.join(self.directory, CLEAN_MARK)
-        try:
-            mark = json.loads(self.disk.read(path))
-            if not isinstance(mark, dict) or not {"segment", "size", "crc32"} <= set(mark):
-                raise ValueError("fields missing")
-        except ValueError as error:
-            raise LogDamaged(path, f"is not a valid clean-stop mark ({error})") from None
-        return mark
-
-    def _read_head_mark(self, names: list[str]) -> int | None:
-        if HEAD_MARK not in names:
-            return None
-        path = os.path.join(self.directory, HEAD_MARK)
-        try:
-            mark = json.loads(self.disk.read(path))
-            number = segment_number(mark["segment"]) if isinstance(mark, dict) else None
-            if not isinstance(number, int):
-                raise ValueError("no segment name")
-        except (ValueError, KeyError, TypeError) as error:
-            raise LogDamaged(path, f"is not a valid newest-segment mark ({error})") from None
-        return number
-
-    def _check_clean_mark(self, mark: dict[str, object], number: int, data: bytes) -> None:
-        path = self._path(number)
-        if mark["segment"] != segment_name(number):
-            raise LogDamaged(path, f"is the newest segment, but the node stopped with "
-                                   f"{mark['segment']} as its newest")
-        if mark["size"] != len(data) or mark["crc32"] != zlib.crc32(data):
-            raise LogDamaged(path, f"changed since the node stopped cleanly ({len(data)} bytes, "
-                                   f"{mark['size']} at the stop)")
-
-    def _cut_torn_tail(self, number: int, path: str, scan: records.Scan, size: int) -> None:
-        self.report.torn_bytes_cut = size - scan.good_end
-        self.report.torn_segment = path
-        self.report.torn_problem = scan.problem
-        if self.read_only:
-            pass
-        elif scan.good_end == 0:
-            self.disk.unlink(path)
-            self.disk.sync_dir(self.directory)
-        else:
-            file = self.disk.open(path)
-            try:
-                file.truncate(scan.good_end)
-                file.sync()
-            finally:
-                file.close()
-
-    def _check_segment_header(self, path: str, number: int, frame: records.Frame) -> None:
-        magic, version, found = (records.decode_segment_header(frame.body)
-                                 if frame.kind == records.KIND_SEGMENT else (b"", 0, 0))
-        if magic != records.SEGMENT_MAGIC:
-            raise LogDamaged(path, "does not start with a raftcron log segment header")
-        if version != records.SEGMENT_FORMAT_VERSION:
-            raise LogDamaged(path, f"is log format version {version}; this release reads "
-                                   f"version {records.SEGMENT_FORMAT_VERSION}")
-        if found != number:
-            raise LogDamaged(path, f"says it is segment {found}")
 
     def _replay(self, path: str, number: int, frame: records.Frame) -> list[int] | None:
         kind = frame.kind

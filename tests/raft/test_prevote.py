@@ -195,3 +195,20 @@ def test_a_pre_vote_is_answered_no_while_the_leader_lives_and_changes_nothing() 
             "last_log_term": term})
         assert node.raftCurrentTerm == term
         assert {"type": prevote.PRE_VOTE_REPLY, "term": term + 1, "granted": False} in replies
+
+
+def test_before_the_cluster_is_finalized_a_vote_request_is_taken_as_before() -> None:
+    """An older member does not send the higher-term reply: a lease would lock it out once
+    it stood while cut off, so rules 1 and 2 wait for a finalized cluster."""
+    with cluster_of_three("mixed", with_prevote=True) as cluster:
+        follower = follower_of(cluster)
+        target = next(n for n in cluster.node_ids if n not in (follower, cluster.leader()))
+        node = cluster.nodes[target]
+        state = prevote.state_of(node)
+        assert state is not None
+        state.enabled = lambda: False
+        term = node.raftCurrentTerm
+        cluster.network.deliver_now(follower, target, {
+            "type": "request_vote", "term": term + 1, "last_log_index": 10**6,
+            "last_log_term": term})
+        assert node.raftCurrentTerm == term + 1 and state.votes_ignored == 0

@@ -16,7 +16,7 @@ import pytest
 from raftcron.cluster.metrics import Writer, _storage_metrics
 from raftcron.cluster.storage.disk import OsDisk, OsFile
 from raftcron.cluster.storage.node import RaftStorage
-from raftcron.cluster.storage.raftlog import SyncFailed
+from raftcron.cluster.storage.raftlog import LogDamaged, SyncFailed
 
 
 class SickFile(OsFile):
@@ -28,6 +28,11 @@ class SickFile(OsFile):
         if self.sick.write_errno:
             raise OSError(self.sick.write_errno, "injected")
         super().append(data)
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        if self.sick.read_errno:
+            raise OSError(self.sick.read_errno, "injected")
+        return super().read_at(offset, size)
 
     def sync(self) -> None:
         self.sick.syncs += 1
@@ -42,6 +47,7 @@ class SickDisk(OsDisk):
     def __init__(self) -> None:
         self.sync_errno = 0
         self.write_errno = 0
+        self.read_errno = 0
         self.syncs = 0
 
     def create(self, path: str) -> SickFile:
@@ -127,3 +133,31 @@ def test_a_failed_fsync_of_the_folder_latches_too(sick: tuple[RaftStorage, SickD
     monkeypatch.undo()
     assert not storage.sync()
     storage.close()
+
+
+def test_a_record_the_disk_cannot_give_back_is_damage_named_by_file(
+        tmp_path: Path) -> None:
+    disk = SickDisk()
+    storage = RaftStorage(tmp_path / "data", node_id="n1", source=NoSource(),  # type: ignore[arg-type]
+                          durability="fsync", fork=False, disk=disk)
+    storage.log.cache_bytes_max = 0
+    for index in range(1, 4):
+        storage.log.append(index, 1, b"\x01" + bytes(100))
+    assert storage.sync()
+    storage.log._evict()
+    disk.read_errno = errno.EIO
+    with pytest.raises(LogDamaged, match=r"log-00000001\.seg: entry 2 cannot be read"):
+        storage.log.command_at(2)
+    storage.close()
+
+    read = disk.read
+
+    def failing_read(path: str) -> bytes:
+        if path.endswith(".seg"):
+            raise OSError(errno.EIO, "injected")
+        return read(path)
+
+    disk.read = failing_read  # type: ignore[method-assign]
+    with pytest.raises(LogDamaged, match=r"log-00000001\.seg: cannot be read"):
+        RaftStorage(tmp_path / "data", node_id="n1", source=NoSource(),  # type: ignore[arg-type]
+                    durability="fsync", fork=False, disk=disk)

@@ -39,7 +39,7 @@ def test_entries_never_synced_are_not_on_disk(place: Place) -> None:
     log = place.open()
     fill(log, 1, 3, term=1)
     log.append(4, 1, b"not synced")
-    assert log.has_unsynced_entries
+    assert log.dirty and log.durable_through == 3
     again = place.crash(log)
     assert entries(again) == expected(1, 3, 1)
 
@@ -156,7 +156,7 @@ def test_a_full_disk_fails_the_sync_keeps_the_changes_and_writes_them_when_room_
     log.append(3, 1, command(3, 1, 200))
     with pytest.raises(StorageUnavailable, match="write failed"):
         log.sync()
-    assert log.has_unsynced_entries
+    assert log.dirty and log.durable_through == 2
     stuck = place.open()
     assert entries(stuck) == expected(1, 2, 1) and not stuck.report.torn_segment  # no half batch
     stuck.close(clean=False)
