@@ -35,9 +35,10 @@ PreVote needs every member to answer the new message (an older release ignores i
 member that needs its pre-votes would never stand), and the lease needs every member to send
 the higher-term reply (an older member that stood while cut off would otherwise be refused
 for as long as the leader lives): rules 1 and 2 run only while ``enabled()`` says so, which
-`RaftNode` ties to a finalized cluster (DESIGN.md §9.0). Rule 3 always runs. Installed through `cluster.raftpatch` (the message handler) and the
-storage hooks (`before_tick`, at the start of every tick); a node opts in with `attach`.
-PySyncObj's clock and randomness are its module globals, so the simulation drives them.
+`RaftNode` ties to a finalized cluster (DESIGN.md §9.0). Rule 3 always runs.
+Installed through `cluster.raftpatch` (the message handler) and the storage hooks
+(`before_tick`, at the start of every tick); a node opts in with `attach`. PySyncObj's clock
+and randomness are its module globals, so the simulation drives them.
 """
 
 from __future__ import annotations

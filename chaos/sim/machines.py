@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import Protocol
 
+import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConsumer, replicated
 
 from raftcron.chaos.sim.cluster import Callback, NodeSpec
@@ -21,6 +22,12 @@ from raftcron.cluster import raftpatch
 from raftcron.cluster.storage.node import RaftStorage
 
 DATA_DIR = "/data"  # every node's data dir, on its own SimDisk
+
+
+
+def sim_monotonic() -> float:
+    """The simulation's clock (chaos/sim/clock.py patches PySyncObj's), read when called."""
+    return float(syncobj_module.monotonicTime())
 
 
 class SimMachine(Protocol):
@@ -102,6 +109,7 @@ class StoredKeyLog:
         storage = RaftStorage(DATA_DIR, node_id=spec.node_id, source=consumer,
                               durability=self.durability, fork=False, disk=spec.disk,
                               sync_thread=False,
+                              monotonic=sim_monotonic,
                               segment_bytes_max=self.segment_bytes_max)
         spec.conf.journalFile = spec.conf.fullDumpFile = storage
         node = SyncObj(spec.self_node, spec.other_nodes, spec.conf, consumers=[consumer],

@@ -25,6 +25,7 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.config import SERIALIZER_STATE
 
 from raftcron.chaos.sim.cluster import NodeSpec, SimCluster
+from raftcron.chaos.sim.machines import sim_monotonic
 from raftcron.cluster import prevote, raftpatch
 from raftcron.cluster import replica as product_replica
 from raftcron.cluster.config import NodeConfig, RaftTuning
@@ -37,6 +38,7 @@ from raftcron.scheduler.state import SchedulerState
 
 DATA_DIR = "/data"  # every node's data dir, on its own SimDisk
 SEGMENT_BYTES_MAX = 16 << 10  # small: segments rotate and dead ones are deleted during a run
+
 
 
 class ReplicaMachine:
@@ -74,6 +76,7 @@ class ReplicaMachine:
             storage = RaftStorage(DATA_DIR, node_id=spec.node_id, source=consumer,
                                   durability=self.durability, fork=False, disk=spec.disk,
                                   sync_thread=False,
+                                  monotonic=sim_monotonic,
                                   segment_bytes_max=self.segment_bytes_max)
             self._count_events(storage)
             if self.slow_sync_ticks:

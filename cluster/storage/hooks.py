@@ -138,6 +138,11 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
             syncobj_module.time.sleep(timeToWait)  # PySyncObj's clock: a simulation fakes it
             return
         _release_acks(self, storage)
+        if self._isLeader() and storage.slow_syncs.stalling(storage.monotonic()):
+            storage.slow_syncs.forget()
+            _hand_over(self, "this node's disk stalls (its syncs took over "
+                       f"{storage.slow_syncs.bound_s:g} s {storage.slow_syncs.STRIKES} times "
+                       f"in {storage.slow_syncs.WINDOW_S:g} s)")
         if not getattr(self, "_raftcron_voters_restored", False):
             _restore_voters(self, storage)  # no snapshot to load: the log's changes alone
         if storage.snapshots.on_chunk is None:
@@ -216,13 +221,12 @@ def _stand_down(self: Any) -> None:
     self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + self.conf.raftMaxTimeout
 
 
-def _hand_over(self: Any) -> None:
-    """Stop leading and stand for no election (its removal is in progress): the others elect
-    a leader among them, which removes it. It still votes: a two-node cluster removing its
-    leader needs that vote to elect the other."""
+def _hand_over(self: Any, why: str = "this node is being removed from the cluster") -> None:
+    """Stop leading and stand for no election for a while (its removal is in progress, or
+    its disk stalls): the others elect a leader among them. It still votes: a two-node
+    cluster removing its leader needs that vote to elect the other."""
     if self._isLeader():
-        log.info("standing down: this node is being removed from the cluster",
-                 extra={"action": "leader_hand_over"})
+        log.info("standing down: %s", why, extra={"action": "leader_hand_over"})
         self._SyncObj__setState(_FOLLOWER)
         self._SyncObj__raftLeader = None
     self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + self.conf.raftMaxTimeout

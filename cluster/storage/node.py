@@ -46,6 +46,30 @@ UNHEALTHY_LOG_EVERY_S = 5.0
 COMPACTION_ASK_EVERY_S = 5.0
 
 
+class SlowSyncs:
+    """The leader's stalled syncs: `STRIKES` syncs of over `bound_s` within `WINDOW_S` say
+    its disk stalls, and a leader whose disk stalls hands leadership over (storage.hooks):
+    every commit waits for the leader's own sync, so one sick disk slowed the whole cluster.
+    `bound_s` is set by the node (half the minimum election timeout)."""
+
+    STRIKES = 3
+    WINDOW_S = 5.0
+
+    def __init__(self, bound_s: float = 0.2) -> None:
+        self.bound_s = bound_s
+        self._at: list[float] = []
+
+    def observe(self, started_s: float, took_s: float) -> None:
+        if took_s > self.bound_s:
+            self._at = [*(t for t in self._at if started_s - t < self.WINDOW_S), started_s]
+
+    def stalling(self, now_s: float) -> bool:
+        return sum(1 for t in self._at if now_s - t < self.WINDOW_S) >= self.STRIKES
+
+    def forget(self) -> None:
+        self._at = []
+
+
 class StorageFatal(StorageError):
     """The storage cannot go on; the node must stop (the default `on_fatal` raises this)."""
 
@@ -93,6 +117,7 @@ class RaftStorage(os.PathLike[str]):
         if self.worker is not None:
             self.log.flight_waiter = self.worker.wait  # type: ignore[method-assign]
         self._flight_started = 0.0
+        self.slow_syncs = SlowSyncs()  # a leader on a stalling disk hands over (storage.hooks)
         self.flight_ticks: Callable[[], int] = lambda: 0  # the simulation's slow disk
         self._flight_ticks_left = 0
         self.sync_latency = Histogram()  # one batch: write + fdatasync (fsync mode)
@@ -262,7 +287,9 @@ class RaftStorage(os.PathLike[str]):
         started = self.monotonic()
         try:
             self.log.sync()
-            self.sync_latency.observe(self.monotonic() - started)
+            took = self.monotonic() - started
+            self.sync_latency.observe(took)
+            self.slow_syncs.observe(started, took)
             self._compact_if_large(started)
         except SyncFailed:
             self._log_unhealthy(self.problem or "fsync failed")
