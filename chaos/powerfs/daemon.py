@@ -66,12 +66,6 @@ def serve(
         if op == "faults":
             wanted = DiskFaults.from_request(request)
             faults.set(wanted)
-            if wanted.read_errno is not None:
-                # reads the kernel has cached never reach the daemon: drop them, so the
-                # fault bites on the next read of any file, as a failing disk's would
-                with volume.lock:
-                    paths = volume.table.live_paths()
-                operations.invalidate(paths)
             log.info("action=faults %s", json.dumps(wanted.to_request(), sort_keys=True))
             return faults.status()
         if op == "sync":

@@ -15,8 +15,10 @@ The faults (every field optional; a request without any clears them all):
   written since its last successful fsync is lost: never made durable, not by a later fsync
   that succeeds either ("fsyncgate"), although processes still read it until a power cut.
 - ``write_errno``: write(2) fails with it, nothing is changed.
-- ``read_errno``: read(2) fails with it (the kernel's cached pages are dropped when this is set,
-  so reads reach the daemon).
+- ``read_errno``: read(2) fails with it when the read reaches the disk. As on a failing disk,
+  pages the kernel still caches stay readable (dropping them would also turn every touch of a
+  mapping, such as SQLite's WAL index, into SIGBUS); powerfs drops a file's cached pages at
+  every open, so a file opened while the fault holds meets it at its first read.
 - ``read_only``: every changing operation fails with EROFS (writes, truncates, creates,
   renames, unlinks, mkdir, attribute changes), and so does fsync of a file or directory that
   holds changes not yet durable (they stay pending: a later fsync once healed makes them

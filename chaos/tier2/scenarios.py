@@ -31,6 +31,7 @@ from typing import Any
 
 from raftcron.chaos.tier2 import checkers, workload
 from raftcron.chaos.tier2.context import Context
+from raftcron.chaos.tier2.disk_faults import plan_sickdisk
 from raftcron.chaos.tier2.flood import Flood
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.member_faults import MemberCluster, plan_members
@@ -146,10 +147,13 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("members", "add and remove members (the leader too) while killing, isolating "
                  "and pausing the leader or the joining node; a second change meanwhile",
                  plan_members, nodes=5, cluster_class=MemberCluster, needs_namespaces=True),
+        Scenario("sickdisk", "powerfs disks: fsync stalls of 0.5-5 s on the leader and on a "
+                 "follower (leader elections bounded), EIO on write, fsync (restart after) "
+                 "and read, a disk turned read-only", plan_sickdisk, cluster_class=PowerCluster),
     ]
 }
 FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "budget", "five",
-        "storage", "power", "members"]
+        "storage", "power", "members", "sickdisk"]
 
 
 # -- one run -------------------------------------------------------------------------------
