@@ -12,16 +12,18 @@ retries) submitting jobs, and these phases back to back, `--phase-s` each:
 
 A fault stays on the node it was put on, even once another leads. Per phase it prints the
 submits acknowledged per second, the leader elections (a node that became leader, from the node
-logs, counted by when it happened), the highest term at its start and end (terms rise also with
-elections nobody won), the submits that failed, and the sick node's `/readyz` at the phase's
-end. It must not be read as a pass or fail: the chaos suite's sickdisk scenario
-judges; this is the figure to compare before and after a product change.
+logs, counted by when it happened), the highest term any node answered before its start and
+before its end (terms rise also with elections nobody won), the submits that failed, and the
+sick node's `/readyz` at the phase's end. It must not be read as a pass or fail: the chaos
+suite's sickdisk scenario judges; this is the figure to compare before and after a product
+change.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import tempfile
 import threading
@@ -32,14 +34,16 @@ from typing import Any
 
 from raftcron.chaos.powerfs.harness import PowerFS
 from raftcron.chaos.tier2.disk_faults import readiness
-from raftcron.chaos.tier2.nemesis import SUBMIT, TOKENS
+from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, TOKENS
 from raftcron.cluster.client import Client
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.loopback import http_request
 
 PHASES = ("healthy", "leader fsync slow", "healthy again", "follower fsync slow",
           "leader fsync EIO")
 READY_TIMEOUT_S = 60.0
 SUBMIT_TIMEOUT_S = 10.0
+POLL_S = 0.25
 
 
 class MountedCluster(LocalCluster):
@@ -102,28 +106,56 @@ class Submitter:
         self.client.close()
 
 
-def role_changes(nodes_dir: Path) -> list[tuple[float, int, bool]]:
-    """Every Raft role change in the node logs: (Unix seconds, term, whether it became
-    leader). Terms rise also with elections nobody wins (a candidate that times out again)."""
+class TermWatch:
+    """Polls every node's /v1/cluster a few times a second: the highest term seen, and when.
+    Terms rise also with elections nobody wins (a candidate that times out again), which no
+    log line shows (the role stays "candidate")."""
+
+    def __init__(self, nodes: list[LocalNode]) -> None:
+        self.nodes = nodes
+        self.terms: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="diskbench-terms", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            for node in self.nodes:
+                with contextlib.suppress(OSError, http.client.HTTPException, ValueError):
+                    status, view, _ = http_request(node.http_address, "GET", "/v1/cluster",
+                                                   token=ADMIN, timeout_s=POLL_S * 3)
+                    if status == 200 and isinstance(view, dict):
+                        self.terms.append((time.time(), int(view.get("term") or 0)))
+
+    def highest(self, before_s: float) -> int:
+        return max((term for t, term in self.terms if t < before_s), default=0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(POLL_S * 10)
+
+
+def elections(nodes_dir: Path) -> list[float]:
+    """When any node became leader (Unix seconds), from the node logs."""
     found = []
     for log_path in sorted(nodes_dir.glob("*/*.log")):
         for line in log_path.read_text(errors="replace").splitlines():
-            if '"raft_role_changed"' not in line:
-                continue
-            with contextlib.suppress(ValueError, KeyError):
-                record = json.loads(line)
-                stamp = datetime.fromisoformat(record["ts"].replace("Z", "+00:00"))
-                found.append((stamp.timestamp(), int(record["term"]), record["new"] == "leader"))
+            if '"raft_role_changed"' in line and '"new": "leader"' in line:
+                with contextlib.suppress(ValueError, KeyError):
+                    stamp = json.loads(line)["ts"].replace("Z", "+00:00")
+                    found.append(datetime.fromisoformat(stamp).timestamp())
     return sorted(found)
 
 
 def measure(base: Path, phase_s: float, delay_s: float) -> list[dict[str, Any]]:
     cluster = MountedCluster(base / "nodes", tokens=TOKENS)
     submitter: Submitter | None = None
+    watch: TermWatch | None = None
     rows: list[dict[str, Any]] = []
     try:
         cluster.start()
         cluster.wait_ready(READY_TIMEOUT_S)
+        watch = TermWatch(list(cluster.nodes))
         submitter = Submitter([node.url for node in cluster.nodes])
         submitter.start()
         for phase in PHASES:
@@ -146,16 +178,16 @@ def measure(base: Path, phase_s: float, delay_s: float) -> list[dict[str, Any]]:
     finally:
         if submitter is not None:
             submitter.stop()
+        if watch is not None:
+            watch.stop()
         cluster.close()
-    changes = role_changes(base / "nodes")
-    won = [t for t, _, leader in changes if leader]
+    won = elections(base / "nodes")
     for row in rows:
         span = (row["started"], row["ended"])
         row["writes_per_s"] = _within(submitter.acked_s if submitter else [], span) / phase_s
         row["failed"] = _within(submitter.failed_s if submitter else [], span)
         row["elections"] = _within(won, span)
-        row["terms"] = (max((term for t, term, _ in changes if t < span[0]), default=0),
-                        max((term for t, term, _ in changes if t < span[1]), default=0))
+        row["terms"] = (watch.highest(span[0]), watch.highest(span[1])) if watch else (0, 0)
     return rows
 
 
