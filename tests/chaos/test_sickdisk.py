@@ -51,11 +51,13 @@ def _run(events: list[dict[str, Any]], leaders: list[dict[str, Any]]) -> RunData
 
 def test_elections_during_a_follower_stall_fail_the_bound_of_zero() -> None:
     events = _stall("f1", "follower", T0, T0 + 5_000, 0)
+    events += [{"t": T0 - 10, "kind": "sample", "node": "n2", "term": 2},  # the monitor's
+               {"t": T0 + 6_000, "kind": "sample", "node": "n2", "term": 4}]
     elected = [{"node": "n3", "term": 4, "t": T0 + 7_000}]  # within the settle time
     result = check_disk_liveness(_run(events, elected))
     assert not result.ok
     assert "1 leader elections while n2 (follower)" in result.violations[0]
-    assert result.counts["per_stall"] == ["f1 follower 2.0s: 1/0"]
+    assert result.counts["per_stall"] == ["f1 follower 2.0s: 1/0, terms +2"]
 
 
 def test_one_election_during_a_leader_stall_is_within_its_bound_and_two_are_not() -> None:

@@ -7,7 +7,9 @@ member must not depose a healthy leader; 1 while the leader's does: it may step 
 causes comes a little after). Every time a node became leader in [start, end + settle], from
 the node logs (`settings["leaders"]`, collected by chaos/tier2/scenarios.py), counts, also a
 node elected again in a new term: either way the cluster was without a leader for a while.
-A node restarted after a disk fault that did not come back is a violation too.
+A node restarted after a disk fault that did not come back is a violation too. How far the
+terms rose meanwhile (the monitor's samples) is reported, not judged: a candidate that never
+wins raises it too.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ def check_disk_liveness(run: RunData) -> CheckResult:
         bound = int(event["elections_max"])
         until_ms = end_ms + int(event.get("settle_ms") or 0)
         elected = [e for e in leaders if start_ms <= int(e["t"]) <= until_ms]
+        terms = _highest_term(run, until_ms) - _highest_term(run, start_ms)
         role = str(event.get("role"))
         worst[role] = max(worst.get(role, 0), len(elected))
         delay = (event.get("disk") or {}).get("fsync_delay_s")
-        per_fault.append(f"{event.get('id')} {role} {delay}s: {len(elected)}/{bound}")
+        per_fault.append(f"{event.get('id')} {role} {delay}s: {len(elected)}/{bound}, "
+                         f"terms +{terms}")
         if len(elected) > bound:
             who = ", ".join(f"{e['node']}@{e['term']}" for e in elected)
             result.violate(f"{event.get('id')}: {len(elected)} leader elections while "
@@ -51,3 +55,8 @@ def check_disk_liveness(run: RunData) -> CheckResult:
                      "worst_follower_stall": worst["follower"], "per_stall": per_fault,
                      "restarts": restarts, "came_back": came_back}
     return result
+
+
+def _highest_term(run: RunData, until_ms: int) -> int:
+    return max((int(e.get("term") or 0) for e in run.history
+                if e.get("kind") == "sample" and e["t"] <= until_ms), default=0)
