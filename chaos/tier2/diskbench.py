@@ -34,7 +34,7 @@ from typing import Any
 
 from raftcron.chaos.powerfs.harness import PowerFS
 from raftcron.chaos.tier2.disk_faults import readiness
-from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, TOKENS
+from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, TOKENS, wait_until
 from raftcron.cluster.client import Client
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 from raftcron.cluster.dev.loopback import http_request
@@ -156,6 +156,7 @@ def measure(base: Path, phase_s: float, delay_s: float) -> list[dict[str, Any]]:
         cluster.start()
         cluster.wait_ready(READY_TIMEOUT_S)
         watch = TermWatch(list(cluster.nodes))
+        wait_until(lambda: bool(watch and watch.terms), READY_TIMEOUT_S)  # a term before 1
         submitter = Submitter([node.url for node in cluster.nodes])
         submitter.start()
         for phase in PHASES:
