@@ -9,6 +9,9 @@ makes its entries (creates, renames, unlinks, mkdirs in it) durable. `powerfs cu
 [--torn --seed N]` is the power cut: every change not made durable is dropped, and with `--torn`
 the last unsynced write of each file reaches the disk only in part (a seeded prefix). From
 Python, use `harness.PowerFS(backing, mountpoint)`: start, cut, sync, status, kill, stop.
+`powerfs faults MOUNTPOINT --fsync-delay 2` (`PowerFS.set_faults`, `clear_faults`) makes the disk
+sick at runtime: slow fsyncs, EIO on fsync (which loses the data, as Linux does), write or read,
+read-only (`faults.py`).
 
 The model (chosen over a second shadow directory because renames and unlinks of open files need
 inode identity, which paths alone do not have): an in-memory inode table holds both the live and
@@ -46,7 +49,7 @@ Known limits:
   `powerfs sync`.
 - Unsynced data lives in RAM, at most `--dirty-bytes-max` (2 GiB), then writes fail with ENOSPC.
 - Every lookup and stat asks the daemon (timeouts 0, so a cut shows at once): about 0.1-0.3 ms
-  per metadata operation; one FUSE thread.
+  per metadata operation; a pool of FUSE threads (a delayed fsync holds only its own).
 - Nothing else may change BACKING_DIR while it is mounted; `.powerfs-orphans` in it is reserved
   (the stash of durable objects without a durable name, emptied at mount and at every cut).
 """

@@ -5,6 +5,8 @@
     powerfs cut MOUNTPOINT [--torn] [--seed N]
     powerfs sync MOUNTPOINT
     powerfs status MOUNTPOINT
+    powerfs faults MOUNTPOINT [--fsync-delay S] [--fsync-jitter S] [--fsync-errno EIO]
+                  [--write-errno EIO] [--read-errno EIO] [--read-only] [--paths GLOB]
     powerfs unmount MOUNTPOINT
 
 `mount` runs the daemon in the foreground until it is unmounted or signalled. The others talk
@@ -44,7 +46,17 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                        ("status", "what is pending"), ("unmount", "unmount (lazily if busy)")):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("mountpoint")
-    for sub in (cut, *(commands.choices[n] for n in ("sync", "status"))):
+    faults = commands.add_parser(
+        "faults", help="make the disk sick (faults.py); with no option, healthy again")
+    faults.add_argument("mountpoint")
+    faults.add_argument("--fsync-delay", type=float, help="seconds every fsync sleeps first")
+    faults.add_argument("--fsync-jitter", type=float, help="+- seconds around the delay")
+    faults.add_argument("--fsync-errno", help="fsync fails with it (e.g. EIO): its data is lost")
+    faults.add_argument("--write-errno", help="writes fail with it")
+    faults.add_argument("--read-errno", help="reads fail with it")
+    faults.add_argument("--read-only", action="store_true", help="changes fail with EROFS")
+    faults.add_argument("--paths", help="glob relative to the mount (default: every file)")
+    for sub in (cut, faults, *(commands.choices[n] for n in ("sync", "status"))):
         sub.add_argument("--control", help="control socket path (default: derived)")
     return parser.parse_args(argv)
 
@@ -65,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     message: dict[str, object] = {"op": args.command}
     if args.command == "cut":
         message.update(torn=args.torn, seed=args.seed)
+    if args.command == "faults":
+        given = {"fsync_delay_s": args.fsync_delay, "fsync_jitter_s": args.fsync_jitter,
+                 "fsync_errno": args.fsync_errno, "write_errno": args.write_errno,
+                 "read_errno": args.read_errno, "read_only": args.read_only or None,
+                 "paths": args.paths}
+        message.update({k: v for k, v in given.items() if v is not None})
     try:
         reply = control.request(args.control or control.socket_path_for(args.mountpoint), message)
     except control.ControlError as error:

@@ -6,6 +6,8 @@ One request per connection, one JSON object per line each way:
     {"op": "status"}                            -> {"ok": true, "dirty_files": 2, ...}
     {"op": "cut", "torn": true, "seed": 7}      -> {"ok": true, "dirty_bytes": 0, "torn_writes": []}
     {"op": "sync"}                              -> {"ok": true, ...what was pending}
+    {"op": "faults", "fsync_delay_s": 2.0, ...} -> {"ok": true, "faults": {...}, "injected": {}}
+    {"op": "faults"}                            -> every fault cleared (faults.py: the fields)
 
 The socket's path is derived from the mountpoint's real path (`socket_path_for`), so that
 `python -m raftcron.chaos.powerfs cut MOUNTPOINT` finds its daemon without being told more; it

@@ -10,6 +10,7 @@ With `parent_pid`, the daemon also ends (cleanly) when that process is gone.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ import time
 from typing import Any
 
 from raftcron.chaos.powerfs.control import ControlServer, socket_path_for
+from raftcron.chaos.powerfs.faults import DiskFaults, FaultInjector
 from raftcron.chaos.powerfs.fuse_ops import PowerOperations, run_fuse_loop
 from raftcron.chaos.powerfs.harness import mounted
 from raftcron.chaos.powerfs.volume import DIRTY_BYTES_MAX_DEFAULT, Volume
@@ -52,14 +54,20 @@ def serve(
     if parent_pid is not None:
         _end_with_parent(parent_pid)
     volume = Volume(backing, dirty_bytes_max=dirty_bytes_max)
-    operations = PowerOperations(volume, sync_on_exit=sync_on_exit)
+    faults = FaultInjector()
+    operations = PowerOperations(volume, sync_on_exit=sync_on_exit, faults=faults)
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "ping":
             return {"pid": os.getpid(), "backing": backing, "mountpoint": mountpoint}
         if op == "status":
-            return volume.status()
+            return {**volume.status(), **faults.status()}
+        if op == "faults":
+            wanted = DiskFaults.from_request(request)
+            faults.set(wanted)
+            log.info("action=faults %s", json.dumps(wanted.to_request(), sort_keys=True))
+            return faults.status()
         if op == "sync":
             pending = volume.sync_all()
             log.info("action=sync %s", _fields(pending))

@@ -126,6 +126,15 @@ class PowerFS:
     def status(self) -> dict[str, Any]:
         return self._request({"op": "status"})
 
+    def set_faults(self, **faults: Any) -> dict[str, Any]:
+        """Make the disk sick (chaos/powerfs/faults.py: fsync_delay_s, fsync_jitter_s,
+        fsync_errno, write_errno, read_errno, read_only, paths); replaces the faults in force."""
+        return self._request({"op": "faults", **faults})
+
+    def clear_faults(self) -> dict[str, Any]:
+        """A healthy disk again (what a failed fsync lost stays lost)."""
+        return self._request({"op": "faults"})
+
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         return control.request(self.control_path, message)
 

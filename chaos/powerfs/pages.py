@@ -16,6 +16,14 @@ next flush.
 `flush(fd)` makes the live content the durable content (what fsync and fdatasync do);
 `tear(fd, prefix_bytes)` puts a prefix of the last unflushed write on disk (the torn write of a
 power cut). Both write through a file descriptor of the durable object the caller opened.
+
+`lose()` is a failed fsync (powerfs's fsync_errno fault): the dirty pages become lost pages,
+which reads still see (Linux keeps them in its page cache after a failed writeback) but which
+no flush writes: their bytes are never made durable, so a power cut loses them even after a
+later fsync that succeeds ("fsyncgate"). A write into a lost page makes it dirty again, whole,
+as a write into a cached page does. The size is metadata and stays pending: a later flush makes
+it durable, and what lay in lost pages then reads back from the disk as it was (zeros past the
+old end).
 """
 
 from __future__ import annotations
@@ -33,13 +41,14 @@ DiskReader = Callable[[int, int], bytes]
 class FileData:
     """One file's live content as an overlay of dirty pages on its durable bytes."""
 
-    __slots__ = ("base_len", "disk_size", "last_write", "pages", "size")
+    __slots__ = ("base_len", "disk_size", "last_write", "lost", "pages", "size")
 
     def __init__(self, durable_size: int = 0) -> None:
         self.size = durable_size
         self.base_len = durable_size
         self.disk_size = durable_size
         self.pages: dict[int, bytearray] = {}
+        self.lost: dict[int, bytearray] = {}  # pages a failed fsync lost (see `lose`)
         # (offset, bytes) of the last write since the last flush, for torn-write mode; a
         # truncate clears it, because the last change was then not a write.
         self.last_write: tuple[int, bytes] | None = None
@@ -53,6 +62,10 @@ class FileData:
     def dirty_bytes(self) -> int:
         return len(self.pages) * PAGE_BYTES
 
+    @property
+    def lost_bytes(self) -> int:
+        return len(self.lost) * PAGE_BYTES
+
     def read(self, offset: int, length: int, read_disk: DiskReader) -> bytes:
         """The live bytes `[offset, offset + length)`, clipped at the live size."""
         end = min(offset + length, self.size)
@@ -60,23 +73,15 @@ class FileData:
             return b""
         if offset < self.base_len:
             durable = read_disk(offset, min(end, self.base_len) - offset)
-            if not self.pages and len(durable) == end - offset:
+            if not self.pages and not self.lost and len(durable) == end - offset:
                 return durable
             out = bytearray(end - offset)
             out[: len(durable)] = durable
         else:
             out = bytearray(end - offset)
-        if self.pages:
-            first, last = offset // PAGE_BYTES, (end - 1) // PAGE_BYTES
-            if last - first + 1 <= len(self.pages):
-                touched = [p for p in range(first, last + 1) if p in self.pages]
-            else:
-                touched = [p for p in self.pages if first <= p <= last]
-            for page_index in touched:
-                page = self.pages[page_index]
-                page_start = page_index * PAGE_BYTES
-                start, stop = max(offset, page_start), min(end, page_start + PAGE_BYTES)
-                out[start - offset : stop - offset] = page[start - page_start : stop - page_start]
+        for overlay in (self.lost, self.pages):  # a page is in one of them at most
+            if overlay:
+                _overlay(out, offset, end, overlay)
         return bytes(out)
 
     def write(self, offset: int, data: bytes, read_disk: DiskReader) -> int:
@@ -91,9 +96,10 @@ class FileData:
             start, stop = max(offset, page_start), min(end, page_start + PAGE_BYTES)
             page = self.pages.get(page_index)
             if page is None:
-                if stop - start == PAGE_BYTES:
+                page = self.lost.pop(page_index, None)  # dirty again, whole
+                if page is None and stop - start == PAGE_BYTES:
                     page = bytearray(view[start - offset : stop - offset])
-                else:
+                elif page is None:
                     page = self._load_page(page_index, read_disk)
                 self.pages[page_index] = page
                 new_pages += 1
@@ -111,9 +117,12 @@ class FileData:
             for page_index in [p for p in self.pages if p >= first_gone]:
                 del self.pages[page_index]
                 dropped += 1
-            tail = self.pages.get(length // PAGE_BYTES)
-            if tail is not None and length % PAGE_BYTES:
-                tail[length % PAGE_BYTES :] = bytes(PAGE_BYTES - length % PAGE_BYTES)
+            for page_index in [p for p in self.lost if p >= first_gone]:
+                del self.lost[page_index]
+            for overlay in (self.pages, self.lost):
+                tail = overlay.get(length // PAGE_BYTES)
+                if tail is not None and length % PAGE_BYTES:
+                    tail[length % PAGE_BYTES :] = bytes(PAGE_BYTES - length % PAGE_BYTES)
         self.size = length
         self.last_write = None
         return dropped
@@ -122,8 +131,17 @@ class FileData:
         """Drop the dirty pages of a file nobody can reach any more; returns how many."""
         dropped = len(self.pages)
         self.pages.clear()
+        self.lost.clear()
         self.last_write = None
         return dropped
+
+    def lose(self) -> int:
+        """A failed fsync: the dirty pages become lost (see the module docstring); how many."""
+        lost = len(self.pages)
+        self.lost.update(self.pages)
+        self.pages.clear()
+        self.last_write = None  # nothing of it may reach the disk, torn or not
+        return lost
 
     def flush(self, fd: int) -> int:
         """Make the live content durable through `fd`; returns how many pages were written."""
@@ -170,6 +188,20 @@ class FileData:
             # A short vectored write (rare on regular files): finish page by page.
             for page_index, buffer in zip(run, buffers, strict=True):
                 _pwrite_all(fd, buffer, page_index * PAGE_BYTES)
+
+
+def _overlay(out: bytearray, offset: int, end: int, pages: dict[int, bytearray]) -> None:
+    """Copy the parts of `pages` within [offset, end) into `out` (which starts at offset)."""
+    first, last = offset // PAGE_BYTES, (end - 1) // PAGE_BYTES
+    if last - first + 1 <= len(pages):
+        touched = [p for p in range(first, last + 1) if p in pages]
+    else:
+        touched = [p for p in pages if first <= p <= last]
+    for page_index in touched:
+        page = pages[page_index]
+        page_start = page_index * PAGE_BYTES
+        start, stop = max(offset, page_start), min(end, page_start + PAGE_BYTES)
+        out[start - offset : stop - offset] = page[start - page_start : stop - page_start]
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:

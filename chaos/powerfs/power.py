@@ -51,4 +51,7 @@ def pending_changes(table: InodeTable) -> dict[str, Any]:
         "dirty_files": len(files),
         "dirty_bytes": sum(n.file.dirty_bytes for n in files),
         "dirty_dirs": len(dirs),
+        # lost by a failed fsync (chaos/powerfs/faults.py): a cut drops these too
+        "lost_files": sum(1 for n in nodes if n.data is not None and n.data.lost),
+        "lost_bytes": sum(n.data.lost_bytes for n in nodes if n.data is not None),
     }

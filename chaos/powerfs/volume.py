@@ -12,6 +12,10 @@ Rules:
   generator picks per path), the stash is emptied, and the live view is rebuilt from
   BACKING_DIR. Handles opened before a cut belong to an old generation: every operation on them
   fails with EIO (a process that held a file open across a power cut was killed by it).
+- A failed fsync (`fsync(fh, fail_errno=...)`, the disk faults of `faults.py`) loses the file's
+  dirty pages (`FileData.lose`): never durable, still read until a cut. Of a directory it makes
+  nothing durable and keeps the entries pending. A read-only disk refuses an fsync that has
+  something to make durable (EROFS) and keeps it pending.
 - Errors are OSErrors with an errno, which the FUSE adapter returns to the caller.
 """
 
@@ -359,13 +363,26 @@ class Volume:
         self.dirty_bytes_bound += needed
 
     def _dirty_bytes(self) -> int:
-        return sum(n.data.dirty_bytes for n in self.table.inodes.values() if n.data is not None)
+        """What unsynced data holds in memory: dirty pages and lost ones."""
+        return sum(n.data.dirty_bytes + n.data.lost_bytes
+                   for n in self.table.inodes.values() if n.data is not None)
 
     # -- durability --------------------------------------------------------------------------
 
     @locked
-    def fsync(self, fh: int) -> None:
+    def fsync(self, fh: int, *, fail_errno: int | None = None, read_only: bool = False) -> None:
+        """Make a file or directory durable; or fail with `fail_errno`, losing a file's dirty
+        pages; or, on a read-only disk, fail with EROFS if there is anything to make durable."""
         node = self._handle(fh).node
+        if fail_errno is not None:
+            if node.kind is Kind.FILE:
+                node.file.lose()
+            fail(fail_errno)
+        if read_only and (
+            (node.kind is Kind.FILE and node.file.dirty)
+            or (node.kind is Kind.DIR and node.entries != node.durable_entries)
+        ):
+            fail(errno.EROFS)
         if node.kind is Kind.DIR:
             self.disk.sync_dir(node)
         elif node.kind is Kind.FILE:

@@ -31,6 +31,7 @@ from typing import Any
 
 from raftcron.chaos.tier2 import checkers, workload
 from raftcron.chaos.tier2.context import Context
+from raftcron.chaos.tier2.disk_faults import plan_sickdisk
 from raftcron.chaos.tier2.flood import Flood
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.member_faults import MemberCluster, plan_members
@@ -151,10 +152,13 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("sicknet", "latency 50+-25 (0 leader changes) and 150+-50 ms on every link, "
                  "stalled links, loss on the leader's links, its connections reset",
                  plan_sicknet, cluster_class=SickCluster),
+        Scenario("sickdisk", "powerfs disks: fsync stalls of 0.5-5 s on the leader and on a "
+                 "follower (leader elections bounded), EIO on write, fsync (restart after) "
+                 "and read, a disk turned read-only", plan_sickdisk, cluster_class=PowerCluster),
     ]
 }
 FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "budget", "five",
-        "storage", "power", "members", "sicknet"]
+        "storage", "power", "members", "sicknet", "sickdisk"]
 
 
 # -- one run -------------------------------------------------------------------------------

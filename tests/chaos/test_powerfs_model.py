@@ -3,6 +3,10 @@
 The oracle knows only the rule: a file's durable content is its live content at its last fsync,
 a directory's durable entries are its live entries at its last fsync, and a cut makes the live
 view the durable one (a name made durable before its file was ever synced names an empty file).
+A failed fsync (chaos/powerfs/faults.py's fsync_errno) loses the pages written since the last
+one: no later fsync writes them (the disk keeps what it had there, zeros past what was kept
+after truncates), though reads see them until a cut; a write into such a page makes it whole
+again. The oracle tracks the pages written since the last fsync and the lost ones for that.
 Hypothesis drives writes, truncates, renames (also across directories), unlinks, syncs and cuts
 on a Volume over a temp dir, and after every step compares both the live view and BACKING_DIR
 with the oracle.
@@ -10,6 +14,7 @@ with the oracle.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -49,6 +54,11 @@ class VolumeAgainstOracle(RuleBasedStateMachine):
         self.durable_content: dict[int, bytes] = {}
         self.live: dict[str, dict[str, int]] = {d: {} for d in DIRS}
         self.durable: dict[str, dict[str, int]] = {d: {} for d in DIRS}
+        # per file since its last good fsync: pages written, pages a failed fsync lost, and
+        # how much of its durable content is still under the live one (truncates lower it)
+        self.dirty_pages: dict[int, set[int]] = {}
+        self.lost_pages: dict[int, set[int]] = {}
+        self.base_len: dict[int, int] = {}
 
     def teardown(self) -> None:
         self.volume.close(sync=False)
@@ -70,6 +80,9 @@ class VolumeAgainstOracle(RuleBasedStateMachine):
         if offset > len(content):
             content.extend(bytes(offset - len(content)))
         content[offset : offset + len(data)] = data
+        pages = set(range(offset // PAGE_BYTES, (offset + len(data) - 1) // PAGE_BYTES + 1))
+        self.dirty_pages.setdefault(ino, set()).update(pages)
+        self.lost_pages.setdefault(ino, set()).difference_update(pages)
 
     @rule(directory=dirs, name=names, length=lengths)
     def truncate(self, directory: str, name: str, length: int) -> None:
@@ -78,6 +91,11 @@ class VolumeAgainstOracle(RuleBasedStateMachine):
             return
         self.volume.truncate(path_of(directory, name), length)
         content = self.live_content[ino]
+        if length < len(content):
+            self.base_len[ino] = min(self._base_len(ino), length)
+            first_gone = -(-length // PAGE_BYTES)
+            for pages in (self.dirty_pages, self.lost_pages):
+                pages[ino] = {p for p in pages.get(ino, set()) if p < first_gone}
         del content[length:]
         content.extend(bytes(length - len(content)))
 
@@ -101,7 +119,39 @@ class VolumeAgainstOracle(RuleBasedStateMachine):
             self.volume.fsync(fh)
         finally:
             self.volume.release(fh)
-        self.durable_content[ino] = bytes(self.live_content[ino])
+        self._flushed(ino)
+
+    @rule(directory=dirs, name=names)
+    def failed_fsync(self, directory: str, name: str) -> None:
+        ino = self.live[directory].get(name)
+        if ino is None:
+            return
+        fh = self.volume.open(path_of(directory, name), os.O_RDWR)
+        try:
+            self.volume.fsync(fh, fail_errno=errno.EIO)
+        except OSError as error:
+            assert error.errno == errno.EIO
+        else:
+            raise AssertionError("a failed fsync returned")
+        finally:
+            self.volume.release(fh)
+        self.lost_pages.setdefault(ino, set()).update(self.dirty_pages.pop(ino, set()))
+
+    def _base_len(self, ino: int) -> int:
+        return self.base_len.get(ino, len(self.durable_content.get(ino, b"")))
+
+    def _flushed(self, ino: int) -> None:
+        """A good fsync: the live content is durable, but for lost pages, where the disk
+        keeps what it had below the base length and zeros above it."""
+        live, old = self.live_content[ino], self.durable_content.get(ino, b"")
+        base_len = self._base_len(ino)
+        durable = bytearray(live)
+        for page in self.lost_pages.get(ino, set()):
+            for i in range(page * PAGE_BYTES, min((page + 1) * PAGE_BYTES, len(live))):
+                durable[i] = old[i] if i < base_len else 0
+        self.durable_content[ino] = bytes(durable)
+        self.dirty_pages.pop(ino, None)
+        self.base_len[ino] = len(live)
 
     @rule(directory=dirs)
     def fsync_dir(self, directory: str) -> None:
@@ -119,7 +169,7 @@ class VolumeAgainstOracle(RuleBasedStateMachine):
         for directory, entries in self.live.items():
             self.durable[directory] = dict(entries)
             for ino in entries.values():
-                self.durable_content[ino] = bytes(self.live_content[ino])
+                self._flushed(ino)
 
     @rule(source_dir=dirs, source=names, dest_dir=dirs, dest=names)
     def rename(self, source_dir: str, source: str, dest_dir: str, dest: str) -> None:
@@ -144,6 +194,7 @@ class VolumeAgainstOracle(RuleBasedStateMachine):
         kept = {ino for entries in self.live.values() for ino in entries.values()}
         self.live_content = {i: bytearray(self.durable_content.get(i, b"")) for i in kept}
         self.durable_content = {i: c for i, c in self.durable_content.items() if i in kept}
+        self.dirty_pages, self.lost_pages, self.base_len = {}, {}, {}
 
     @invariant()
     def backing_dir_is_the_durable_view(self) -> None:

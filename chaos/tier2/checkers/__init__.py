@@ -15,6 +15,8 @@ The modules, each owning one part:
   that ended (an evicted job's alibi; the drain reads it too).
 - `dag_liveness`: `check_dag` (DAG order), `check_convergence` and `check_liveness`.
 - `storage`: `check_storage` (snapshot writers die with their node; damage is refused).
+- `disk`: `check_disk_liveness` (leader elections while a node's fsyncs stall, within the
+  plan's bound; nodes restarted after a disk fault come back).
 - `statetime`: `check_state_time` (no node's state time ahead of the majority's clocks).
 - `membership`: `check_membership` (never two leaders in one term; membership changes one at
   a time, a removed node never leads again, every member ends agreeing on the members).
@@ -33,6 +35,7 @@ from collections.abc import Callable
 
 from raftcron.chaos.tier2.checkers.dag_liveness import check_convergence, check_dag, check_liveness
 from raftcron.chaos.tier2.checkers.data import FINAL, VIOLATIONS_LISTED_MAX, CheckResult, RunData
+from raftcron.chaos.tier2.checkers.disk import check_disk_liveness
 from raftcron.chaos.tier2.checkers.firing import (
     NODE_FAULTS,
     START_SLACK_MS,
@@ -66,6 +69,7 @@ __all__ = [
     "check_all",
     "check_convergence",
     "check_dag",
+    "check_disk_liveness",
     "check_fencing",
     "check_fires",
     "check_idempotent",
@@ -95,6 +99,7 @@ CHECKERS: list[Callable[[RunData], CheckResult]] = [
     check_state_time,
     check_membership,
     check_sick_network,
+    check_disk_liveness,
 ]
 
 
