@@ -36,8 +36,8 @@ member that needs its pre-votes would never stand), and the lease needs every me
 the higher-term reply (an older member that stood while cut off would otherwise be refused
 for as long as the leader lives): rules 1 and 2 run only while ``enabled()`` says so, which
 `RaftNode` ties to a finalized cluster (DESIGN.md §9.0). Rule 3 always runs.
-Installed through `cluster.raftpatch` (the message handler) and the storage hooks
-(`before_tick`, at the start of every tick); a node opts in with `attach`. PySyncObj's clock
+Installed through `cluster.raftpatch` (the message handler, and `__connectedToAnyone`, which
+0.3.17 asks only when it would stand); a node opts in with `attach`. PySyncObj's clock
 and randomness are its module globals, so the simulation drives them.
 """
 
@@ -102,35 +102,39 @@ def _log_ok(sync: Any, last_term: int, last_index: int) -> bool:
     return last_term > ours_term or (last_term == ours_term and last_index >= ours_index)
 
 
-def before_tick(sync: Any) -> None:
-    """At the start of a tick, before 0.3.17 would start an election: rule 1. A passed
-    deadline starts a pre-vote round instead (and moves the deadline on, so the library does
-    not stand this tick); a round won leaves the deadline passed for the library to stand."""
+def may_stand(sync: Any) -> bool:
+    """Rule 1, asked by 0.3.17 at the very moment it would stand (its election deadline
+    passed and it is connected to someone: `make_connected_to_anyone`), so no stall before
+    that moment can skip it. Without a round won for the next term, a pre-vote round starts
+    instead (and the deadline moves on); a round won lets the library stand now."""
     state = state_of(sync)
-    if state is None or sync._SyncObj__selfNode is None:
-        return
-    if not state.enabled() or sync._SyncObj__raftState == _RAFT_STATE.LEADER:
-        state.round_term = state.won_term = None
-        return
-    now = _now()
-    if sync._SyncObj__raftElectionDeadline >= now or not sync._SyncObj__connectedToAnyone():
-        return
+    if state is None or sync._SyncObj__selfNode is None or not state.enabled():
+        return True
     term = sync.raftCurrentTerm
     if state.won_term == term + 1:
         state.won_term = state.round_term = None
         state.elections += 1
-        return  # the library stands now, at won_term
+        return True
     state.won_term = None
     state.round_term = term + 1
     state.granted = {sync._SyncObj__selfNode}
     state.rounds += 1
-    sync._SyncObj__raftElectionDeadline = now + sync._SyncObj__generateRaftTimeout()
+    sync._SyncObj__raftElectionDeadline = _now() + sync._SyncObj__generateRaftTimeout()
     message = {"type": PRE_VOTE, "term": term + 1,
                "last_log_index": sync._SyncObj__getCurrentLogIndex(),
                "last_log_term": sync._SyncObj__getCurrentLogTerm()}
     for node in sync._SyncObj__otherNodes:
         sync._SyncObj__transport.send(node, message)
     _count(sync, state)
+    return False
+
+
+def make_connected_to_anyone(library: Callable[..., Any]) -> Callable[..., Any]:
+    """`SyncObj.__connectedToAnyone`, which 0.3.17 asks only to decide to stand for
+    election (syncobj.py, `_onTick`), answers also whether PreVote lets it (`may_stand`)."""
+    def connected_to_anyone(self: Any) -> bool:
+        return bool(library(self)) and may_stand(self)
+    return connected_to_anyone
 
 
 def _count(sync: Any, state: PreVote) -> None:

@@ -382,4 +382,5 @@ def _make_delete_entries_to(library: Callable[..., Any]) -> Callable[..., Any]:
 _PATCHES: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     _HANDLER: _make_handler,
     _DELETE_TO: _make_delete_entries_to,
+    "_SyncObj__connectedToAnyone": prevote.make_connected_to_anyone,  # rule 7
 }

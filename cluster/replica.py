@@ -366,7 +366,7 @@ class RaftNode:
         storage = self.storage
         storage.voters_recorded = lambda: self.machine.members.recorded or bool(
             storage.log.config_indexes)
-        self.storage.slow_syncs.bound_s = config.raft.election_timeout_min_s / 2
+        self.storage.slow_syncs.bound_s = config.raft.election_timeout_min_s
         self.storage.may_vote = self.is_voter
         self.storage.may_lead = self.may_lead
         self.archive: NodeArchive | None = None

@@ -53,7 +53,6 @@ import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj
 from pysyncobj.poller import POLL_EVENT_TYPE
 
-from raftcron.cluster import prevote
 from raftcron.cluster.storage.journal import LEARNER_VOTE, StorageJournal
 from raftcron.cluster.storage.node import RaftStorage
 from raftcron.cluster.storage.raftlog import (
@@ -121,7 +120,6 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
     def on_tick(self: Any, timeToWait: float = 0.0) -> None:
         storage = storage_of(self)
         if storage is None:
-            prevote.before_tick(self)
             library(self, timeToWait)
             return
         if self._SyncObj__needLoadDumpFile:
@@ -153,7 +151,6 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
             _learner_step(self, storage)
         elif not storage.may_lead():
             _hand_over(self)
-        prevote.before_tick(self)  # after the learner's and the hand-over's deadlines
         try:
             library(self, timeToWait)
         except LogDamaged as error:  # a record the disk cannot give back: stop, naming it

@@ -34,6 +34,8 @@ class JournalOwner(Protocol):
 
     def sync(self) -> bool: ...
 
+    def sync_async(self) -> bool: ...
+
     def close(self) -> None: ...
 
 
@@ -137,7 +139,9 @@ class StorageJournal:
         return self.log.voted_for
 
     def onOneSecondTimer(self) -> None:
-        self.storage.sync()  # the commit index, when nothing else wrote it
+        # The commit index, when nothing else wrote it; never waiting on the disk here (a
+        # follower's Raft thread must keep reading while its disk stalls: storage.syncworker).
+        self.storage.sync_async()
 
     def reset_to(self, prev: LogEntry, last: LogEntry) -> None:
         """The log becomes exactly a snapshot's two entries (one batch: atomic)."""

@@ -50,12 +50,13 @@ class SlowSyncs:
     """The leader's stalled syncs: `STRIKES` syncs of over `bound_s` within `WINDOW_S` say
     its disk stalls, and a leader whose disk stalls hands leadership over (storage.hooks):
     every commit waits for the leader's own sync, so one sick disk slowed the whole cluster.
-    `bound_s` is set by the node (half the minimum election timeout)."""
+    `bound_s` is set by the node: the minimum election timeout, a stall the followers may
+    already have stood for (a busy disk's occasional slow fsync is not a sick one)."""
 
     STRIKES = 3
     WINDOW_S = 5.0
 
-    def __init__(self, bound_s: float = 0.2) -> None:
+    def __init__(self, bound_s: float = 0.4) -> None:
         self.bound_s = bound_s
         self._at: list[float] = []
 
