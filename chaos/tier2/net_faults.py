@@ -7,11 +7,13 @@ chaos/tier2/sick_network.py while the workload runs, each held then healed:
   `leader_changes_max: 0`, which `checkers.network` holds the run to;
 - latency 150 +- 50 ms on every link;
 - a stalled leader -> follower link, a stalled follower -> leader link, and a stalled link
-  held longer than the election timeout (both ways between the leader and a follower);
+  held longer than the election timeout (both ways between the leader and a follower): each
+  held to 0 leader changes too, since the member cut off from the leader asks the other
+  before it stands (PreVote, cluster/prevote.py) and the other still hears the leader;
 - one-way loss of 5-20 % on the leader's outgoing links;
 - resets of the leader's Raft connections, a few in a row.
 
-Latency, loss and resets carry `failover_expected: False`: they slow the leader's links but
+Latency, stalls, loss and resets carry `failover_expected: False`: they slow the leader's links but
 give no reason to replace it, so the liveness checker's "worst failover" (the time from a fault
 on the leader to a leader of a newer term) leaves them out instead of timing the next
 unrelated election.
@@ -34,6 +36,8 @@ HOLD_S_MIN = 3.0
 HOLD_S_MAX = 15.0
 QUIET_S = 1.5
 RESETS = 3
+# What a stall must not cause: one member cut off from the leader deposes nobody.
+NO_LEADER_CHANGE = {"leader_changes_max": 0, "failover_expected": False}
 # A stall "longer than the election timeout" is held at least this long.
 ELECTION_TIMEOUT_S = float(CHAOS_RAFT["election_timeout_max_s"])  # type: ignore[arg-type]
 
@@ -62,14 +66,16 @@ def _latency(sickness: Sickness, *, guard: bool) -> Callable[[Context, float], N
 
 def _stall_down(ctx: Context, hold_s: float) -> None:
     leader, follower = _leader_and_follower(ctx)
-    fault = stall(ctx.nemesis, [(leader, follower)], direction="leader_to_follower")
+    fault = stall(ctx.nemesis, [(leader, follower)], direction="leader_to_follower",
+                  **NO_LEADER_CHANGE)
     ctx.hold(hold_s)
     cure(ctx.nemesis, fault)
 
 
 def _stall_up(ctx: Context, hold_s: float) -> None:
     leader, follower = _leader_and_follower(ctx)
-    fault = stall(ctx.nemesis, [(follower, leader)], direction="follower_to_leader")
+    fault = stall(ctx.nemesis, [(follower, leader)], direction="follower_to_leader",
+                  **NO_LEADER_CHANGE)
     ctx.hold(hold_s)
     cure(ctx.nemesis, fault)
 
@@ -77,7 +83,7 @@ def _stall_up(ctx: Context, hold_s: float) -> None:
 def _stall_long(ctx: Context, hold_s: float) -> None:
     leader, follower = _leader_and_follower(ctx)
     fault = stall(ctx.nemesis, [(leader, follower), (follower, leader)],
-                  direction="both", longer_than_election=True)
+                  direction="both", longer_than_election=True, **NO_LEADER_CHANGE)
     ctx.hold(max(hold_s, 2 * ELECTION_TIMEOUT_S + 1))
     cure(ctx.nemesis, fault)
 

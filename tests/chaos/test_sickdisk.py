@@ -7,8 +7,9 @@ node that did not come back after a disk fault's restart fails it.
 The smoke (processes tier) runs `raftcron chaos run --scenario sickdisk --minutes 0`: one pass
 of every disk fault on powerfs mounts, about a minute. It asserts that every safety checker
 passes and that each fault was injected and bit (powerfs counted stalled fsyncs and errors).
-The leader-election bound is the product's target (DESIGN.md §9.3); the product before PreVote
-misses it, so the smoke prints the per-stall figures and does not assert them.
+The leader-election bound is the product's contract (DESIGN.md §9.3), asserted too: before
+PreVote and the sync thread (cluster/prevote.py, cluster/storage/syncworker.py) a follower's
+stall cost one election or more, a leader's two.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def test_the_sickdisk_smoke_injects_every_disk_fault_and_stays_safe(
     print(done.stdout)
     print(done.stderr[-4000:], file=sys.stderr)
     # 0: every checker passed; 2: only a liveness bound was missed; 1: safety or the harness
-    assert done.returncode in (0, 2), f"sickdisk failed (exit {done.returncode}):\n{done.stdout}"
+    assert done.returncode == 0, f"sickdisk failed (exit {done.returncode}):\n{done.stdout}"
     [folder] = list(tmp_path.glob("*/sickdisk"))
     results = json.loads((folder / "results.json").read_text())
     assert results["error"] is None
@@ -126,7 +127,8 @@ def test_the_sickdisk_smoke_injects_every_disk_fault_and_stays_safe(
     disk = next(r for r in results["results"] if r["name"] == "sick disk liveness")
     with capsys.disabled():
         print(f"\nsickdisk in {elapsed:.0f} s: leader elections per stall (seen/bound): "
-              f"{disk['counts']['per_stall']}; {'within' if disk['ok'] else 'PAST'} the bounds")
+              f"{disk['counts']['per_stall']}")
+    assert disk["ok"], disk
     if os.geteuid() == 0 and shutil.which("ip"):
         assert leftover_namespaces() == []
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)

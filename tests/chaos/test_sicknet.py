@@ -5,7 +5,8 @@ real packet loss the scenario uses inside namespaces costs TCP retransmission ti
 
 As root with `ip`, the nodes live in network namespaces with the sick relay in the harness's
 namespace (loss is then real packet loss by iptables); elsewhere everything is on loopback.
-The leader-change bound under latency is a liveness figure: printed here, gated in the full run.
+Every checker must pass, the sick network's too: no leader change under 50 +- 25 ms of latency
+nor while a link stalls (PreVote; before it, each stall cost a few).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def test_the_sicknet_smoke_keeps_every_safety_promise_under_each_sickness(
     elapsed = time.monotonic() - started
     print(done.stdout)
     print(done.stderr[-3000:], file=sys.stderr)
-    assert done.returncode in (0, 2), f"sicknet failed (exit {done.returncode}):\n{done.stdout}"
+    assert done.returncode == 0, f"sicknet failed (exit {done.returncode}):\n{done.stdout}"
     [results_path] = tmp_path.glob("*/sicknet/results.json")
     results = json.loads(results_path.read_text())
     assert results["error"] is None

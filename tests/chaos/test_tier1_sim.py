@@ -105,8 +105,8 @@ COMES_BACK_SEEDS: dict[str, int] = {
     # lease granted before a new leader's first Tick is no longer cut short by a clock gap, and
     # no seed of 0-59 shows it put back; tests/chaos/test_tier0_model.py guards it.
     # 8 until the early election (cluster/leaderloss.py), 1 until the Ticks followed the
-    # majority's clocks, 5 until PreVote (cluster/prevote.py; 0, 8 and 16 of 0-16 since)
-    "backfill-refires-forgotten": 0,
+    # majority's clocks, 5 until PreVote (cluster/prevote.py; 1, 2 and 16 of 0-16 since)
+    "backfill-refires-forgotten": 1,
     # a leader 10 days ahead (and steps, drift, a node a day behind); 56 before leaderloss.py
     "unbounded-tick": 52,
 }

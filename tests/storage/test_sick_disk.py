@@ -112,6 +112,9 @@ def test_a_failed_fsync_latches_until_the_node_restarts(lab: Lab) -> None:
         powered.disks[sick.node_id].clear_faults()
         acked |= submit_for(cluster, leader, "healed", 2.0)
         assert says_so(), "the latch let go without a restart"
+        _, view, _ = api(cluster, sick, "GET", "/v1/cluster")  # what `cluster doctor` reads
+        assert not view["storage"]["healthy"]
+        assert view["storage"]["problem"].startswith("fsync failed"), view["storage"]
         _, metrics, _ = api(cluster, sick, "GET", "/metrics")
         assert f'raftcron_storage_fsync_failed{{node="{sick.node_id}"}} 1' in metrics
         assert any("fsync failed" in line for line in cluster.log_lines(sick))
