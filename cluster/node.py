@@ -107,6 +107,9 @@ class Node:
     def _on_state_changed(self, old: int, new: int) -> None:  # on the Raft thread
         if 2 in (old, new):
             self.stats.leader_changes += 1
+        proposer = getattr(self, "proposer", None)
+        if old == 2 and proposer is not None:  # what it proposed is answered "leader changed"
+            proposer.leadership_lost()
         before, after = RAFT_ROLES.get(old, str(old)), RAFT_ROLES.get(new, str(new))
         # The term, so that a log read afterwards can tell two leaders of one term apart
         # (the chaos suite's membership checker).

@@ -110,6 +110,8 @@ class Proposer:
         self.proposals = 0  # log entries proposed (for metrics)
         self.commands = 0  # commands carried by them
         self.failures: dict[str, int] = {}
+        # Entries proposed and not resolved yet, by id(done): `leadership_lost` answers them.
+        self._in_flight: dict[int, tuple[list[_Pending], asyncio.Future[None]]] = {}
         self.commit_latency = Histogram()  # one log entry: proposed -> applied on this node
         self.batch_sizes = Histogram(BATCH_BUCKETS)  # commands per log entry
 
@@ -178,14 +180,28 @@ class Proposer:
             self.proposals += 1
             self.commands += len(batch)
             self.batch_sizes.observe(len(batch))
+            self._in_flight[id(done)] = (batch, done)
             try:
                 self.node.machine.apply(encode_batch([p.frame for p in batch]), callback=callback)
             except Exception as error:  # a closed node or a full queue
                 self._resolve(batch, None, FAIL_REASON.QUEUE_FULL, done, error)
             # Hold the in-flight slot until the entry resolves or its callers gave up.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done, self.commit_timeout_s)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done, self.commit_timeout_s)
+            finally:
+                self._in_flight.pop(id(done), None)
             self.node.machine.forget([p.frame for p in batch])
+
+    def leadership_lost(self) -> None:
+        """On the Raft thread, when this node stops leading: what it proposed as leader may
+        still commit under the next leader, or never; PySyncObj answers it only once the
+        index is applied, which on a node that stalled (a slow disk) took past the commit
+        timeout. Answer "leader changed" now: `submit` sends it again with the same request
+        id through the new leader, and the state machine answers a repeat with the first
+        result, so nothing is applied twice. A late real answer finds the futures done."""
+        for batch, done in list(self._in_flight.values()):
+            self._deliver(batch, None, FAIL_REASON.LEADER_CHANGED, done)
 
     def _deliver(
         self, batch: list[_Pending], results: Any, reason: int, done: asyncio.Future[None]

@@ -116,3 +116,46 @@ def test_a_failure_after_the_caller_gave_up_is_not_logged_as_never_retrieved(cap
         callbacks.clear()
         gc.collect()
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+def test_what_a_leader_proposed_is_sent_again_at_once_when_it_stops_leading():
+    """A leader that stalls (a slow disk) is replaced; what it proposed was answered only once
+    its index was applied, which took past the commit timeout: a client waited 5 s. Now
+    losing leadership answers it "leader changed", and `submit` sends it again at once with
+    the same request id (the state machine answers a repeat with the first result)."""
+    import threading
+    import time
+
+    from pysyncobj import FAIL_REASON
+
+    callbacks: list[Any] = []
+    machine = SimpleNamespace(apply=lambda payload, callback: callbacks.append(callback),
+                              expect=lambda *_: None, forget=lambda _frames: None)
+    node: Any = SimpleNamespace(machine=machine, leader_id=lambda: "n2")
+
+    async def run() -> tuple[Any, float]:
+        proposer = proposing.Proposer(
+            node, asyncio.get_running_loop(), commit_timeout_s=5.0, batch_commands_max=16
+        )
+        started = time.monotonic()
+        task = asyncio.create_task(proposer.submit(Barrier("stalled-1"), deadline_s=10.0))
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if callbacks:
+                break
+        assert len(callbacks) == 1, "the entry was handed to the node"
+        lost = threading.Thread(target=proposer.leadership_lost)  # as the Raft thread does
+        lost.start()
+        lost.join()
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if len(callbacks) == 2:
+                break
+        assert len(callbacks) == 2, "sent again after the leadership was lost"
+        callbacks[0](None, FAIL_REASON.DISCARDED)  # the old entry's late answer: ignored
+        callbacks[1]([Ok({"again": True})], FAIL_REASON.SUCCESS)
+        return await task, time.monotonic() - started
+
+    result, took_s = asyncio.run(run())
+    assert result == Ok({"again": True})
+    assert took_s < 1.0, took_s
