@@ -276,13 +276,8 @@ class RaftStorage(os.PathLike[str]):
         """Make every buffered change durable; False (and unhealthy) if it cannot. An archive
         that cannot write counts as the log would: the node acknowledges, votes and leads
         again once it can (its snapshots wait for the archive meanwhile)."""
-        archive_problem = self.archive_problem()
-        if archive_problem is not None:
-            self._log_unhealthy(f"archive: {archive_problem}")
+        if self._blocked():
             return False
-        if self.log.sync_failed is not None:
-            self._log_unhealthy(self.problem or "fsync failed")
-            return False  # never again in this process: a retry could "succeed" over lost pages
         if not self.log.dirty and self.log.flight is None and self.write_error is None:
             return True
         started = self.monotonic()
@@ -292,12 +287,8 @@ class RaftStorage(os.PathLike[str]):
             self.sync_latency.observe(took)
             self.slow_syncs.observe(started, took)
             self._compact_if_large(started)
-        except SyncFailed:
-            self._log_unhealthy(self.problem or "fsync failed")
-            return False
-        except StorageUnavailable as error:
-            self.failed(str(error))
-            return False
+        except StorageError as error:
+            return self._sync_failed(error)
         self._recovered()
         return True
 
@@ -305,12 +296,7 @@ class RaftStorage(os.PathLike[str]):
         """`sync` for a follower: take a batch written off this thread if it is done, and hand
         the next one over; acks claim what `log.durable_through` says. False (and unhealthy)
         as `sync`."""
-        archive_problem = self.archive_problem()
-        if archive_problem is not None:
-            self._log_unhealthy(f"archive: {archive_problem}")
-            return False
-        if self.log.sync_failed is not None:
-            self._log_unhealthy(self.problem or "fsync failed")
+        if self._blocked():
             return False
         log_ = self.log
         try:
@@ -332,13 +318,31 @@ class RaftStorage(os.PathLike[str]):
                 else:
                     self._flight_ticks_left = self.flight_ticks()
                     self._run_held_flight(flight)
-        except SyncFailed:
-            self._log_unhealthy(self.problem or "fsync failed")
-            return False
-        except StorageUnavailable as error:
-            self.failed(str(error))
-            return False
+        except StorageError as error:
+            return self._sync_failed(error)
         return self.write_error is None
+
+    def _blocked(self) -> bool:
+        """An archive that cannot write counts as the log would; a failed fsync is latched:
+        never again in this process (a retry could "succeed" over lost pages). Said, and True."""
+        archive_problem = self.archive_problem()
+        if archive_problem is not None:
+            self._log_unhealthy(f"archive: {archive_problem}")
+            return True
+        if self.log.sync_failed is not None:
+            self._log_unhealthy(self.problem or "fsync failed")
+            return True
+        return False
+
+    def _sync_failed(self, error: StorageError) -> bool:
+        """A sync that failed: latched (SyncFailed) or unhealthy until a write succeeds."""
+        if isinstance(error, SyncFailed):
+            self._log_unhealthy(self.problem or "fsync failed")
+        elif isinstance(error, StorageUnavailable):
+            self.failed(str(error))
+        else:
+            raise error
+        return False
 
     def _run_held_flight(self, flight: Flight) -> None:
         """Without a worker (the simulation): a batch is written `flight_ticks()` ticks after

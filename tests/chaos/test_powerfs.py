@@ -19,35 +19,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from raftcron.chaos.powerfs.harness import PowerFS, fuse_unavailable_reason, mounted
+from raftcron.chaos.powerfs.harness import PowerFS, mounted
 from raftcron.chaos.powerfs.power import choose_torn_prefix
 
 pytestmark = pytest.mark.processes  # starts processes: make integration
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def fs(tmp_path: Path) -> Iterator[PowerFS]:
-    reason = fuse_unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"FUSE cannot be mounted here: {reason}")
-    (tmp_path / "disk").mkdir()
-    (tmp_path / "mnt").mkdir()
-    power = PowerFS(tmp_path / "disk", tmp_path / "mnt", log_path=tmp_path / "powerfs.log")
-    try:
-        power.start()
-        yield power
-    finally:
-        power.stop()
-        assert not mounted(power.mountpoint)
-    log = power.log_tail(100_000)
-    assert "powerfs bug" not in log and "Traceback" not in log, log
 
 
 def mnt(fs: PowerFS) -> Path:

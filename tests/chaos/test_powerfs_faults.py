@@ -25,7 +25,7 @@ import pytest
 
 from raftcron.chaos.powerfs.control import ControlError
 from raftcron.chaos.powerfs.faults import DiskFaults, FaultInjector, FaultsError
-from raftcron.chaos.powerfs.harness import PowerFS, fuse_unavailable_reason, mounted
+from raftcron.chaos.powerfs.harness import PowerFS
 from raftcron.chaos.powerfs.pages import PAGE_BYTES
 from raftcron.chaos.powerfs.volume import Volume
 
@@ -173,24 +173,6 @@ def test_an_empty_faults_request_is_a_healthy_disk_and_a_glob_spares_other_files
 # -- on a real mount -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def sick(tmp_path: Path) -> Iterator[PowerFS]:
-    reason = fuse_unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"FUSE cannot be mounted here: {reason}")
-    (tmp_path / "disk").mkdir()
-    (tmp_path / "mnt").mkdir()
-    power = PowerFS(tmp_path / "disk", tmp_path / "mnt", log_path=tmp_path / "powerfs.log")
-    try:
-        power.start()
-        yield power
-    finally:
-        power.stop()
-        assert not mounted(power.mountpoint)
-    log = power.log_tail(100_000)
-    assert "powerfs bug" not in log and "Traceback" not in log, log
-
-
 def _durable(fs: PowerFS, name: str, data: bytes) -> Path:
     path = Path(fs.mountpoint) / name
     with open(path, "wb") as f:
@@ -215,20 +197,20 @@ def _timed_fsync(path: Path) -> float:
 
 
 @pytest.mark.processes
-def test_a_delayed_fsync_takes_the_delay_and_clearing_makes_it_fast(sick: PowerFS) -> None:
-    path = _durable(sick, "log", b"x")
-    sick.set_faults(fsync_delay_s=0.8)
+def test_a_delayed_fsync_takes_the_delay_and_clearing_makes_it_fast(fs: PowerFS) -> None:
+    path = _durable(fs, "log", b"x")
+    fs.set_faults(fsync_delay_s=0.8)
     assert _timed_fsync(path) >= 0.8
-    assert sick.status()["injected"]["fsync_delays"] >= 1
-    sick.clear_faults()
+    assert fs.status()["injected"]["fsync_delays"] >= 1
+    fs.clear_faults()
     assert _timed_fsync(path) < 0.5
 
 
 @pytest.mark.processes
-def test_a_stalled_fsync_does_not_stop_other_processes_on_the_mount(sick: PowerFS) -> None:
-    stalled = _durable(sick, "stalled", b"x")
-    other = _durable(sick, "other", b"y")
-    sick.set_faults(fsync_delay_s=3.0, paths="stalled")
+def test_a_stalled_fsync_does_not_stop_other_processes_on_the_mount(fs: PowerFS) -> None:
+    stalled = _durable(fs, "stalled", b"x")
+    other = _durable(fs, "other", b"y")
+    fs.set_faults(fsync_delay_s=3.0, paths="stalled")
     stall = threading.Thread(target=_timed_fsync, args=(stalled,))
     stall.start()
     try:
@@ -246,56 +228,56 @@ def test_a_stalled_fsync_does_not_stop_other_processes_on_the_mount(sick: PowerF
 
 @pytest.mark.processes
 def test_fsync_eio_then_a_power_cut_loses_the_data_even_after_a_good_fsync(
-    sick: PowerFS,
+    fs: PowerFS,
 ) -> None:
-    path = _durable(sick, "log", b"durable;")
-    sick.set_faults(fsync_errno="EIO")
+    path = _durable(fs, "log", b"durable;")
+    fs.set_faults(fsync_errno="EIO")
     with open(path, "ab") as f:
         f.write(b"acknowledged?")
         f.flush()
         with pytest.raises(OSError) as failed:
             os.fsync(f.fileno())
         assert failed.value.errno == errno.EIO
-        sick.clear_faults()
+        fs.clear_faults()
         os.fsync(f.fileno())  # succeeds, as Linux's does after the error was reported
     assert path.read_bytes() == b"durable;acknowledged?"  # still in the page cache
-    report = sick.cut()
+    report = fs.cut()
     assert report["lost_files"] == 1
     assert path.read_bytes().rstrip(b"\0") == b"durable;"
 
 
 @pytest.mark.processes
-def test_write_and_read_errnos_fail_those_calls_until_cleared(sick: PowerFS) -> None:
-    path = _durable(sick, "data", b"abc")
-    sick.set_faults(write_errno="EIO")
+def test_write_and_read_errnos_fail_those_calls_until_cleared(fs: PowerFS) -> None:
+    path = _durable(fs, "data", b"abc")
+    fs.set_faults(write_errno="EIO")
     with open(path, "ab", buffering=0) as f, pytest.raises(OSError) as failed:
         f.write(b"d")
     assert failed.value.errno == errno.EIO
     assert path.read_bytes() == b"abc"
-    sick.set_faults(read_errno="EIO")
+    fs.set_faults(read_errno="EIO")
     with pytest.raises(OSError) as failed:
         path.read_bytes()
     assert failed.value.errno == errno.EIO
-    sick.clear_faults()
+    fs.clear_faults()
     with open(path, "ab") as f:
         f.write(b"d")
     assert path.read_bytes() == b"abcd"
-    injected = sick.status()["injected"]
+    injected = fs.status()["injected"]
     assert injected["write_errors"] == 1
     assert injected["read_errors"] >= 1  # the kernel may retry a failed read once
 
 
 @pytest.mark.processes
-def test_a_read_only_disk_refuses_changes_with_erofs_and_heals(sick: PowerFS) -> None:
-    path = _durable(sick, "data", b"abc")
-    sick.set_faults(read_only=True)
+def test_a_read_only_disk_refuses_changes_with_erofs_and_heals(fs: PowerFS) -> None:
+    path = _durable(fs, "data", b"abc")
+    fs.set_faults(read_only=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     attempts = [
         lambda: os.write(fd, b"x"),
-        lambda: (Path(sick.mountpoint) / "new").write_bytes(b"x"),
-        lambda: path.rename(Path(sick.mountpoint) / "moved"),
+        lambda: (Path(fs.mountpoint) / "new").write_bytes(b"x"),
+        lambda: path.rename(Path(fs.mountpoint) / "moved"),
         lambda: path.unlink(),
-        lambda: os.mkdir(Path(sick.mountpoint) / "dir"),
+        lambda: os.mkdir(Path(fs.mountpoint) / "dir"),
         lambda: os.truncate(path, 1),
     ]
     try:
@@ -306,22 +288,22 @@ def test_a_read_only_disk_refuses_changes_with_erofs_and_heals(sick: PowerFS) ->
     finally:
         os.close(fd)
     assert path.read_bytes() == b"abc"  # reads still work
-    sick.clear_faults()
+    fs.clear_faults()
     path.write_bytes(b"healed")
     assert path.read_bytes() == b"healed"
 
 
 @pytest.mark.processes
-def test_the_command_sets_and_clears_faults_and_names_a_bad_field(sick: PowerFS) -> None:
-    command = [sys.executable, "-m", "raftcron.chaos.powerfs", "faults", sick.mountpoint]
+def test_the_command_sets_and_clears_faults_and_names_a_bad_field(fs: PowerFS) -> None:
+    command = [sys.executable, "-m", "raftcron.chaos.powerfs", "faults", fs.mountpoint]
     done = subprocess.run([*command, "--fsync-delay", "0.6", "--paths", "*.seg"],
                           capture_output=True, text=True, timeout=30, check=True)
     assert '"fsync_delay_s": 0.6' in done.stdout and '"paths": "*.seg"' in done.stdout
-    assert _timed_fsync(_durable(sick, "log-1.seg", b"x")) >= 0.6
+    assert _timed_fsync(_durable(fs, "log-1.seg", b"x")) >= 0.6
     bad = subprocess.run([*command, "--fsync-errno", "EWHAT"], capture_output=True, text=True,
                          timeout=30, check=False)
     assert bad.returncode == 1 and "errno name" in bad.stderr
     with pytest.raises(ControlError, match="unknown fault field"):
-        sick.set_faults(fsync_delay=1)
+        fs.set_faults(fsync_delay=1)
     subprocess.run(command, capture_output=True, text=True, timeout=30, check=True)
-    assert sick.status()["faults"] == {}
+    assert fs.status()["faults"] == {}

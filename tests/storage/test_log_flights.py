@@ -16,7 +16,7 @@ import pytest
 
 from raftcron.cluster.storage.disk import OsDisk, OsFile
 from raftcron.cluster.storage.node import RaftStorage
-from raftcron.cluster.storage.raftlog import StorageUnavailable, SyncFailed
+from raftcron.cluster.storage.raftlog import Flight, RaftLog, StorageUnavailable, SyncFailed
 from raftcron.cluster.storage.syncworker import SyncWorker
 
 from .logmodel import Place, command, entries, expected, fill
@@ -24,6 +24,14 @@ from .logmodel import Place, command, entries, expected, fill
 
 def in_memory() -> Place:
     return Place.in_memory(cache_bytes_max=0)  # every read of a written entry is from disk
+
+
+def lands(log: RaftLog, flight: Flight | None) -> None:
+    """The sync thread's part (write, fsync), then the Raft thread's (`finish_sync`)."""
+    assert flight is not None
+    flight.run()
+    flight.done = True
+    log.finish_sync()
 
 
 def test_entries_in_flight_are_read_from_the_cache_and_acks_wait_for_them() -> None:
@@ -36,9 +44,7 @@ def test_entries_in_flight_are_read_from_the_cache_and_acks_wait_for_them() -> N
     assert flight is not None and log.durable_through == 3
     log.append(6, 1, command(6, 1))  # buffered meanwhile: the next batch
     assert entries(log) == expected(1, 6, 1)  # 4-6 from the cache, even with no cache budget
-    flight.run()
-    flight.done = True
-    log.finish_sync()
+    lands(log, flight)
     assert log.durable_through == 5 and log.dirty
     assert entries(log) == expected(1, 6, 1)
     log.sync()
@@ -54,13 +60,10 @@ def test_a_truncation_while_a_batch_is_in_flight_wins_over_its_late_placement() 
     log.append(4, 1, command(4, 1))
     log.append(5, 1, command(5, 1))
     flight = log.begin_sync()
-    assert flight is not None
     log.truncate_from(4)  # a new leader's conflicting entries replace 4 and 5
     log.append(4, 2, command(4, 2))
     assert log.durable_through == 3
-    flight.run()
-    flight.done = True
-    log.finish_sync()
+    lands(log, flight)
     assert log.durable_through == 3  # the batch's 4 was term 1: not the log's 4
     assert entries(log) == [*expected(1, 3, 1), (4, 2, command(4, 2))]
     log.sync()
@@ -123,9 +126,7 @@ def test_a_power_cut_with_a_batch_in_flight_keeps_everything_an_ack_claimed(seed
             log.append(index, 1, command(index, 1))
         flight = log.flight or log.begin_sync()
         if flight is not None and rng.random() < 0.6:
-            flight.run()  # the worker wrote it (or not yet: a slow disk)
-            flight.done = True
-            log.finish_sync()
+            lands(log, flight)  # the worker wrote it (or not yet: a slow disk)
         claimed = log.durable_through  # what an ack would have claimed by now
     place.sim.power_cut(rng, tear=True)
     again = place.open()
