@@ -179,6 +179,9 @@ class SimDisk:
     def read(self, path: str) -> bytes:
         return bytes(self._inode(path).data)
 
+
+    def view(self, path: str) -> bytes:
+        return self.read(path)
     def create(self, path: str) -> SimFile:
         folder, name = self._parent(path)
         if name in folder.live or self._normal(path) in self._folders:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections import deque
 from dataclasses import dataclass
 
 from raftcron.cluster.storage import records
-from raftcron.cluster.storage.disk import Disk, File
+from raftcron.cluster.storage.disk import Buffer, Disk, File
 
 CLEAN_MARK = "log.clean"
 # The newest segment ever made, written (synced, renamed) right after making it: without it a
@@ -83,6 +84,12 @@ class Flight:
     failed_in_sync: bool = False
     done: bool = False
 
+    def land_here(self) -> None:
+        """Write it on the calling thread (a log without a sync thread: tests, tools)."""
+        if not self.done:
+            self.run()
+            self.done = True
+
     def run(self) -> None:
         """The I/O, on whichever thread the storage gives it (`RaftStorage` a worker)."""
         try:
@@ -124,7 +131,7 @@ def read_head_mark(disk: Disk, directory: str, names: list[str]) -> int | None:
     return number
 
 
-def check_clean_mark(path: str, mark: dict[str, object], number: int, data: bytes) -> None:
+def check_clean_mark(path: str, mark: dict[str, object], number: int, data: Buffer) -> None:
     if mark["segment"] != segment_name(number):
         raise LogDamaged(path, f"is the newest segment, but the node stopped with "
                                f"{mark['segment']} as its newest")
@@ -168,3 +175,42 @@ def cut_torn_tail(disk: Disk, directory: str, path: str, scan: records.Scan) -> 
         file.sync()
     finally:
         file.close()
+
+
+class CommandCache:
+    """Recent commands by raft index, within a byte budget, oldest evicted first."""
+
+    def __init__(self) -> None:
+        self._commands: dict[int, bytes] = {}
+        self._order: deque[int] = deque()
+        self.bytes = 0
+
+    def get(self, index: int) -> bytes | None:
+        return self._commands.get(index)
+
+    def put(self, index: int, command: bytes) -> None:
+        self.drop(index)
+        self._commands[index] = command
+        self._order.append(index)
+        self.bytes += len(command)
+
+    def put_oldest(self, index: int, command: bytes) -> None:
+        """At load, newest first: each goes before those already there."""
+        self._commands[index] = command
+        self._order.appendleft(index)
+        self.bytes += len(command)
+
+    def drop(self, index: int) -> None:
+        command = self._commands.pop(index, None)
+        if command is not None:
+            self.bytes -= len(command)
+
+    def evict(self, bytes_max: int, keep_from: int | None) -> None:
+        """Down to `bytes_max`, never an index from `keep_from` on (not written yet)."""
+        while self.bytes > bytes_max and self._order:
+            oldest = self._order[0]
+            if keep_from is not None and oldest >= keep_from and oldest in self._commands:
+                break
+            self.drop(self._order.popleft())
+        if len(self._order) > 4 * max(1, len(self._commands)) + 1024:
+            self._order = deque(i for i in self._order if i in self._commands)

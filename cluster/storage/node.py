@@ -116,7 +116,7 @@ class RaftStorage(os.PathLike[str]):
         # simulation) they are written at once and taken as done at the next tick.
         self.worker = SyncWorker() if sync_thread else None
         if self.worker is not None:
-            self.log.flight_waiter = self.worker.wait  # type: ignore[method-assign]
+            self.log.flight_waiter = self.worker.wait
         self._flight_started = 0.0
         self.slow_syncs = SlowSyncs()  # a leader on a stalling disk hands over (storage.hooks)
         self.flight_ticks: Callable[[], int] = lambda: 0  # the simulation's slow disk
@@ -350,8 +350,7 @@ class RaftStorage(os.PathLike[str]):
         if self._flight_ticks_left > 0:
             self._flight_ticks_left -= 1
             return
-        flight.run()
-        flight.done = True
+        flight.land_here()
 
     def _recovered(self) -> None:
         if self.write_error is not None:

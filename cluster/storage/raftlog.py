@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import mmap
 import os
 import zlib
 from array import array
-from collections import deque
+from collections.abc import Callable
 
 from raftcron.cluster.storage import records
-from raftcron.cluster.storage.disk import Disk, File, OsDisk
+from raftcron.cluster.storage.disk import Buffer, Disk, File, OsDisk
 from raftcron.cluster.storage.logparts import (
     CLEAN_MARK,
     HEAD_MARK,
+    CommandCache,
     Flight,
     LoadReport,
     LogDamaged,
@@ -81,9 +83,7 @@ class RaftLog:
         self._lengths = array("I")
         self.entry_bytes = 0  # the commands' bytes in the log now (what compaction frees)
         self.config_indexes: list[int] = []  # entries that change the configuration, ascending
-        self._cache: dict[int, bytes] = {}
-        self._cache_order: deque[int] = deque()
-        self._cache_bytes = 0
+        self._cache = CommandCache()
         self.term = 0
         self.voted_for: str | None = None
         self.commit_index = 0
@@ -97,6 +97,8 @@ class RaftLog:
         self._compacted = False
         self.sync_failed: str | None = None  # the first failed fsync: latched (`SyncFailed`)
         self.flight: Flight | None = None  # a batch being written off the Raft thread
+        # How to wait for a flight: the storage's worker; alone, the log writes it itself.
+        self.flight_waiter: Callable[[Flight], None] = Flight.land_here
         self.report = LoadReport()
         self._load()
         # Every entry up to here is on the disk (fsync mode: durable); acks claim no more.
@@ -150,7 +152,7 @@ class RaftLog:
         self._offsets.append(0)
         self._lengths.append(len(command))
         self.entry_bytes += len(command)
-        self._cache_put(index, command)
+        self._cache.put(index, command)
         if command[:1] == CONFIG_COMMAND:
             self.config_indexes.append(index)
 
@@ -160,7 +162,7 @@ class RaftLog:
         if keep >= len(self._terms):
             return
         for dropped in range(self.first_index + keep, self.last_index + 1):
-            self._cache_drop(dropped)
+            self._cache.drop(dropped)
         self.entry_bytes -= sum(self._lengths[keep:])
         for column in (self._terms, self._segments_of, self._offsets, self._lengths):
             del column[keep:]
@@ -183,7 +185,7 @@ class RaftLog:
         if drop >= len(self._terms):
             raise ValueError(f"compaction to {index} would empty the log (last {self.last_index})")
         for dropped in range(self.first_index, index):
-            self._cache_drop(dropped)
+            self._cache.drop(dropped)
         self.entry_bytes -= sum(self._lengths[:drop])
         for column in (self._terms, self._segments_of, self._offsets, self._lengths):
             del column[:drop]
@@ -228,9 +230,7 @@ class RaftLog:
                 self._new_segment()
             except OSError as error:  # creating a file or syncing a folder: nothing written
                 raise StorageUnavailable(f"{self.directory}: new segment: {error}") from error
-        frames = list(self._pending)
-        if self.commit_index != self._commit_written:
-            frames.append(records.index_frame(records.KIND_COMMIT, self.commit_index))
+        frames, _ = self._batch_frames()
         offset = self._write(self._current, frames)
         self._place_entries(self._current, offset, frames, self._pending_entries)
         self._pending.clear()
@@ -244,6 +244,12 @@ class RaftLog:
                 self._drop_dead_segments()
             except OSError as error:  # the batch is durable; dead segments wait for the next
                 raise StorageUnavailable(f"{self.directory}: dead segments: {error}") from error
+
+    def _batch_frames(self) -> tuple[list[bytes], bool]:
+        """What is buffered, and the commit index if it moved (whether it was added)."""
+        with_commit = self.commit_index != self._commit_written
+        commit = [records.index_frame(records.KIND_COMMIT, self.commit_index)]
+        return [*self._pending, *(commit if with_commit else [])], with_commit
 
     def ensure_segment(self) -> None:
         """A new log's first segment, made (and durable) before anything is stored in it."""
@@ -299,19 +305,14 @@ class RaftLog:
         if self._current == 0 or self._sizes[self._current] >= self.segment_bytes_max:
             self.sync()
             return None
-        frames = list(self._pending)
-        with_commit = self.commit_index != self._commit_written
-        if with_commit:
-            frames.append(records.index_frame(records.KIND_COMMIT, self.commit_index))
-        number = self._current
+        frames, with_commit = self._batch_frames()
+        number, offset = self._current, self._sizes[self._current]
         data = records.batch(self._sequence + 1, frames)
-        offset = self._sizes[number]
         self.flight = Flight(number=number, offset=offset, data=data, frames=frames,
                              entries=list(self._pending_entries),
                              commit_before=self._commit_written, with_commit=with_commit,
-                             last_index=self.last_index,
-                             compacted=self._compacted, file=self._files[number],
-                             durable=self.durable)
+                             last_index=self.last_index, compacted=self._compacted,
+                             file=self._files[number], durable=self.durable)
         self._sequence += 1  # reserved: the next batch follows it in the file
         self._sizes[number] = offset + len(data)
         self._pending.clear()
@@ -324,14 +325,6 @@ class RaftLog:
         """Block until the batch in flight is written (the storage's worker says when)."""
         if self.flight is not None and not self.flight.done:
             self.flight_waiter(self.flight)
-
-    # Set by the storage: how to wait for a flight to be done (its worker's event). Alone the
-    # log runs a flight where it waits (tests, tools).
-    @staticmethod
-    def flight_waiter(flight: Flight) -> None:
-        if not flight.done:
-            flight.run()
-            flight.done = True
 
     def finish_sync(self) -> None:
         """Take a finished flight's outcome, on the Raft thread: its entries placed and
@@ -446,31 +439,11 @@ class RaftLog:
             "segment": segment_name(self._current), "size": len(data),
             "crc32": zlib.crc32(data)})
 
-    # --- cache -----------------------------------------------------------------------------
-
-    def _cache_put(self, index: int, command: bytes) -> None:
-        self._cache_drop(index)
-        self._cache[index] = command
-        self._cache_order.append(index)
-        self._cache_bytes += len(command)
-
-    def _cache_drop(self, index: int) -> None:
-        command = self._cache.pop(index, None)
-        if command is not None:
-            self._cache_bytes -= len(command)
-
     def _evict(self) -> None:
         # Entries not written yet (buffered, or in a flight) are read from the cache only.
         unplaced = [entries[0][0] for entries in (
             self._pending_entries, self.flight.entries if self.flight else []) if entries]
-        floor = min(unplaced, default=None)
-        while self._cache_bytes > self.cache_bytes_max and self._cache_order:
-            oldest = self._cache_order[0]
-            if floor is not None and oldest >= floor and oldest in self._cache:
-                break
-            self._cache_drop(self._cache_order.popleft())
-        if len(self._cache_order) > 4 * max(1, len(self._cache)) + 1024:
-            self._cache_order = deque(i for i in self._cache_order if i in self._cache)
+        self._cache.evict(self.cache_bytes_max, min(unplaced, default=None))
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -494,41 +467,17 @@ class RaftLog:
         for position, number in enumerate(numbers):
             path = self._path(number)
             try:
-                data = self.disk.read(path)
+                data = self.disk.view(path)
             except OSError as error:
                 raise LogDamaged(path, f"cannot be read: {error}") from error
-            newest = position == len(numbers) - 1
-            if newest and clean is not None:
-                check_clean_mark(path, clean, number, data)
-            # The head mark is written after the segment's header was synced: a segment it
-            # names had a whole header, so an empty or headless one is damage, not a crash.
-            made_whole = head is not None and number <= head
-            if not data and (not newest or clean is not None or made_whole):
-                raise LogDamaged(path, "is empty: a segment starts with its header")
-            scan = records.scan(data, 0, sequence)
-            if not data:  # a crash between creating the newest segment and writing its header
-                scan = records.Scan([], 0, "an empty segment (its header was never written)")
-            if scan.problem is not None:
-                if not newest or scan.damaged or clean is not None or (
-                        made_whole and scan.good_end == 0):
-                    raise LogDamaged(path, scan.problem)
-                self.report.torn_bytes_cut = len(data) - scan.good_end
-                self.report.torn_segment, self.report.torn_problem = path, scan.problem
-                if not self.read_only:
-                    cut_torn_tail(self.disk, self.directory, path, scan)
-                if scan.good_end == 0:
-                    continue
-            self._files[number] = self.disk.open(path)
-            self._sizes[number] = scan.good_end
-            self._current = number
-            for index, frame in enumerate(records.frames_of(scan.batches)):
-                if index == 0:
-                    check_segment_header(path, number, frame)
-                found = self._replay(path, number, frame)
-                if found is not None:
-                    listed = found
-            if scan.batches:
-                sequence = scan.batches[-1].sequence
+            try:
+                found = self._load_segment(number, path, data, clean, head, sequence,
+                                           newest=position == len(numbers) - 1)
+            finally:
+                if isinstance(data, mmap.mmap):
+                    data.close()
+            if found is not None:
+                sequence, listed = found[0], found[1] or listed
         self._sequence = sequence or 0
         self._commit_written = self.commit_index
         self.entry_bytes = sum(self._lengths)
@@ -545,15 +494,52 @@ class RaftLog:
             self.disk.unlink(os.path.join(self.directory, CLEAN_MARK))
             self.disk.sync_dir(self.directory)
 
+    def _load_segment(self, number: int, path: str, data: Buffer,
+                      clean: dict[str, object] | None, head: int | None,
+                      sequence: int | None, *, newest: bool,
+                      ) -> tuple[int | None, list[int] | None] | None:
+        """Check and replay one segment; (the last batch's number, the segment list it
+        holds if any), or None for a torn newest segment with nothing whole in it."""
+        if newest and clean is not None:
+            check_clean_mark(path, clean, number, data)
+        # The head mark is written after the segment's header was synced: a segment it
+        # names had a whole header, so an empty or headless one is damage, not a crash.
+        made_whole = head is not None and number <= head
+        if not data and (not newest or clean is not None or made_whole):
+            raise LogDamaged(path, "is empty: a segment starts with its header")
+        scan = records.scan(data, 0, sequence, keep=False)
+        if not data:  # a crash between creating the newest segment and writing its header
+            scan = records.Scan([], 0, "an empty segment (its header was never written)")
+        if scan.problem is not None:
+            if not newest or scan.damaged or clean is not None or (
+                    made_whole and scan.good_end == 0):
+                raise LogDamaged(path, scan.problem)
+            self.report.torn_bytes_cut = len(data) - scan.good_end
+            self.report.torn_segment, self.report.torn_problem = path, scan.problem
+            if not self.read_only:
+                cut_torn_tail(self.disk, self.directory, path, scan)
+            if scan.good_end == 0:
+                return None
+        self._files[number] = self.disk.open(path)
+        self._sizes[number] = scan.good_end
+        self._current = number
+        listed = None
+        batches = records.batches(data, 0, scan.good_end)  # one at a time, not all held
+        for index, frame in enumerate(records.frames_of(batches)):
+            if index == 0:
+                check_segment_header(path, number, frame)
+            found = self._replay(path, number, frame)
+            if found is not None:
+                listed = found
+        return (scan.last_sequence if scan.good_end else sequence), listed
+
     def _cache_tail(self) -> None:
         """The newest entries are read all the time (the last index, what followers lack)."""
         budget = self.cache_bytes_max // 4
         index = self.last_index
         while self._terms and index >= self.first_index and budget > 0:
             command = self.command_at(index)
-            self._cache[index] = command
-            self._cache_order.appendleft(index)
-            self._cache_bytes += len(command)
+            self._cache.put_oldest(index, command)
             budget -= len(command)
             index -= 1
 

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from mmap import mmap
+
+Buffer = bytes | memoryview | mmap  # what frames are read from: a file read, or mapped
 
 FRAME_HEAD = struct.Struct("<II")  # length of kind + body, crc32 of kind + body
 FRAME_HEAD_BYTES = FRAME_HEAD.size
@@ -80,7 +83,7 @@ def segments(numbers: list[int]) -> bytes:
     return frame(KIND_SEGMENTS, struct.pack(f"<I{len(numbers)}Q", len(numbers), *numbers))
 
 
-def read_frame(buffer: bytes | memoryview, offset: int) -> Frame | None:
+def read_frame(buffer: Buffer, offset: int) -> Frame | None:
     """The frame at ``offset``, or None when it is cut short or its checksum is wrong."""
     head_end = offset + FRAME_HEAD_BYTES
     if head_end > len(buffer):
@@ -133,13 +136,14 @@ class Batch:
 class Scan:
     """What a file holds: its good batches, and where and why reading stopped early."""
 
-    batches: list[Batch]
+    batches: list[Batch]  # empty when scanned with keep=False (read them with `batches`)
     good_end: int  # the file's bytes up to here are whole batches
     problem: str | None = None  # None: the whole file was read
     damaged: bool = False  # True: a valid batch follows the problem (it is not a torn tail)
+    last_sequence: int | None = None  # the number of the last good batch
 
 
-def _batch_at(buffer: bytes | memoryview, offset: int) -> Batch | str:
+def _batch_at(buffer: Buffer, offset: int) -> Batch | str:
     head = read_frame(buffer, offset)
     if head is None or head.kind != KIND_BATCH or len(head.body) != _BATCH.size:
         return "a batch header that does not check out"
@@ -159,7 +163,7 @@ def _batch_at(buffer: bytes | memoryview, offset: int) -> Batch | str:
     return Batch(sequence, frames, offset, position)
 
 
-def _valid_batch_after(buffer: bytes | memoryview, start: int,
+def _valid_batch_after(buffer: Buffer, start: int,
                        after_sequence: int | None) -> int | None:
     """Offset of a valid batch numbered above ``after_sequence`` past ``start``, if any."""
     floor = -1 if after_sequence is None else after_sequence
@@ -177,10 +181,12 @@ def _valid_batch_after(buffer: bytes | memoryview, start: int,
         position = found + 1
 
 
-def scan(buffer: bytes | memoryview, start: int, last_sequence: int | None) -> Scan:
+def scan(buffer: Buffer, start: int, last_sequence: int | None, *,
+         keep: bool = True) -> Scan:
     """Read the batches of a file from ``start``. ``last_sequence`` is the number of the batch
     before the first one here (batch numbers rise by one through the whole log); None for the
-    first file, whose first batch may have any number."""
+    first file, whose first batch may have any number. ``keep=False`` checks without keeping
+    the batches (a node loading a 64 MiB segment held every frame of it at once)."""
     batches: list[Batch] = []
     position = start
     sequence = last_sequence
@@ -190,14 +196,27 @@ def scan(buffer: bytes | memoryview, start: int, last_sequence: int | None) -> S
             item = f"batch {item.sequence} where batch {sequence + 1} was due"
         if isinstance(item, str):
             later = _valid_batch_after(buffer, position + 1, sequence)
-            return Scan(batches, position, f"{item} at offset {position}", later is not None)
-        batches.append(item)
+            return Scan(batches, position, f"{item} at offset {position}", later is not None,
+                        sequence)
+        if keep:
+            batches.append(item)
         sequence = item.sequence
         position = item.end
-    return Scan(batches, position)
+    return Scan(batches, position, last_sequence=sequence)
 
 
-def frames_of(batches: list[Batch]) -> Iterator[Frame]:
+def batches(buffer: Buffer, start: int, end: int) -> Iterator[Batch]:
+    """The batches between two offsets a `scan` found good, one at a time."""
+    position = start
+    while position < end:
+        item = _batch_at(buffer, position)
+        if not isinstance(item, Batch):
+            raise ValueError(f"no good batch at offset {position}: {item}")
+        yield item
+        position = item.end
+
+
+def frames_of(batches: Iterable[Batch]) -> Iterator[Frame]:
     for item in batches:
         yield from item.frames
 

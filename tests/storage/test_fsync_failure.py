@@ -150,14 +150,10 @@ def test_a_record_the_disk_cannot_give_back_is_damage_named_by_file(
         storage.log.command_at(2)
     storage.close()
 
-    read = disk.read
+    def failing_view(path: str) -> bytes:
+        raise OSError(errno.EIO, "injected")
 
-    def failing_read(path: str) -> bytes:
-        if path.endswith(".seg"):
-            raise OSError(errno.EIO, "injected")
-        return read(path)
-
-    disk.read = failing_read  # type: ignore[method-assign]
+    disk.view = failing_view  # type: ignore[method-assign]  # how the log reads a segment
     with pytest.raises(LogDamaged, match=r"log-00000001\.seg: cannot be read"):
         RaftStorage(tmp_path / "data", node_id="n1", source=NoSource(),  # type: ignore[arg-type]
                     durability="fsync", fork=False, disk=disk)
