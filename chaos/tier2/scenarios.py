@@ -34,6 +34,7 @@ from raftcron.chaos.tier2.context import Context
 from raftcron.chaos.tier2.flood import Flood
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.member_faults import MemberCluster, plan_members
+from raftcron.chaos.tier2.memory_faults import STATE_BUDGET_BYTES, MemoryCluster, plan_memory
 from raftcron.chaos.tier2.nemesis import ADMIN, ChaosCluster, Nemesis
 from raftcron.chaos.tier2.netns import Namespaces, Relay, namespaces_possible
 from raftcron.chaos.tier2.plans import (
@@ -146,10 +147,15 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("members", "add and remove members (the leader too) while killing, isolating "
                  "and pausing the leader or the joining node; a second change meanwhile",
                  plan_members, nodes=5, cluster_class=MemberCluster, needs_namespaces=True),
+        Scenario("memory", "each node in a memory cgroup: the flood under a "
+                 f"{STATE_BUDGET_BYTES >> 20} MiB budget with snapshots forced (no OOM kill "
+                 "allowed), then OOM kills of the main PID mid-load and mid-snapshot",
+                 plan_memory, raft=STORAGE_RAFT, cluster_class=MemoryCluster,
+                 settings={"budget": {"bytes": STATE_BUDGET_BYTES}}, flood=True),
     ]
 }
 FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "budget", "five",
-        "storage", "power", "members"]
+        "storage", "power", "members", "memory"]
 
 
 # -- one run -------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ The modules, each owning one part:
 - `dag_liveness`: `check_dag` (DAG order), `check_convergence` and `check_liveness`.
 - `storage`: `check_storage` (snapshot writers die with their node; damage is refused).
 - `statetime`: `check_state_time` (no node's state time ahead of the majority's clocks).
+- `memory`: `check_memory` (OOM kills only where the nemesis squeezed, each one real).
 - `membership`: `check_membership` (never two leaders in one term; membership changes one at
   a time, a removed node never leads again, every member ends agreeing on the members).
 
@@ -47,6 +48,7 @@ from raftcron.chaos.tier2.checkers.jobs import (
     final_evidence,
 )
 from raftcron.chaos.tier2.checkers.membership import check_membership
+from raftcron.chaos.tier2.checkers.memory import check_memory
 from raftcron.chaos.tier2.checkers.statetime import check_state_time
 from raftcron.chaos.tier2.checkers.storage import STORAGE_FAULTS, check_storage
 
@@ -69,6 +71,7 @@ __all__ = [
     "check_liveness",
     "check_lost",
     "check_membership",
+    "check_memory",
     "check_rerun",
     "check_state_time",
     "check_storage",
@@ -90,6 +93,7 @@ CHECKERS: list[Callable[[RunData], CheckResult]] = [
     check_storage,
     check_state_time,
     check_membership,
+    check_memory,
 ]
 
 

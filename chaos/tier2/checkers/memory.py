@@ -1,0 +1,66 @@
+"""Checker 11: memory limits (chaos/tier2/memory_faults.py, DESIGN.md §9.3).
+
+Two promises. A node whose state budget sits below its cgroup's limit, with room for the
+snapshot writer's copied pages, is never OOM-killed: every OOM kill the watcher saw (an `oom`
+event) must fall inside a squeeze of that node (an `oom` fault, start to end). And the squeeze
+bites: each one ends with the node's main process dead of SIGKILL and its cgroup's `oom_kill`
+count moved (an `oom_fault` event), or the nemesis proved nothing. What the node lost by dying
+is judged by the jobs and convergence checkers, as after any other kill.
+"""
+
+from __future__ import annotations
+
+from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
+
+MIB = 1 << 20
+
+
+def check_memory(run: RunData) -> CheckResult:
+    """OOM kills only where the nemesis squeezed, and every squeeze a real OOM kill."""
+    result = CheckResult("memory limits", safety=False)
+    squeezes = [(start, end, event) for start, end, event in run.faults()
+                if event.get("fault") == "oom"]
+    counts: dict[str, float] = {
+        "squeezes": len(squeezes), "main_oom_killed": 0, "mid_snapshot": 0,
+        "writer_alive_at_kill": 0, "oom_kills": 0, "unexpected_oom_kills": 0}
+    for record in run.history:
+        kind = record.get("kind")
+        if kind == "oom":
+            counts["oom_kills"] += 1
+            node, at = record.get("node"), int(record["t"])
+            inside = any(start <= at <= end + 1_000 and node in event.get("targets", ())
+                         for start, end, event in squeezes)
+            if not inside:
+                counts["unexpected_oom_kills"] += 1
+                result.violate(
+                    f"{node} OOM-killed at {at} outside any squeeze (limit "
+                    f"{_mib(record.get('limit_bytes'))}, peak {_mib(record.get('max_usage_bytes'))}"
+                    f", main process alive after it: {record.get('main_alive')})")
+        elif kind == "oom_fault":
+            if record.get("mid_snapshot"):
+                counts["mid_snapshot"] += 1
+            if record.get("writer_alive_at_kill"):
+                counts["writer_alive_at_kill"] += 1
+            if record.get("killed_by_sigkill") and int(record.get("oom_kills_moved") or 0) > 0:
+                counts["main_oom_killed"] += 1
+            else:
+                result.violate(
+                    f"{record.get('id')} squeeze of {record.get('node')} did not OOM-kill its "
+                    f"main process (exit {record.get('exit_code')}, cgroup oom_kill moved by "
+                    f"{record.get('oom_kills_moved')}, limit {_mib(record.get('limit_bytes'))})")
+            if record.get("writer_outlived"):
+                result.violate(f"{record.get('id')}: the snapshot writer outlived its "
+                               "OOM-killed node")
+    budget_phase = [r for r in run.history
+                    if r.get("kind") == "memory_usage" and r.get("phase") == "budget"]
+    for name, field in (("budget_phase_peak_usage_mib", "max_usage_bytes"),
+                        ("budget_phase_peak_anonymous_mib", "anonymous_peak_bytes")):
+        peaks = [int(r[field]) for r in budget_phase if isinstance(r.get(field), int)]
+        if peaks:
+            counts[name] = round(max(peaks) / MIB, 1)
+    result.counts = counts
+    return result
+
+
+def _mib(value: object) -> str:
+    return "?" if not isinstance(value, int) else f"{value / MIB:.1f} MiB"
