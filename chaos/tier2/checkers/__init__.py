@@ -17,6 +17,8 @@ The modules, each owning one part:
 - `storage`: `check_storage` (snapshot writers die with their node; damage is refused).
 - `statetime`: `check_state_time` (no node's state time ahead of the majority's clocks).
 - `memory`: `check_memory` (OOM kills only where the nemesis squeezed, each one real).
+- `slopes`: `check_slopes` (resources sampled in the endurance run level off) and
+  `slopes_table`, the table printed with the report.
 - `membership`: `check_membership` (never two leaders in one term; membership changes one at
   a time, a removed node never leads again, every member ends agreeing on the members).
 
@@ -49,6 +51,7 @@ from raftcron.chaos.tier2.checkers.jobs import (
 )
 from raftcron.chaos.tier2.checkers.membership import check_membership
 from raftcron.chaos.tier2.checkers.memory import check_memory
+from raftcron.chaos.tier2.checkers.slopes import check_slopes, slopes_table
 from raftcron.chaos.tier2.checkers.statetime import check_state_time
 from raftcron.chaos.tier2.checkers.storage import STORAGE_FAULTS, check_storage
 
@@ -73,11 +76,13 @@ __all__ = [
     "check_membership",
     "check_memory",
     "check_rerun",
+    "check_slopes",
     "check_state_time",
     "check_storage",
     "expected_plan",
     "final_evidence",
     "nominal_times",
+    "slopes_table",
 ]
 
 
@@ -94,6 +99,7 @@ CHECKERS: list[Callable[[RunData], CheckResult]] = [
     check_state_time,
     check_membership,
     check_memory,
+    check_slopes,
 ]
 
 
