@@ -153,10 +153,26 @@ class MemoryGroups:
 
 
 def leftover_groups(base: Path = CGROUP_ROOT) -> list[Path]:
-    """Run folders of the suite's cgroups (a crashed run's, or a running one's)."""
+    """The suite's cgroup folders whose run is gone (named after the harness's PID)."""
     if not base.exists():
         return []
-    return sorted(p for p in base.iterdir() if p.is_dir() and p.name.startswith(GROUP_PREFIX))
+    found = []
+    for path in sorted(base.iterdir()):
+        if not path.is_dir() or not path.name.startswith(GROUP_PREFIX):
+            continue
+        pid = path.name[len(GROUP_PREFIX):].split("-", 1)[0]
+        if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
+            found.append(path)
+    return found
+
+
+def remove_leftover_groups(base: Path = CGROUP_ROOT) -> list[str]:
+    """Remove what a crashed run left (its processes in them first); the folders removed."""
+    removed = []
+    for path in leftover_groups(base):
+        if not MemoryGroups(path.name[len(GROUP_PREFIX):], base).remove():
+            removed.append(str(path))
+    return removed
 
 
 class MemoryCluster(ChaosCluster):

@@ -11,6 +11,7 @@ killed nothing. The nodes run on loopback (the relay); the cgroups need root and
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,12 +23,16 @@ from raftcron.chaos.tier2.checkers import RunData, check_memory
 from raftcron.chaos.tier2.flood import Flood
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.memory_faults import (
+    CGROUP_ROOT,
+    JOIN,
     NODE_LIMIT_BYTES,
     STATE_BUDGET_BYTES,
     MemoryCluster,
+    MemoryGroups,
     cgroups_possible,
     oom_kill,
     oom_restart,
+    remove_leftover_groups,
 )
 from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, Nemesis, wait_until
 from raftcron.chaos.tier2.netns import Relay
@@ -187,3 +192,23 @@ def test_a_node_whose_budget_is_below_its_limit_survives_a_flood(
     print(f"peak usage {cluster.groups.max_usage('n1') / MIB:.1f} MiB of "
           f"{NODE_LIMIT_BYTES / MIB:.0f}, {compactions} compactions forced")
     history.close()
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(60)
+def test_cleanup_removes_a_crashed_runs_cgroups_and_what_runs_in_them() -> None:
+    why = cgroups_possible()
+    assert why is None, f"this test needs memory cgroups: {why}"
+    groups = MemoryGroups("999999999-000000")  # no such PID: its run is gone
+    groups.create(["n1"], 64 * MIB)
+    process = subprocess.Popen(["sh", "-c", JOIN, str(groups.procs_file("n1")), "sleep", "60"])
+    try:
+        assert wait_until(lambda: process.pid in groups.pids("n1"), 5)
+        assert str(groups.root) in remove_leftover_groups(CGROUP_ROOT)
+        assert process.wait(10) == -signal.SIGKILL
+        assert not groups.root.exists()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        groups.remove()
