@@ -21,8 +21,9 @@ What it owns:
   writer is seen; the writer is made unkillable by the OOM killer (`oom_score_adj` -1000),
   since right after a fork it maps as much as its parent and would otherwise be the victim
   half the time. Proof of a real OOM kill: the main process died of SIGKILL and the cgroup's
-  `oom_kill` count moved (an `oom_fault` event says both); the node is started again with the
-  scenario's limit, and the run's checkers judge what it lost (nothing acknowledged may be);
+  `oom_kill` count moved (an `oom_fault` event says both). The node is started again under
+  the scenario's limit; if the kernel kills it again before it is ready (`restart_oom`), under
+  twice that, and the run's checkers judge what it lost (nothing acknowledged may be);
 - `plan_memory`: first the budget phase (the state budget below the limit with room for the
   writer's copied pages; the flood keeps the state at the budget and compactions are forced
   on every node: nothing may be OOM-killed), then the squeeze phase (``oom_kill`` on the
@@ -35,6 +36,7 @@ wait is bounded.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import threading
@@ -63,6 +65,8 @@ MIB = 1 << 20
 # NODE_LIMIT_BYTES is that worst case, about twice what the node takes, rounded up.
 STATE_BUDGET_BYTES = 6 * MIB
 NODE_LIMIT_BYTES = 128 * MIB
+RAISED_LIMIT_BYTES = 2 * NODE_LIMIT_BYTES  # for a node that cannot start again under it
+RESTART_READY_S = 30.0
 SQUEEZE_MARGINS_MIB = (8, 4, 2, 1, 0)  # above the anonymous memory, each tried in turn
 SQUEEZE_STEP_S = 4.0  # how long each margin is held before the next one
 WRITER_EXIT_S = 5.0
@@ -306,14 +310,39 @@ def oom_kill(nemesis: Nemesis, node_id: str, *, mid_snapshot: bool) -> str:
     return fault_id
 
 
-def oom_restart(nemesis: Nemesis, fault_id: str, node_id: str, limit_bytes: int) -> None:
-    """Raise the node's limit back and start it."""
+def oom_restart(nemesis: Nemesis, fault_id: str, node_id: str, limit_bytes: int,
+                raised_bytes: int) -> None:
+    """Start the node again under `limit_bytes`, the limit its budget was sized for; when the
+    kernel OOM-kills it before it is ready (a `restart_oom` event), start it under
+    `raised_bytes`, which it keeps until the next squeeze. The `oom_restart` event says which
+    limit it came back under and its peak usage while it started."""
     groups = _groups(nemesis)
-    groups.set_limit(node_id, limit_bytes)
     node = nemesis.node(node_id)
-    if not node.running:
-        nemesis.cluster.start_node(node)
-    nemesis._end(fault_id, limit_bytes=limit_bytes)
+    for limit in (limit_bytes, raised_bytes):
+        groups.set_limit(node_id, limit)
+        with contextlib.suppress(OSError):
+            (groups.path(node_id) / "memory.max_usage_in_bytes").write_text("0")
+        before = groups.oom_kills(node_id)
+        if not node.running:
+            nemesis.cluster.start_node(node)
+        wait_until(lambda: not node.running or _ready(nemesis, node), RESTART_READY_S, 0.1)
+        if node.running or groups.oom_kills(node_id) == before:
+            break
+        node.expected_exit = True  # the harness starts it again now, not the run's tick
+        nemesis.history.record("restart_oom", id=fault_id, node=node_id, limit_bytes=limit,
+                               exit_code=node.process.returncode if node.process else None,
+                               max_usage_bytes=groups.max_usage(node_id))
+    nemesis.history.record("oom_restart", id=fault_id, node=node_id, limit_bytes=limit,
+                           came_back=node.running, max_usage_bytes=groups.max_usage(node_id))
+    nemesis._end(fault_id, limit_bytes=limit)
+
+
+def _ready(nemesis: Nemesis, node: LocalNode) -> bool:
+    try:
+        status = nemesis.cluster.request(node, "GET", "/readyz", timeout_s=1.0)[0]
+    except (OSError, http.client.HTTPException):
+        return False
+    return status == 200
 
 
 def record_usage(ctx: Context, phase: str) -> None:
@@ -356,11 +385,15 @@ def plan_memory(ctx: Context) -> None:
     round_number = 0
     while ctx.left_s() > 15:
         leader = ctx.leader()
-        target = leader if leader and rng.random() < 0.4 else rng.choice(ctx.node_ids())
+        running = [n for n in ctx.node_ids() if nemesis.node(n).running]
+        if not running:
+            ctx.wait_ready()
+            continue
+        target = leader if leader in running and rng.random() < 0.4 else rng.choice(running)
         fault = oom_kill(nemesis, target, mid_snapshot=round_number % 2 == 0)
         round_number += 1
         ctx.hold(rng.uniform(1.0, 3.0))
-        oom_restart(nemesis, fault, target, cluster.limit_bytes)
+        oom_restart(nemesis, fault, target, cluster.limit_bytes, RAISED_LIMIT_BYTES)
         ctx.wait_ready()
         ctx.hold(rng.uniform(2.0, 4.0))
     record_usage(ctx, "squeeze")

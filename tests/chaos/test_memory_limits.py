@@ -79,6 +79,22 @@ def test_an_oom_kill_outside_any_squeeze_fails() -> None:
     assert result.counts["unexpected_oom_kills"] == 1
 
 
+def test_an_oom_kill_while_the_node_starts_again_after_a_squeeze_fails() -> None:
+    """Its start is not part of the squeeze: the node was sized for its limit."""
+    restart = [{"kind": "oom", "node": "n2", "t": START_MS + 2_000, "oom_kills": 2,
+                "limit_bytes": 128 * MIB, "max_usage_bytes": 128 * MIB, "main_alive": False},
+               {"kind": "restart_oom", "id": "f1", "node": "n2", "t": START_MS + 2_100,
+                "limit_bytes": 128 * MIB, "exit_code": -9, "max_usage_bytes": 128 * MIB},
+               {"kind": "oom_restart", "id": "f1", "node": "n2", "t": START_MS + 4_000,
+                "limit_bytes": 256 * MIB, "came_back": True, "max_usage_bytes": 133 * MIB}]
+    history = sorted([*_squeeze(START_MS, START_MS + 5_000), *restart], key=lambda e: e["t"])
+    result = check_memory(_run(history))
+    assert not result.ok
+    assert "n2 OOM-killed" in result.violations[0] and "started again" in result.violations[0]
+    assert result.counts["restarts_oom_killed"] == 1
+    assert result.counts["restarts_under_raised_limit"] == 1
+
+
 def test_a_squeeze_that_did_not_oom_kill_the_main_process_fails() -> None:
     for outcome in ({"killed_by_sigkill": False, "exit_code": None},
                     {"oom_kills_moved": 0}):
@@ -151,9 +167,10 @@ def test_a_node_over_its_limit_is_oom_killed_for_real_and_comes_back_whole(
     assert killed["exit_code"] == -signal.SIGKILL and killed["oom_kills_moved"] >= 1
     assert killed["writer_seen"] and not killed["writer_outlived"]
     assert wait_until(lambda: bool(history.of("oom")), 5)  # the watcher saw it too
-    oom_restart(nemesis, fault, "n1", NODE_LIMIT_BYTES)
+    oom_restart(nemesis, fault, "n1", NODE_LIMIT_BYTES, 2 * NODE_LIMIT_BYTES)
     cluster.wait_ready(60)
-    assert cluster.groups.limit("n1") == NODE_LIMIT_BYTES
+    assert cluster.groups.limit("n1") == NODE_LIMIT_BYTES  # it came back under its own
+    assert history.of("restart_oom") == [] and history.of("oom_restart")[0]["came_back"]
     for job_id in acked:  # every acknowledged job survived the OOM kill
         status, _, _ = cluster.request(node, "GET", f"/v1/jobs/{job_id}", token=ADMIN)
         assert status == 200, job_id

@@ -1,8 +1,10 @@
 """Checker 11: memory limits (chaos/tier2/memory_faults.py, DESIGN.md §9.3).
 
 Two promises. A node whose state budget sits below its cgroup's limit, with room for the
-snapshot writer's copied pages, is never OOM-killed: every OOM kill the watcher saw (an `oom`
-event) must fall inside a squeeze of that node (an `oom` fault, start to end). And the squeeze
+snapshot writer's copied pages, is never OOM-killed, running or starting again: every OOM kill
+the watcher saw (an `oom` event) must fall inside a squeeze of that node (an `oom` fault, from
+its start until the kill it caused; a kill while the node starts again under the same limit
+after it, a `restart_oom` event, is not one). And the squeeze
 bites: each one ends with the node's main process dead of SIGKILL and its cgroup's `oom_kill`
 count moved (an `oom_fault` event), or the nemesis proved nothing. What the node lost by dying
 is judged by the jobs and convergence checkers, as after any other kill.
@@ -18,11 +20,19 @@ MIB = 1 << 20
 def check_memory(run: RunData) -> CheckResult:
     """OOM kills only where the nemesis squeezed, and every squeeze a real OOM kill."""
     result = CheckResult("memory limits", safety=False)
-    squeezes = [(start, end, event) for start, end, event in run.faults()
-                if event.get("fault") == "oom"]
+    # A squeeze's OOM kill is expected from its start until its kill was recorded (the
+    # `oom_fault` event); one while the node starts again after it is not.
+    killed_at = {e.get("id"): int(e["t"]) for e in run.history if e.get("kind") == "oom_fault"}
+    squeezes = [(start, killed_at.get(event.get("id"), end), event)
+                for start, end, event in run.faults() if event.get("fault") == "oom"]
+    restarts = [e for e in run.history if e.get("kind") == "restart_oom"]
     counts: dict[str, float] = {
         "squeezes": len(squeezes), "main_oom_killed": 0, "mid_snapshot": 0,
-        "writer_alive_at_kill": 0, "oom_kills": 0, "unexpected_oom_kills": 0}
+        "writer_alive_at_kill": 0, "oom_kills": 0, "unexpected_oom_kills": 0,
+        "restarts_oom_killed": len(restarts),
+        "restarts_under_raised_limit": sum(
+            1 for e in run.history if e.get("kind") == "oom_restart"
+            and any(r.get("id") == e.get("id") for r in restarts))}
     for record in run.history:
         kind = record.get("kind")
         if kind == "oom":
@@ -30,10 +40,14 @@ def check_memory(run: RunData) -> CheckResult:
             node, at = record.get("node"), int(record["t"])
             inside = any(start <= at <= end + 1_000 and node in event.get("targets", ())
                          for start, end, event in squeezes)
+            starting = any(r.get("node") == node and abs(int(r["t"]) - at) <= 5_000
+                           for r in restarts)
             if not inside:
                 counts["unexpected_oom_kills"] += 1
+                when = ("while it started again after a squeeze" if starting
+                        else "outside any squeeze")
                 result.violate(
-                    f"{node} OOM-killed at {at} outside any squeeze (limit "
+                    f"{node} OOM-killed at {at} {when} (limit "
                     f"{_mib(record.get('limit_bytes'))}, peak {_mib(record.get('max_usage_bytes'))}"
                     f", main process alive after it: {record.get('main_alive')})")
         elif kind == "oom_fault":
