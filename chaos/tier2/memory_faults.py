@@ -14,7 +14,8 @@ What it owns:
   child it forks, the snapshot writer among them, are charged from their first page; and
   its watcher, which records every OOM kill the kernel makes in one of them (`oom` events:
   the node, the cgroup's new `oom_kill` count, whether the main PID is still alive, the limit
-  and the peak usage);
+  and the peak usage); a node killed where no squeeze aimed gets twice the limit at once
+  (`limit_raised`), so the run can start it again and go on to judge what was lost;
 - ``oom_kill``: the squeeze. Under the load, the node's limit is lowered to what its
   anonymous memory takes now plus a few MiB, then less, until the kernel OOM-kills the main
   process. Mid-snapshot, a compaction is forced first and the squeeze starts once the forked
@@ -188,6 +189,7 @@ class MemoryCluster(ChaosCluster):
     _watch: threading.Thread | None = None
     _watch_stop: threading.Event | None = None
     anonymous_peaks: dict[str, int]  # node -> bytes, sampled by the watcher
+    squeezing: set[str]  # nodes under a squeeze now: an OOM kill there is the nemesis's
 
     def configure(self) -> list[LocalNode]:
         if hasattr(self, "groups"):
@@ -196,6 +198,7 @@ class MemoryCluster(ChaosCluster):
         if why is not None:
             raise RuntimeError(f"the memory scenario cannot run: {why}")
         self.groups = MemoryGroups(f"{os.getpid()}-{time.strftime('%H%M%S')}")
+        self.squeezing = set()
         nodes = super().configure()
         self.groups.create([node.node_id for node in nodes], self.limit_bytes)
         return nodes
@@ -231,11 +234,18 @@ class MemoryCluster(ChaosCluster):
                     count = self.groups.oom_kills(node.node_id)
                     if count > seen[node.node_id]:
                         seen[node.node_id] = count
+                        limit = self.groups.limit(node.node_id)
                         history.record(
                             "oom", node=node.node_id, oom_kills=count, main_pid=node.pid,
                             main_alive=node.pid is not None and _alive(node.pid),
-                            limit_bytes=self.groups.limit(node.node_id),
+                            limit_bytes=limit,
                             max_usage_bytes=self.groups.max_usage(node.node_id))
+                        if node.node_id not in self.squeezing and limit < RAISED_LIMIT_BYTES:
+                            # Killed where no squeeze aimed (the checker fails that): raised,
+                            # so the run's restart of it can come back and the run go on.
+                            self.groups.set_limit(node.node_id, RAISED_LIMIT_BYTES)
+                            history.record("limit_raised", node=node.node_id,
+                                           limit_bytes=RAISED_LIMIT_BYTES, was_bytes=limit)
 
     def close(self) -> None:
         try:
@@ -251,11 +261,15 @@ class MemoryCluster(ChaosCluster):
                     raise RuntimeError(f"cgroups left behind: {left}")
 
 
-def _groups(nemesis: Nemesis) -> MemoryGroups:
+def _cluster(nemesis: Nemesis) -> MemoryCluster:
     cluster = nemesis.cluster
     if not isinstance(cluster, MemoryCluster):
         raise TypeError("memory faults need a MemoryCluster (nodes in memory cgroups)")
-    return cluster.groups
+    return cluster
+
+
+def _groups(nemesis: Nemesis) -> MemoryGroups:
+    return _cluster(nemesis).groups
 
 
 def _protect(pid: int) -> None:
@@ -269,6 +283,17 @@ def oom_kill(nemesis: Nemesis, node_id: str, *, mid_snapshot: bool) -> str:
     docstring); the node stays down, its limit as low as the squeeze left it."""
     groups = _groups(nemesis)
     node = nemesis.node(node_id)
+    squeezing = _cluster(nemesis).squeezing
+    squeezing.add(node_id)
+    try:
+        return _squeeze(nemesis, groups, node, mid_snapshot=mid_snapshot)
+    finally:
+        squeezing.discard(node_id)
+
+
+def _squeeze(nemesis: Nemesis, groups: MemoryGroups, node: LocalNode, *,
+             mid_snapshot: bool) -> str:
+    node_id = node.node_id
     writers = _compact_and_wait_for_writer(nemesis, node_id) if mid_snapshot else []
     for writer in writers:
         _protect(writer)
