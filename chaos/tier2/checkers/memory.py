@@ -40,16 +40,18 @@ def check_memory(run: RunData) -> CheckResult:
             node, at = record.get("node"), int(record["t"])
             inside = any(start <= at <= end + 1_000 and node in event.get("targets", ())
                          for start, end, event in squeezes)
-            starting = any(r.get("node") == node and abs(int(r["t"]) - at) <= 5_000
-                           for r in restarts)
+            # The restart's own record holds the limit it started under and its peak (the
+            # watcher may read the cgroup after the next start changed them).
+            starting = next((r for r in restarts if r.get("node") == node
+                             and abs(int(r["t"]) - at) <= 5_000), None)
             if not inside:
                 counts["unexpected_oom_kills"] += 1
+                seen = starting or record
                 when = ("while it started again after a squeeze" if starting
-                        else "outside any squeeze")
+                        else "outside any squeeze, running")
                 result.violate(
-                    f"{node} OOM-killed at {at} {when} (limit "
-                    f"{_mib(record.get('limit_bytes'))}, peak {_mib(record.get('max_usage_bytes'))}"
-                    f", main process alive after it: {record.get('main_alive')})")
+                    f"{node} OOM-killed at {at} {when} (limit {_mib(seen.get('limit_bytes'))}"
+                    f", peak usage {_mib(seen.get('max_usage_bytes'))})")
         elif kind == "oom_fault":
             if record.get("mid_snapshot"):
                 counts["mid_snapshot"] += 1
