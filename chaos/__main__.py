@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         from raftcron.chaos.tier2.netns import remove_leftovers
 
         removed = remove_leftovers() if os.geteuid() == 0 else []  # slots no live run holds
+        if os.geteuid() == 0:  # memory cgroups of a run that is gone (memory scenario)
+            from raftcron.chaos.tier2.memory_faults import remove_leftover_groups
+
+            removed += remove_leftover_groups()
         print(f"removed: {', '.join(removed) or 'nothing'}")
         return 0
     return _run(args)

@@ -95,6 +95,8 @@ def details(outcome: Outcome) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
         lines.append(f"   [{'ok' if result.ok else 'FAIL'}] {result.name} ({kind}): {counts}")
         lines += [f"       - {v}" for v in result.violations]
+    for text in outcome.tables:
+        lines += ["", *(f"   {line}" for line in text.splitlines())]
     return "\n".join(lines)
 
 

@@ -32,9 +32,11 @@ from typing import Any
 from raftcron.chaos.tier2 import checkers, workload
 from raftcron.chaos.tier2.context import Context
 from raftcron.chaos.tier2.disk_faults import plan_sickdisk
+from raftcron.chaos.tier2.endurance import ENDURANCE_RAFT, endurance_settings, plan_endurance
 from raftcron.chaos.tier2.flood import Flood
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.member_faults import MemberCluster, plan_members
+from raftcron.chaos.tier2.memory_faults import STATE_BUDGET_BYTES, MemoryCluster, plan_memory
 from raftcron.chaos.tier2.nemesis import ADMIN, ChaosCluster, Nemesis
 from raftcron.chaos.tier2.net_faults import plan_sicknet
 from raftcron.chaos.tier2.netns import Namespaces, Relay, namespaces_possible
@@ -66,6 +68,9 @@ BUDGET_BYTES = 6 << 20
 # The smoke's job retention: every finished job but the newest few leaves the state at the next
 # Tick, so evictions (and archive writes) meet every fault, and the final read finds most
 # acknowledged jobs in the archives (checkers/jobs.py: `check_lost`).
+# The endurance run's state budget: above an hour of request ids at the sustained rate (about
+# 16 MB), so the run never turns into one of refusals (chaos/tier2/endurance.py).
+ENDURANCE_BUDGET_BYTES = 32 << 20
 SMOKE_RETENTION = {"succeeded": {"max_count": 20}, "failed": {"max_count": 5},
                    "cancelled": {"max_count": 5}}
 
@@ -103,6 +108,7 @@ class Outcome:
     error: str | None = None
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)  # printed with the report (the slopes)
 
     @property
     def safety_ok(self) -> bool:
@@ -155,10 +161,20 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("sickdisk", "powerfs disks: fsync stalls of 0.5-5 s on the leader and on a "
                  "follower (leader elections bounded), EIO on write, fsync (restart after) "
                  "and read, a disk turned read-only", plan_sickdisk, cluster_class=PowerCluster),
+        Scenario("memory", "each node in a memory cgroup: the flood under a "
+                 f"{STATE_BUDGET_BYTES >> 20} MiB budget with snapshots forced (no OOM kill "
+                 "allowed), then OOM kills of the main PID mid-load and mid-snapshot",
+                 plan_memory, raft=STORAGE_RAFT, cluster_class=MemoryCluster,
+                 settings={"budget": {"bytes": STATE_BUDGET_BYTES}}, flood=True),
+        Scenario("endurance", "the mixed faults for --minutes (60 for the soak) at the "
+                 "sustained rate, node kills spaced; each node's RSS, descriptors, threads "
+                 "and Raft log sampled every minute must level off", plan_endurance,
+                 raft=ENDURANCE_RAFT, settings=endurance_settings(ENDURANCE_BUDGET_BYTES, 20),
+                 workflow_every_s=2.0),
     ]
 }
 FULL = ["partitions", "crash", "pause", "clock", "downtime", "mixed", "budget", "five",
-        "storage", "power", "members", "sicknet", "sickdisk"]
+        "storage", "power", "members", "sicknet", "sickdisk", "memory"]
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -245,6 +261,7 @@ def run_scenario(
         pool.close()
         data = _collect(cluster, history, folder, scenario, sink)
         outcome.results = checkers.check_all(data)
+        outcome.tables = [t for t in [checkers.slopes_table(data.history)] if t]
     except Exception as error:  # a harness failure is a failed run, never a pass
         outcome.error = f"{type(error).__name__}: {error}"
         history.record("note", text="harness error", error=traceback.format_exc()[-3000:])

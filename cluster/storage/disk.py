@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable
 from typing import Protocol
 
-Buffer = bytes | mmap.mmap  # a whole file, read (bytes) or mapped (OsDisk.view)
+Buffer = bytes | memoryview | mmap.mmap  # what frames are read from: read, or mapped (view)
 
 
 class File(Protocol):

@@ -22,9 +22,8 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from mmap import mmap
 
-Buffer = bytes | memoryview | mmap  # what frames are read from: a file read, or mapped
+from raftcron.cluster.storage.disk import Buffer
 
 FRAME_HEAD = struct.Struct("<II")  # length of kind + body, crc32 of kind + body
 FRAME_HEAD_BYTES = FRAME_HEAD.size

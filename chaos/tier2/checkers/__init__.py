@@ -18,6 +18,9 @@ The modules, each owning one part:
 - `disk`: `check_disk_liveness` (leader elections while a node's fsyncs stall, within the
   plan's bound; nodes restarted after a disk fault come back).
 - `statetime`: `check_state_time` (no node's state time ahead of the majority's clocks).
+- `memory`: `check_memory` (OOM kills only where the nemesis squeezed, each one real).
+- `slopes`: `check_slopes` (resources sampled in the endurance run level off) and
+  `slopes_table`, the table printed with the report.
 - `membership`: `check_membership` (never two leaders in one term; membership changes one at
   a time, a removed node never leads again, every member ends agreeing on the members).
 - `network`: `check_sick_network` (leader changes during network sickness, against the
@@ -52,7 +55,9 @@ from raftcron.chaos.tier2.checkers.jobs import (
     final_evidence,
 )
 from raftcron.chaos.tier2.checkers.membership import check_membership
+from raftcron.chaos.tier2.checkers.memory import check_memory
 from raftcron.chaos.tier2.checkers.network import check_sick_network
+from raftcron.chaos.tier2.checkers.slopes import check_slopes, slopes_table
 from raftcron.chaos.tier2.checkers.statetime import check_state_time
 from raftcron.chaos.tier2.checkers.storage import STORAGE_FAULTS, check_storage
 
@@ -76,13 +81,16 @@ __all__ = [
     "check_liveness",
     "check_lost",
     "check_membership",
+    "check_memory",
     "check_rerun",
     "check_sick_network",
+    "check_slopes",
     "check_state_time",
     "check_storage",
     "expected_plan",
     "final_evidence",
     "nominal_times",
+    "slopes_table",
 ]
 
 
@@ -100,6 +108,8 @@ CHECKERS: list[Callable[[RunData], CheckResult]] = [
     check_membership,
     check_sick_network,
     check_disk_liveness,
+    check_memory,
+    check_slopes,
 ]
 
 
