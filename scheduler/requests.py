@@ -7,6 +7,13 @@ again is as safe as answering from memory, and it keeps "a rejected command chan
 literally true. Barriers (consistent reads, audits) are never remembered: repeating a no-op is
 harmless, and a read must not push a write's answer out.
 
+One rejection is remembered too: `state_full` (507, finalized clusters only: DESIGN.md §9.1).
+It is a definite answer that depends on the moment (room may free a moment later), and a
+client that was told 507 takes it that nothing was created; a repeat of the same request (the
+shell's retry, or the node's own still in flight) must then never create it. The chaos suite's
+budget scenario found it: a submit answered 507 through one node, its first attempt re-proposed
+by another after a leader change, applied after room was freed, created the job.
+
 Bounds (DESIGN.md §8.2), in state time, which follows the majority's clocks:
 * an entry lives `REQUEST_WINDOW_MS`;
 * past `bytes_max` (the answers' msgpack bytes plus a per-entry overhead) the oldest entries
@@ -26,6 +33,7 @@ from typing import Any
 import msgpack
 
 from raftcron.scheduler import limits
+from raftcron.scheduler.errors import Ok, Rejected, Result
 
 ENTRY_OVERHEAD_BYTES = 160  # the dict slot, the tuple, the id string and the order entry
 
@@ -37,6 +45,29 @@ def _pack(value: Any) -> bytes:
 
 def _unpack(packed: bytes) -> Any:
     return msgpack.unpackb(packed, raw=False, strict_map_key=False)
+
+
+REFUSED = "\x00refused"  # the key of a remembered refusal (no Ok value has it)
+REMEMBERED_REFUSALS = frozenset({"state_full"})
+
+
+def remembered(result: Result) -> bool:
+    """Whether a request's first result is kept for its repeats."""
+    return isinstance(result, Ok) or (isinstance(result, Rejected)
+                                      and result.code in REMEMBERED_REFUSALS)
+
+
+def value_of(result: Result) -> Any:
+    if isinstance(result, Ok):
+        return result.value
+    return {REFUSED: result.code, "message": result.message}
+
+
+def answer(value: Any) -> Result:
+    """A repeat's answer: the first result, as `value_of` kept it."""
+    if isinstance(value, dict) and REFUSED in value:
+        return Rejected(value[REFUSED], str(value.get("message", "")))
+    return Ok(value)
 
 
 class RequestLog:

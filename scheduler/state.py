@@ -25,6 +25,7 @@ from raftcron.scheduler import (
     limits,
     purging,
     queues,
+    requests,
     retention,
     sizes,
     uniqueness,
@@ -160,7 +161,7 @@ class SchedulerState:
                         f"request_id {request_id!r} was already used for a different request",
                         "request_id",
                     )
-                return Ok(value)
+                return requests.answer(value)
             if self.requests.full():
                 return Rejected(
                     "busy", "too many recent requests to remember another; retry in a few seconds"
@@ -172,10 +173,11 @@ class SchedulerState:
             return Rejected.from_invalid(error)
         finally:
             self.table.freeze_finished()
-        if request_id is not None and isinstance(result, Ok):
+        if request_id is not None and requests.remembered(result):
             if fingerprint is None:
                 fingerprint = command_fingerprint(command)
-            self.requests.remember(request_id, command.TAG, fingerprint, result.value, self.now_ms)
+            self.requests.remember(request_id, command.TAG, fingerprint,
+                                   requests.value_of(result), self.now_ms)
         if self.finalized and isinstance(result, Ok) and not isinstance(command, Tick):
             # What the command added (its answer in the request table included), evicted
             # back under the budget; a Tick evicts for itself. A lowered budget can leave

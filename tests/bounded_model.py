@@ -24,6 +24,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
+from raftcron.scheduler import requests
 from raftcron.scheduler.commands import (
     Ack,
     BackfillSchedule,
@@ -31,11 +32,14 @@ from raftcron.scheduler.commands import (
     SubmitJobs,
     SubmitWorkflow,
     TriggerSchedule,
+    command_fingerprint,
 )
 from raftcron.scheduler.errors import Ok
 from raftcron.scheduler.gate import Finalize, PutSettings
 from raftcron.scheduler.settings import Budget, Retention, Settings
+from raftcron.scheduler.snapshot import restore, snapshot
 from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.state import SchedulerState
 
 CREATING = (SubmitJobs, SubmitWorkflow, TriggerSchedule, BackfillSchedule)
 budgets = st.sampled_from([1 << 20, 1 << 20, 1 << 20, 3 << 19, 2 << 20, 64 << 20])
@@ -111,3 +115,16 @@ class BoundedRules:
             assert state.state_bytes() <= budget, (
                 f"{type(command).__name__} took the state to {state.state_bytes()} bytes, "
                 f"past its budget of {budget}")
+
+
+def left_by_rejection(state: SchedulerState, before: bytes, command: Any, result: Any) -> bytes:
+    """The snapshot a rejected command may leave: the state as it was, but for a refusal the
+    request table keeps for the request's repeats (`state_full`: scheduler/requests.py)."""
+    request_id = getattr(command, "request_id", None)
+    if request_id is None or not requests.remembered(result) or \
+            state.requests.get(request_id) is None:
+        return before
+    expected = restore(before)
+    expected.requests.remember(request_id, command.TAG, command_fingerprint(command),
+                               requests.value_of(result), state.now_ms)
+    return snapshot(expected)

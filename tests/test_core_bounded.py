@@ -11,6 +11,7 @@ from raftcron.scheduler import limits, sizes
 from raftcron.scheduler.commands import (
     Ack,
     BackfillSchedule,
+    CancelJob,
     RetryJob,
     SubmitJobs,
     SubmitWorkflow,
@@ -367,7 +368,7 @@ def test_a_submit_that_cannot_fit_is_refused_whole_and_changes_nothing(d):
     d.submit_many(16, payload="q" * 60_000)  # unfinished: never evicted
     before = snapshot(d.state)
     spec = JobSpec.parse({"task": "t", "payload": "z" * 60_000})
-    refused = d.apply(SubmitJobs(d.request_id(), (spec,) * 2))
+    refused = d.apply(SubmitJobs(None, (spec,) * 2))
     assert refused.code == "state_full" and refused.http_status == 507
     details = refused.details
     assert details["budget_bytes"] == 1 << 20
@@ -375,8 +376,27 @@ def test_a_submit_that_cannot_fit_is_refused_whole_and_changes_nothing(d):
     assert details["queues"] == [{"queue": "default",
                                   "bytes": d.state.table.bytes_by_queue["default"]}]
     assert "budget" in refused.message and "default" in refused.message
-    assert snapshot(d.state) == before
+    assert snapshot(d.state) == before  # (no request id: nothing to remember)
     d.submit(payload="small")  # what fits is still taken
+
+
+def test_a_request_refused_for_space_stays_refused_when_it_comes_again(d):
+    """A client told 507 takes it that nothing was created: the same request, applied again
+    (the shell's retry through another node, or the first attempt re-proposed after a leader
+    change), must not create it once room was freed. Found by the chaos budget scenario."""
+    d.finalize(budget={"bytes": 1 << 20})
+    idle = d.submit_many(16, payload="q" * 60_000)  # unfinished: never evicted
+    spec = JobSpec.parse({"task": "t", "key": "k-1", "payload": "z" * 60_000})
+    command = SubmitJobs(d.request_id(), (spec,) * 2)
+    assert d.apply(command).code == "state_full"
+    for job_id in idle[:8]:  # room again
+        d.apply(CancelJob(d.request_id(), job_id, "make room"))
+    d.tick(advance_ms=1)
+    again = d.apply(command)
+    assert again.code == "state_full" and again.http_status == 507
+    assert d.state.table.job_for_key("k-1") is None
+    fresh = d.apply(SubmitJobs(d.request_id(), (spec,) * 2))  # a new request: taken now
+    assert fresh.ok and d.state.table.job_for_key("k-1") is not None
 
 
 def test_workers_can_always_claim_and_finish_and_finishing_frees_room(d):
@@ -399,14 +419,17 @@ def test_workflows_triggers_backfills_and_retries_are_refused_for_space(d):
     fill(d)
     before = snapshot(d.state)
     workflow = WorkflowSpec.parse({"jobs": [{"name": "a", "task": "t", "payload": "w" * 60_000}]})
-    refusals = [
-        d.apply(SubmitWorkflow(d.request_id(), workflow)),
-        d.apply(TriggerSchedule(d.request_id(), "s")),
-        d.apply(BackfillSchedule(d.request_id(), "s", d.now_ms - 10 * HOUR, d.now_ms)),
-        d.apply(RetryJob(d.request_id(), dead)),
+    refusals = [  # no request ids: a remembered refusal is the one change a refusal makes
+        d.apply(SubmitWorkflow(None, workflow)),
+        d.apply(TriggerSchedule(None, "s")),
+        d.apply(BackfillSchedule(None, "s", d.now_ms - 10 * HOUR, d.now_ms)),
+        d.apply(RetryJob(None, dead)),
     ]
     assert [r.code for r in refusals] == ["state_full"] * 4
     assert snapshot(d.state) == before
+    remembered = d.apply(RetryJob("retry-1", dead))
+    assert remembered.code == "state_full"
+    assert d.state.requests.get("retry-1") is not None  # its repeats get the same answer
 
 
 def test_a_fire_over_the_budget_is_counted_with_its_reason_an_event_and_a_notification(d):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from bounded_model import BoundedRules, budgets, payload_sizes, retentions
+from bounded_model import BoundedRules, budgets, left_by_rejection, payload_sizes, retentions
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -64,7 +64,8 @@ class BoundedModel(BoundedRules, RuleBasedStateMachine):
         result = self.state.apply(decoded)
         assert result == self.replica.apply(command)
         if not isinstance(result, Ok):
-            assert snapshot(self.state) == before, f"rejected {command} changed the state"
+            assert snapshot(self.state) == left_by_rejection(
+                self.state, before, command, result), f"rejected {command} changed the state"
             if isinstance(result, Rejected) and result.code == "state_full":
                 SEEN["state_full"] += 1
         self.check_bounded(command, result, finals)

@@ -10,7 +10,7 @@ from tests/flow_model.py, those of bounded state (the upgrade gate, retention se
 state budget) from tests/bounded_model.py; their checks run after every command.
 """
 
-from bounded_model import BoundedRules
+from bounded_model import BoundedRules, left_by_rejection
 from flow_model import FlowRules
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -136,7 +136,8 @@ class CoreModel(BoundedRules, FlowRules, RuleBasedStateMachine):
         replica_result = self.replica.apply(command, own_fingerprint)
         assert result == replica_result
         if not isinstance(result, Ok):
-            assert snapshot(self.state) == before, f"rejected {command} changed the state"
+            assert snapshot(self.state) == left_by_rejection(
+                self.state, before, command, result), f"rejected {command} changed the state"
         assert self.state.fence >= fence
         if getattr(command, "request_id", None) is not None:
             self.sent.append((command, result, self.state.now_ms))
