@@ -96,3 +96,6 @@ REQUEST_WINDOW_MS = (
 REQUEST_RETRY_MS = 10 * MINUTE_MS
 REQUESTS_BYTES_MAX = 64 << 20  # past this, entries older than REQUEST_RETRY_MS go first
 REQUESTS_HARD_BYTES_MAX = 256 << 20  # past this (all young), new requests are refused busy
+# Requests refused for space, remembered for their repeats (scheduler/requests.py) outside the
+# state budget: past this, a refusal for space is answered busy (503) and not remembered.
+REFUSALS_BYTES_MAX = 16 << 20

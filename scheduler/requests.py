@@ -8,6 +8,9 @@ literally true. Barriers (consistent reads, audits) are never remembered: repeat
 harmless, and a read must not push a write's answer out.
 
 One rejection is remembered too: `state_full` (507, finalized clusters only: DESIGN.md §9.1).
+Such entries exist because the state is full, so they are kept out of what the budget counts
+(`bytes_counted`) and bounded on their own (`limits.REFUSALS_BYTES_MAX`: past it a refusal
+for space is answered `busy`, 503, which promises nothing and is not remembered).
 It is a definite answer that depends on the moment (room may free a moment later), and a
 client that was told 507 takes it that nothing was created; a repeat of the same request (the
 shell's retry, or the node's own still in flight) must then never create it. The chaos suite's
@@ -48,6 +51,9 @@ def _unpack(packed: bytes) -> Any:
 
 
 REFUSED = "\x00refused"  # the key of a remembered refusal (no Ok value has it)
+# A remembered refusal's packed value, {REFUSED: code, "message": ...}, is a small map whose
+# first key is REFUSED: one byte of map header, then this.
+_REFUSED_KEY = msgpack.packb(REFUSED, use_bin_type=True)
 REMEMBERED_REFUSALS = frozenset({"state_full"})
 
 
@@ -77,6 +83,7 @@ class RequestLog:
         self.results: dict[str, tuple[int, int, bytes, int]] = {}
         self.order: deque[tuple[int, str]] = deque()  # (now_ms, id) in arrival order
         self.bytes = 0
+        self.refusal_bytes = 0  # of `bytes`: remembered refusals for space (not budgeted)
         self.bytes_max = bytes_max
         self.hard_bytes_max = hard_bytes_max
 
@@ -104,10 +111,21 @@ class RequestLog:
              now_ms: int) -> None:
         old = self.results.get(request_id)
         if old is not None:  # never for a state's own use (it answers repeats); from_list only
-            self.bytes -= _entry_bytes(request_id, old[2])
+            self._count(request_id, old[2], -1)
         self.results[request_id] = (tag, fingerprint, packed, now_ms)
         self.order.append((now_ms, request_id))
-        self.bytes += _entry_bytes(request_id, packed)
+        self._count(request_id, packed, 1)
+
+    def _count(self, request_id: str, packed: bytes, sign: int) -> None:
+        size = _entry_bytes(request_id, packed)
+        self.bytes += sign * size
+        if packed[1:1 + len(_REFUSED_KEY)] == _REFUSED_KEY:
+            self.refusal_bytes += sign * size
+
+    @property
+    def bytes_counted(self) -> int:
+        """What the state budget counts: every entry but the remembered refusals."""
+        return self.bytes - self.refusal_bytes
 
     def expire(self, now_ms: int) -> None:
         cutoff_ms = now_ms - limits.REQUEST_WINDOW_MS
@@ -122,7 +140,7 @@ class RequestLog:
         entry = self.results.get(request_id)
         if entry is not None and entry[3] == now_ms:
             del self.results[request_id]
-            self.bytes -= _entry_bytes(request_id, entry[2])
+            self._count(request_id, entry[2], -1)
 
     def to_list(self) -> list[Any]:
         return [[rid, *entry] for rid, entry in self.results.items()]

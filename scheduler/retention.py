@@ -254,7 +254,7 @@ def parts(state: BudgetState) -> dict[str, int]:
         "unfinished_jobs": table.bytes - table.finished_bytes,
         "finished_jobs": table.finished_bytes,
         "keys": table.key_bytes,
-        "requests": state.requests.bytes,
+        "requests": state.requests.bytes_counted,
         "schedules": state.schedules_bytes,
         "workflows": state.workflows_bytes,
         "events": sizes.EVENT_BYTES * (len(state.events) + len(state.notifications.outbox)),

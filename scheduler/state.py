@@ -114,7 +114,7 @@ class SchedulerState:
         """The state's size in the memory model (scheduler/sizes.py), what the budget bounds."""
         table = self.table
         return (table.bytes + table.key_bytes + self.schedules_bytes + self.workflows_bytes
-                + self.requests.bytes + self.archive_ledger.tombstone_bytes
+                + self.requests.bytes_counted + self.archive_ledger.tombstone_bytes
                 + sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox)))
 
     @property
@@ -173,6 +173,11 @@ class SchedulerState:
             return Rejected.from_invalid(error)
         finally:
             self.table.freeze_finished()
+        if request_id is not None and isinstance(result, Rejected) and \
+                requests.remembered(result) and \
+                self.requests.refusal_bytes >= limits.REFUSALS_BYTES_MAX:
+            return Rejected("busy", "too many requests refused for space lately to remember "
+                                    "another; retry in a few seconds")
         if request_id is not None and requests.remembered(result):
             if fingerprint is None:
                 fingerprint = command_fingerprint(command)

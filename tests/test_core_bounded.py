@@ -535,3 +535,21 @@ def test_a_workflow_whose_first_job_was_evicted_still_answers_its_key(d):
     assert d.state.table.get(job_id) is None  # a is gone, b waits
     again = d.ok(SubmitWorkflow(d.request_id(), spec))
     assert (again["workflow_id"], again["created"]) == (first["workflow_id"], False)
+
+
+def test_refusals_remembered_for_space_stay_out_of_the_budget_and_are_bounded(d, monkeypatch):
+    """They exist because the state is full: counted apart (the budget still bounds the
+    state), and past their own bound a refusal for space is answered busy, not remembered."""
+    d.finalize(budget={"bytes": 1 << 20})
+    d.submit_many(16, payload="q" * 60_000)
+    spec = JobSpec.parse({"task": "t", "payload": "z" * 60_000})
+    counted = d.state.state_bytes()
+    for number in range(20):
+        assert d.apply(SubmitJobs(f"full-{number}", (spec,) * 2)).code == "state_full"
+    assert d.state.requests.refusal_bytes > 0
+    assert d.state.state_bytes() == counted
+    monkeypatch.setattr(limits, "REFUSALS_BYTES_MAX", d.state.requests.refusal_bytes)
+    busy = d.apply(SubmitJobs("one-more", (spec,) * 2))
+    assert busy.code == "busy" and busy.http_status == 503
+    assert d.state.requests.get("one-more") is None
+    assert d.apply(SubmitJobs("full-3", (spec,) * 2)).code == "state_full"  # still remembered
