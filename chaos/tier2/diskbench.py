@@ -32,11 +32,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from raftcron.chaos.powerfs.harness import PowerFS
 from raftcron.chaos.tier2.disk_faults import readiness
 from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, TOKENS, wait_until
+from raftcron.chaos.tier2.power_faults import PowerDisks
 from raftcron.cluster.client import Client
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalNode
 from raftcron.cluster.dev.loopback import http_request
 
 PHASES = ("healthy", "leader fsync slow", "healthy again", "follower fsync slow",
@@ -46,35 +46,9 @@ SUBMIT_TIMEOUT_S = 10.0
 POLL_S = 0.25
 
 
-class MountedCluster(LocalCluster):
-    """A LocalCluster whose nodes' data dirs are powerfs mounts (`disks`), on loopback: the
-    chaos suite's PowerCluster without its relay and its chaos Raft timings, so the figures
-    are the product's defaults'."""
-
-    disks: dict[str, PowerFS]
-
-    def configure(self) -> list[LocalNode]:
-        if not hasattr(self, "disks"):
-            self.disks = {}
-        nodes = super().configure()
-        for node in nodes:
-            if node.node_id not in self.disks:
-                backing = node.data_dir.parent / "disk"
-                backing.mkdir(parents=True, exist_ok=True)
-                node.data_dir.mkdir(parents=True, exist_ok=True)
-                log_path = node.data_dir.parent / "powerfs.log"
-                disk = PowerFS(backing, node.data_dir, log_path=log_path)
-                self.disks[node.node_id] = disk
-                disk.start()
-        return nodes
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            for disk in getattr(self, "disks", {}).values():
-                with contextlib.suppress(Exception):
-                    disk.stop()
+class MountedCluster(PowerDisks):
+    """The chaos suite's powerfs data dirs without its relay and its chaos Raft timings, on
+    loopback, so the figures are the product's defaults'."""
 
 
 class Submitter:

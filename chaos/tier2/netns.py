@@ -322,6 +322,7 @@ class Relay:
     """TCP relays for the Raft connections of loopback nodes; see the module docstring."""
 
     kind = "relay"
+    source_host: str | None = None  # where upstream connections leave from (None: any)
 
     def __init__(self) -> None:
         self.targets: dict[int, tuple[tuple[str, str], tuple[str, int]]] = {}
@@ -412,15 +413,21 @@ class Relay:
             a, b = pipe.pair
             if pipe.upstream is not None or (a, b) in self.cut or (b, a) in self.cut:
                 continue
+            source = None if self.source_host is None else (self.source_host, 0)
             try:
-                upstream = socket.create_connection(pipe.target, timeout=1.0)  # type: ignore[attr-defined]
+                upstream = socket.create_connection(
+                    pipe.target, timeout=1.0, source_address=source)  # type: ignore[attr-defined]
             except OSError:
                 self._close(pipe)
                 continue
             upstream.setblocking(False)
             pipe.upstream = upstream
-            self.selector.register(pipe.client, selectors.EVENT_READ, ("data", (pipe, "up")))
-            self.selector.register(upstream, selectors.EVENT_READ, ("data", (pipe, "down")))
+            self._connected(pipe, upstream)
+
+    def _connected(self, pipe: _Pipe, upstream: socket.socket) -> None:
+        """Both ends of a pipe are open: read from them."""
+        self.selector.register(pipe.client, selectors.EVENT_READ, ("data", (pipe, "up")))
+        self.selector.register(upstream, selectors.EVENT_READ, ("data", (pipe, "down")))
 
     def _forward(self, sock: socket.socket, pipe: _Pipe, direction: str) -> None:
         assert pipe.upstream is not None

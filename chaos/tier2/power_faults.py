@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from raftcron.chaos.powerfs.harness import PowerFS
 from raftcron.chaos.tier2.nemesis import ChaosCluster, Nemesis, wait_until
 from raftcron.chaos.tier2.storage_faults import _compact_and_wait_for_writer, kill_main
-from raftcron.cluster.dev.localcluster import LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 from raftcron.cluster.dev.loopback import http_request
 
 if TYPE_CHECKING:
@@ -48,9 +48,10 @@ EXIT_WAIT_S = 10.0
 BACK_WAIT_S = 30.0  # a restarted node is up (answers /healthz) or has exited by then
 
 
-class PowerCluster(ChaosCluster):
-    """A `ChaosCluster` whose every data dir is a powerfs mount, its disk at
-    ``<node folder>/disk``, mounted before the node first starts and stopped at `close`."""
+class PowerDisks(LocalCluster):
+    """A cluster whose every data dir is a powerfs mount, its disk at ``<node folder>/disk``,
+    mounted before the node first starts and stopped at `close` (the chaos suite's
+    `PowerCluster`; on its own, the product's loopback cluster: chaos/tier2/diskbench.py)."""
 
     disks: dict[str, PowerFS]
 
@@ -82,6 +83,10 @@ class PowerCluster(ChaosCluster):
         return [f"{node_id}: {line}" for node_id, disk in getattr(self, "disks", {}).items()
                 for line in disk.log_tail(100_000).splitlines()
                 if "powerfs bug" in line or "Traceback" in line]
+
+
+class PowerCluster(PowerDisks, ChaosCluster):
+    """A `ChaosCluster` on powerfs mounts (`PowerDisks`)."""
 
 
 def _disks(nemesis: Nemesis) -> dict[str, PowerFS]:

@@ -93,7 +93,7 @@ class SickRelay(Relay):
         self.lanes: dict[int, dict[str, _Lane]] = {}  # id(pipe) -> {"up": ..., "down": ...}
         self.retransmits = 0  # chunks delayed by a modelled loss (what a test counts)
         self.resets = 0
-        self.host = "127.0.0.1"  # where it listens, and where its upstream connections leave from
+        self.host = self.source_host = "127.0.0.1"  # where it listens; upstreams leave from it
         self.pairs_of: dict[str, list[tuple[str, str]]] = {}  # fault id -> the pairs it sickened
 
     def add(self, initiator: str, acceptor: str, target: tuple[str, int], port: int,
@@ -103,7 +103,7 @@ class SickRelay(Relay):
         sock.bind((host, port))
         sock.listen(16)
         sock.setblocking(False)
-        self.host = host  # upstream connections leave from it too (iptables matches on it)
+        self.host = self.source_host = host  # upstreams leave from it (iptables matches on it)
         self.listeners.append(sock)
         self.targets[port] = ((initiator, acceptor), target)
         self.selector.register(sock, selectors.EVENT_READ, ("listen", port))
@@ -188,24 +188,11 @@ class SickRelay(Relay):
         sickness = self.sickness.get((lane.sender, lane.receiver))
         return sickness is not None and sickness.stalled
 
-    def _connect_held(self) -> None:
-        for pipe in list(self.pipes):
-            a, b = pipe.pair
-            if pipe.upstream is not None or (a, b) in self.cut or (b, a) in self.cut:
-                continue
-            try:
-                upstream = socket.create_connection(
-                    pipe.target, timeout=1.0,  # type: ignore[attr-defined]
-                    source_address=(self.host, 0),
-                )
-            except OSError:
-                self._close(pipe)
-                continue
-            upstream.setblocking(False)
-            pipe.upstream = upstream
-            self.lanes[id(pipe)] = {"up": _Lane(a, b), "down": _Lane(b, a)}
-            self.selector.register(pipe.client, selectors.EVENT_READ, ("data", (pipe, "client")))
-            self.selector.register(upstream, selectors.EVENT_READ, ("data", (pipe, "upstream")))
+    def _connected(self, pipe: _Pipe, upstream: socket.socket) -> None:
+        a, b = pipe.pair
+        self.lanes[id(pipe)] = {"up": _Lane(a, b), "down": _Lane(b, a)}
+        self.selector.register(pipe.client, selectors.EVENT_READ, ("data", (pipe, "client")))
+        self.selector.register(upstream, selectors.EVENT_READ, ("data", (pipe, "upstream")))
 
     def _lane_from(self, pipe: _Pipe, side: str) -> _Lane:
         """The lane a socket feeds: the client feeds "up", the upstream "down"."""

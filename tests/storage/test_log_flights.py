@@ -34,13 +34,18 @@ def lands(log: RaftLog, flight: Flight | None) -> None:
     log.finish_sync()
 
 
-def test_entries_in_flight_are_read_from_the_cache_and_acks_wait_for_them() -> None:
+def entries_4_and_5_in_flight() -> tuple[Place, RaftLog, Flight | None]:
+    """A log holding 1-3 durable, whose batch of 4 and 5 was handed over, not written yet."""
     place = in_memory()
     log = place.open()
     fill(log, 1, 3, term=1)
     log.append(4, 1, command(4, 1))
     log.append(5, 1, command(5, 1))
-    flight = log.begin_sync()
+    return place, log, log.begin_sync()
+
+
+def test_entries_in_flight_are_read_from_the_cache_and_acks_wait_for_them() -> None:
+    place, log, flight = entries_4_and_5_in_flight()
     assert flight is not None and log.durable_through == 3
     log.append(6, 1, command(6, 1))  # buffered meanwhile: the next batch
     assert entries(log) == expected(1, 6, 1)  # 4-6 from the cache, even with no cache budget
@@ -54,12 +59,7 @@ def test_entries_in_flight_are_read_from_the_cache_and_acks_wait_for_them() -> N
 
 
 def test_a_truncation_while_a_batch_is_in_flight_wins_over_its_late_placement() -> None:
-    place = in_memory()
-    log = place.open()
-    fill(log, 1, 3, term=1)
-    log.append(4, 1, command(4, 1))
-    log.append(5, 1, command(5, 1))
-    flight = log.begin_sync()
+    place, log, flight = entries_4_and_5_in_flight()
     log.truncate_from(4)  # a new leader's conflicting entries replace 4 and 5
     log.append(4, 2, command(4, 2))
     assert log.durable_through == 3
