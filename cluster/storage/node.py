@@ -61,8 +61,11 @@ class SlowSyncs:
         self._at: list[float] = []
 
     def observe(self, started_s: float, took_s: float) -> None:
+        # Counted when the sync ended: back-to-back 2 s stalls counted at their starts were
+        # never three within 5 s of the check that follows the third.
+        ended_s = started_s + took_s
         if took_s > self.bound_s:
-            self._at = [*(t for t in self._at if started_s - t < self.WINDOW_S), started_s]
+            self._at = [*(t for t in self._at if ended_s - t < self.WINDOW_S), ended_s]
 
     def stalling(self, now_s: float) -> bool:
         return sum(1 for t in self._at if now_s - t < self.WINDOW_S) >= self.STRIKES

@@ -157,3 +157,23 @@ def test_a_record_the_disk_cannot_give_back_is_damage_named_by_file(
     with pytest.raises(LogDamaged, match=r"log-00000001\.seg: cannot be read"):
         RaftStorage(tmp_path / "data", node_id="n1", source=NoSource(),  # type: ignore[arg-type]
                     durability="fsync", fork=False, disk=disk)
+
+
+def test_a_leaders_disk_stalls_after_three_slow_syncs_within_five_seconds() -> None:
+    """`SlowSyncs`, what makes a leader hand over (storage.hooks): one slow fsync on a busy
+    disk is not a sick one; three over the bound within the window are."""
+    from raftcron.cluster.storage.node import SlowSyncs
+
+    slow = SlowSyncs(bound_s=0.4)
+    slow.observe(100.0, 0.5)  # ended at 100.5
+    slow.observe(101.0, 0.3)  # under the bound: not counted
+    slow.observe(102.0, 0.6)
+    assert not slow.stalling(102.7)
+    slow.observe(103.0, 2.0)  # ended at 105.0
+    assert slow.stalling(105.0)
+    assert not slow.stalling(105.6)  # the first one left the window
+    slow.forget()
+    assert not slow.stalling(105.1)
+    for start in (200.0, 202.0, 204.0):  # back-to-back 2 s stalls: sick after the third
+        slow.observe(start, 2.0)
+    assert slow.stalling(206.0)
