@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from raftcron.scheduler import calendar, retention
+from raftcron.scheduler import calendar, retention, sizes
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.jobs import RUNNING, Attempt, Job
@@ -263,14 +263,16 @@ def search_jobs(
     extra: Iterable[Job | FrozenJob] = (),
     in_state: bool = True,
     scan_max: int = SEARCH_SCAN_MAX,
+    bytes_max: int | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """The state's jobs (and `extra`'s: the archive's hand-over) that `query` matches, newest
     first, below `before_id`, as views (their history only when the worker is asked for); and
     the floor: every job with an id from the floor up to `before_id` was examined (0: all
-    were). At most `limit` found,
-    at most `scan_max` examined: a search never holds the apply lock long; the next read
-    goes on below the floor. `extra`'s jobs have left the state: their views say
-    `"archived": true`. `in_state` False: only `extra`'s."""
+    were). At most `limit` found, and past `bytes_max` of them (their size in the memory
+    model, `sizes.job_bytes`: payloads and results are most of it) no more: a page of large
+    jobs ends early, never empty; at most `scan_max` examined: a search never holds the apply
+    lock long; the next read goes on below the floor. `extra`'s jobs have left the state:
+    their views say `"archived": true`. `in_state` False: only `extra`'s."""
     table = state.table
     if not in_state:
         candidates: Iterable[int] = ()
@@ -278,26 +280,40 @@ def search_jobs(
         candidates = sorted(table.by_status[query.status], reverse=True)
     else:
         candidates = reversed(table.jobs)
-    found: list[dict[str, Any]] = []
+    bytes_cap = 2**63 if bytes_max is None else bytes_max
+    found: list[tuple[dict[str, Any], int]] = []
     floor = 0
     scanned = 0
+    weight = 0
     for job_id in candidates:
         if before_id is not None and job_id >= before_id:
             continue
-        if scanned == scan_max or len(found) == limit:
+        if scanned == scan_max or len(found) == limit or weight >= bytes_cap:
             floor = job_id + 1
             break
         scanned += 1
-        view = _searched(table.jobs[job_id], query)
+        job = table.jobs[job_id]
+        view = _searched(job, query)
         if view is not None:
-            found.append(view)
+            found.append((view, size := sizes.job_bytes(job)))
+            weight += size
     for job in extra:
         if floor <= job.id and (before_id is None or job.id < before_id):
             view = _searched(job, query)
             if view is not None:
-                found.append(view | {"archived": True})
-    found.sort(key=lambda view: -int(view["id"]))
-    return found, floor
+                found.append((view | {"archived": True}, sizes.job_bytes(job)))
+    found.sort(key=lambda item: -int(item[0]["id"]))
+    # The hand-over's jobs may take the page past its bounds: cut it there, and the floor
+    # rises to the last job kept (every one from it up to `before_id` is on the page).
+    kept: list[dict[str, Any]] = []
+    weight = 0
+    for view, size in found:
+        if len(kept) == limit or weight >= bytes_cap:
+            floor = max(floor, int(kept[-1]["id"]))
+            break
+        kept.append(view)
+        weight += size
+    return kept, floor
 
 
 def _searched(job: Job | FrozenJob, query: JobFilter) -> dict[str, Any] | None:

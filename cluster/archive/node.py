@@ -51,15 +51,19 @@ class NodeArchive:
         return view
 
     async def search(self, query: JobFilter, *, before_id: int | None, limit: int,
-                     min_id: int) -> list[dict[str, Any]]:
-        """Archived jobs `query` matches (newest first, `min_id` <= id < `before_id`), each
-        with `"archived": true`; purged ones among them too, for the page's cursor to stay
-        exact: the caller leaves out those `self.writer.purged` names after merging."""
-        found = await asyncio.to_thread(self._locked, partial(
-            self.reader.search, query, before_id=before_id, limit=limit, min_id=min_id))
+                     min_id: int, bytes_max: int | None = None
+                     ) -> tuple[list[dict[str, Any]], int]:
+        """Archived jobs `query` matches (newest first, `min_id` <= id < `before_id`, ending
+        once their documents reach `bytes_max`), each with `"archived": true`, and the floor
+        they are complete from (`ArchiveStore.search_within`); purged ones among them too, for
+        the page's cursor to stay exact: the caller leaves out those `self.writer.purged`
+        names after merging."""
+        found, floor = await asyncio.to_thread(self._locked, partial(
+            self.reader.search_within, query, before_id=before_id, limit=limit, min_id=min_id,
+            bytes_max=bytes_max))
         for view in found:
             view["archived"] = True
-        return found
+        return found, floor
 
     async def rows_by_seq(self, lo: int, hi: int) -> tuple[list[Row], int]:
         """Rows for a peer filling [lo, hi), and where the answer covers to (store.py)."""

@@ -17,12 +17,15 @@ from typing import Any
 
 def merge_page(halves: Iterable[list[dict[str, Any]]], *, floor: int,
                limit: int) -> tuple[list[dict[str, Any]], int | None]:
-    """The page (newest first, at most `limit`) and the next cursor (None: nothing below).
-    `halves`: the state's views first (a job read in both is the state's)."""
+    """The page (newest first, at most `limit`, none below `floor`) and the next cursor
+    (None: nothing below). `halves`: the state's views first (a job read in both is the
+    state's). `floor`: the higher of the halves' floors (a half cut short for bytes is
+    complete only down to its last job), so the next page starts there."""
     merged: dict[int, dict[str, Any]] = {}
     for half in halves:
         for view in half:
-            merged.setdefault(int(view["id"]), view)
+            if int(view["id"]) >= floor:
+                merged.setdefault(int(view["id"]), view)
     jobs = sorted(merged.values(), key=lambda view: -int(view["id"]))[:limit]
     if len(jobs) == limit:
         return jobs, int(jobs[-1]["id"])

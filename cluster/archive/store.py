@@ -364,12 +364,30 @@ class ArchiveStore:
                min_id: int = 0) -> list[dict[str, Any]]:
         """The archived jobs `query` matches, newest (highest id) first, from `min_id` up to
         below `before_id`."""
+        return self.search_within(query, before_id=before_id, limit=limit, min_id=min_id)[0]
+
+    def search_within(self, query: JobFilter, *, before_id: int | None, limit: int,
+                      min_id: int = 0, bytes_max: int | None = None
+                      ) -> tuple[list[dict[str, Any]], int]:
+        """`search`, ending once the rows' documents reach `bytes_max` (never empty), and the
+        floor of the answer: every matching row from it up to below `before_id` is in it
+        (`min_id`, or the last row's id when cut for bytes)."""
         sql, params = _select(query, before_id=before_id, limit=limit, min_id=min_id)
+        found: list[dict[str, Any]] = []
+        size = 0
         try:
-            found = self.db.execute(sql, params).fetchall()
+            rows = self.db.execute(sql, params)
+            try:
+                for (doc,) in rows:
+                    found.append(json.loads(doc))
+                    size += len(doc)
+                    if bytes_max is not None and size >= bytes_max and len(found) < limit:
+                        return found, int(found[-1]["id"])
+            finally:
+                rows.close()  # a statement left unfinished would hold its read snapshot
         except sqlite3.Error as error:
             raise ArchiveError(f"cannot read the archive {self.path}: {error}") from None
-        return [json.loads(doc) for (doc,) in found]
+        return found, min_id
 
     def plan(self, query: JobFilter, *, before_id: int | None = None, limit: int = 100,
              min_id: int = 0) -> list[str]:

@@ -19,6 +19,10 @@ CLAIM_WAIT_MS_MAX = 30_000  # a claim long-polls at most this long
 CLAIM_ROUNDS_MAX = 8  # proposals one claim request makes while others win the race
 
 PAGE_MAX = 1_000  # items one GET returns: jobs, events, audit entries, a tail
+# A page of jobs (GET /v1/jobs, a purge's page) ends once its jobs reach this many bytes, from
+# the state and from the archive each (payloads and results of up to 64 KiB: PAGE_MAX of them
+# would be ~100 MB of JSON held at once); it always holds at least one job.
+PAGE_BYTES_MAX = 4 << 20
 CURSOR_MAX = 2**62  # a page cursor (an id or a sequence number)
 PREVIEW_COUNT_MAX = 1_000  # fire times one preview lists
 # A one-off `at` schedule in the past would never fire: the API refuses one more than this

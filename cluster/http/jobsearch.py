@@ -13,6 +13,7 @@ from typing import Any
 from raftcron.cluster.archive.node import NodeArchive
 from raftcron.cluster.archive.paging import merge_page
 from raftcron.cluster.archive.query import indexed
+from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import HttpError
 from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler import views
@@ -58,18 +59,23 @@ async def search_page(node: RaftNode, query: JobFilter, *, cursor: int | None, l
                       sources: tuple[str, ...] = EVERYWHERE
                       ) -> tuple[list[dict[str, Any]], int | None]:
     """The newest `limit` jobs below `cursor` that `query` matches, and the next cursor (None:
-    no more). `sources`: the state, the archive, or both."""
+    no more); fewer when they are large (each half ends past `bounds.PAGE_BYTES_MAX`: a page
+    of jobs with 64 KiB payloads would otherwise be ~100 MB of JSON). `sources`: the state,
+    the archive, or both."""
     archive = node.archive if "archive" in sources else None
 
     def live(state: SchedulerState) -> tuple[list[dict[str, Any]], int]:
         # The hand-over under the same lock as the state: a job is in one or the other.
         pending = () if archive is None else archive.writer.pending_jobs()
         return views.search_jobs(state, query, before_id=cursor, limit=limit, extra=pending,
-                                 in_state="state" in sources)
+                                 in_state="state" in sources, bytes_max=bounds.PAGE_BYTES_MAX)
 
     live_page, floor = node.machine.read(live)
-    archived = [] if archive is None else await archive.search(
-        query, before_id=cursor, limit=limit, min_id=floor)
+    archived: list[dict[str, Any]] = []
+    if archive is not None:
+        archived, archive_floor = await archive.search(
+            query, before_id=cursor, limit=limit, min_id=floor, bytes_max=bounds.PAGE_BYTES_MAX)
+        floor = max(floor, archive_floor)
     jobs, next_cursor = merge_page((live_page, archived), floor=floor, limit=limit)
     if archive is not None:  # read after the file: a purge applied since hides what it
         # purged (the cursor stays the merge's: the page may hold fewer, the next goes on)

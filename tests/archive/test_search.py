@@ -188,20 +188,25 @@ def test_a_filter_it_cannot_read_is_refused_naming_the_parameter(
 def test_paging_across_the_boundary_finds_every_job_once_as_jobs_leave_between_pages(
         data: st.DataObject) -> None:
     """Jobs finish and are evicted into the archive between (and before) the pages; a walk
-    down the pages finds each job once, whatever the page size and the state's scan bound."""
+    down the pages finds each job once, whatever the page size, the state's scan bound and
+    the pages' byte bound (jobs of different sizes: a page of large ones ends early)."""
     d = Driver()
     d.finalize()
-    total = data.draw(st.integers(1, 40))
-    ids = d.submit_many(total, queue="q", max_attempts=1)
+    ids: list[int] = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        size = data.draw(st.sampled_from([0, 100, 3_000]))
+        ids += d.submit_many(data.draw(st.integers(1, 12)), queue="q", max_attempts=1,
+                             payload={"blob": "x" * size})
     query = JobFilter(queue="q")
     limit = data.draw(st.integers(1, 7))
     scan_max = data.draw(st.integers(1, 9))
+    bytes_max = data.draw(st.one_of(st.none(), st.integers(1, 12_000)))
     seen: list[int] = []
     cursor: int | None = None
     with tempfile.TemporaryDirectory() as folder:
         store = ArchiveStore(folder, durable=False)
         d.state.leaving = []
-        for _ in range(200):
+        for _ in range(400):
             finishing = data.draw(st.integers(0, 5))
             claimed = d.claim(queues=("q",), max=finishing)
             d.claim(queues=("q",), max=0, acks=tuple(
@@ -212,14 +217,55 @@ def test_paging_across_the_boundary_finds_every_job_once_as_jobs_leave_between_p
             store.write([Row.of_view(job_view(job), 1, seq) for seq, job in d.state.leaving], 1)
             d.state.leaving = []
             live, floor = search_jobs(d.state, query, before_id=cursor, limit=limit,
-                                      scan_max=scan_max)
-            archived = store.search(query, before_id=cursor, limit=limit, min_id=floor)
-            page, cursor = merge_page((live, archived), floor=floor, limit=limit)
+                                      scan_max=scan_max, bytes_max=bytes_max)
+            archived, archive_floor = store.search_within(
+                query, before_id=cursor, limit=limit, min_id=floor, bytes_max=bytes_max)
+            page, cursor = merge_page((live, archived), floor=max(floor, archive_floor),
+                                      limit=limit)
             seen += [view["id"] for view in page]
             if cursor is None:
                 break
         store.close()
     assert seen == sorted(ids, reverse=True)
+
+
+def test_a_page_of_large_jobs_ends_at_its_byte_bound_and_the_next_goes_on_below() -> None:
+    """30 jobs of 3 KB payloads, 10 of them archived: with a bound of 10 KB each half ends
+    after 4 jobs (the one that crosses it included), so a page holds at most 8 of the 20
+    asked for; a page is never empty, and the walk finds every job once."""
+    d = Driver()
+    d.finalize()
+    ids = d.submit_many(30, queue="q", max_attempts=1, payload={"blob": "x" * 3_000})
+    d.state.leaving = []
+    claimed = d.claim(queues=("q",), max=10)
+    d.claim(queues=("q",), max=0, acks=tuple(Ack(job_id, token, "succeeded")
+                                             for job_id, token in claimed))
+    d.put_settings("retention", {"succeeded": {"max_count": 0}})
+    d.tick(advance_ms=1)
+    query = JobFilter(queue="q")
+    with tempfile.TemporaryDirectory() as folder:
+        store = ArchiveStore(folder, durable=False)
+        store.write([Row.of_view(job_view(job), 1, seq) for seq, job in d.state.leaving], 1)
+        assert len(store.search(query, before_id=None, limit=100)) == 10
+        seen: list[int] = []
+        sizes: list[int] = []
+        cursor: int | None = None
+        for _ in range(30):
+            live, floor = search_jobs(d.state, query, before_id=cursor, limit=20,
+                                      bytes_max=10_000)
+            archived, archive_floor = store.search_within(
+                query, before_id=cursor, limit=20, min_id=floor, bytes_max=10_000)
+            assert len(live) <= 4 and len(archived) <= 4
+            page, cursor = merge_page((live, archived), floor=max(floor, archive_floor),
+                                      limit=20)
+            assert page
+            sizes.append(len(page))
+            seen += [view["id"] for view in page]
+            if cursor is None:
+                break
+        store.close()
+    assert seen == sorted(ids, reverse=True)
+    assert max(sizes) <= 8 and len(sizes) >= 30 // 8
 
 
 def test_a_filter_object_reads_as_the_query_string_does_with_json_payload_values() -> None:

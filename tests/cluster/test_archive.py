@@ -8,6 +8,7 @@ and the archive's write (the writer held, a compaction asked for meanwhile); ret
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from conftest import ClusterKeeper
 from drains import drain, job_on, keep_succeeded, wait_archived
 
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.http import bounds
 
 pytestmark = pytest.mark.processes
 
@@ -166,6 +168,34 @@ def search(cluster: LocalCluster, node: LocalNode, **params: Any) -> list[dict[s
         if cursor is None:
             return found
     raise AssertionError("a search that never ends")
+
+
+def test_a_page_of_large_jobs_ends_at_its_byte_bound_and_the_walk_finds_each_once(
+        cluster_factory: ClusterKeeper) -> None:
+    """150 jobs of 60 KB payloads (9 MB), 80 of them archived: `limit=1000` used to answer all
+    of them in one page, the node holding its whole JSON at once (a page of 1,000 such jobs
+    took a node from 57 to 158 MiB); now each half of a page ends past PAGE_BYTES_MAX."""
+    cluster = cluster_factory.open()
+    keep_succeeded(cluster, 20)
+    blob = "x" * 60_000
+    ids: list[int] = []
+    for batch in range(25):  # 6 a command: a command is at most 512 KiB
+        status, created, _ = cluster.call("POST", "/v1/jobs/batch", {"jobs": [
+            {"task": "big", "queue": "big", "payload": {"n": batch * 6 + n, "blob": blob}}
+            for n in range(6)]})
+        assert status == 201, created
+        ids += [job["id"] for job in created["jobs"]]
+    assert drain(cluster, "big", limit=100) == 100
+    wait_archived(cluster, ids[:80], "the 80 evicted jobs")
+    node = cluster.nodes[0]
+    status, first, _ = cluster.request(node, "GET", "/v1/jobs?task=big&limit=1000",
+                                       token=cluster.admin_token)
+    assert status == 200, first
+    assert 0 < len(first["jobs"]) < 150 and first["next_cursor"] is not None
+    assert len(json.dumps(first)) < 2 * bounds.PAGE_BYTES_MAX + 2 * len(blob) + 100_000
+    every = search(cluster, node, task="big", limit=1000)
+    assert [job["id"] for job in every] == sorted(ids, reverse=True)
+    assert sorted(job["payload"]["n"] for job in every) == list(range(150))
 
 
 def test_one_search_finds_live_and_archived_jobs_by_payload_field_each_once(
