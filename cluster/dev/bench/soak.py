@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench import scale, scrape, soakrecord
+from raftcron.cluster.dev.bench import cpu, scale, scrape, soakrecord
 from raftcron.cluster.dev.bench.soakload import (
     HOLD_SHARE,
     RAMP_START_PER_S,
@@ -46,6 +46,7 @@ from raftcron.cluster.dev.bench.workers import (
     stop_workers,
     until_waiting,
 )
+from raftcron.cluster.dev.localcluster import ClusterError
 from raftcron.scheduler.settings import BUDGET_BYTES_MAX, BUDGET_BYTES_MIN
 
 MINUTES_MAX = 24 * 60
@@ -140,8 +141,8 @@ async def measure(
             figures |= {"soak_rate_found_per_s": found, "soak_ramp": windows,
                         "soak_ramp_drained_s": round(settled_s, 1)}
         figures["soak_rate_held_per_s"] = None if rate is None else round(rate)
-        records, elapsed_s = await _soak(target, queue, producer, task, processes,
-                                         minutes=minutes, report_s=report_s, say=say)
+        records, elapsed_s, spent = await _soak(target, queue, producer, task, processes,
+                                                minutes=minutes, report_s=report_s, say=say)
     finally:
         if producer is not None:
             producer.stop()
@@ -150,6 +151,7 @@ async def measure(
         stop_workers(processes)
     figures["soak_worker_warnings"] = logged_actions(log_dir)
     figures |= _totals(records, elapsed_s)
+    figures["soak_cpu_us_per_job"] = spent
     figures["soak_records"] = records
     figures |= await _end(target, queue, say)
     return figures
@@ -165,11 +167,13 @@ async def _soak(
     minutes: float,
     report_s: float,
     say: Say,
-) -> tuple[list[dict[str, Any]], float]:
-    """One record each `report_s` and one at the end; the records and the seconds soaked."""
+) -> tuple[list[dict[str, Any]], float, dict[str, Any] | None]:
+    """One record each `report_s` and one at the end; the records, the seconds soaked and
+    the CPU per job by role over them (cluster/dev/bench/cpu.py; None: not a local cluster)."""
     started = time.monotonic()
     ends = started + minutes * 60
     first = previous = await soakrecord.read(target, queue, producer.counts())
+    cpu_before = await _cpu(target, processes)
     records: list[dict[str, Any]] = []
     say(soakrecord.header())
     for index in range(int(minutes * 60 / report_s) + 1):
@@ -184,7 +188,24 @@ async def _soak(
         previous = reading
         if due >= ends:
             break
-    return records, time.monotonic() - started
+    elapsed_s = time.monotonic() - started
+    cpu_after = await _cpu(target, processes)
+    spent = (None if cpu_before is None or cpu_after is None
+             else cpu.per_job(cpu_before, cpu_after, records[-1]["succeeded"]))
+    return records, elapsed_s, spent
+
+
+async def _cpu(target: Target, processes: list[subprocess.Popen[bytes]]) -> cpu.Reading | None:
+    """Every process's CPU time now, with who leads (a local cluster only: None otherwise)."""
+    cluster = target.cluster
+    if cluster is None:
+        return None
+    try:
+        leader: str | None = (await asyncio.to_thread(cluster.leader, 10)).node_id
+    except ClusterError:  # no leader now: the figure will say so
+        leader = None
+    nodes = {node.node_id: node.pid for node in cluster.nodes if node.pid is not None}
+    return cpu.Reading.take(leader, nodes, [process.pid for process in processes])
 
 
 def _check(

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from raftcron.cluster.dev.bench import scrape
+from raftcron.cluster.dev.bench import cpu, scrape
 from raftcron.cluster.dev.bench.scale import rss_mb
 from raftcron.cluster.dev.bench.target import Target
 
@@ -210,6 +210,8 @@ def table(figures: dict[str, Any]) -> str:
         f"state_full ({figures['soak_refused_jobs']:,} jobs)"
         + (f", RSS at most {rss} MB" if (rss := figures["soak_rss_mb_max"]) else "")
     )
+    if figures.get("soak_cpu_us_per_job"):
+        lines.append(cpu.line(figures["soak_cpu_us_per_job"]))
     if figures.get("soak_worker_warnings"):
         counts = ", ".join(f"{k}: {n:,}" for k, n in figures["soak_worker_warnings"].items())
         lines.append(f"worker log lines: {counts}")
