@@ -4,6 +4,8 @@ and by time."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 import uuid
 
 import pytest
@@ -106,3 +108,27 @@ def test_the_table_survives_a_snapshot_of_this_and_of_the_previous_format(versio
     assert restored.apply(submit("r-1")) == first
     if version == 2:
         assert snapshot(restored) == blob
+
+
+@pytest.mark.parametrize("count", [20_000, 21_900])  # a dict near full, and just grown
+def test_an_entry_takes_about_the_memory_the_budget_counts_for_it(count: int):
+    """What the state budget counts for a remembered request (its overhead, the id, the
+    answer) is about what it takes: entries with ids as clients make them (a fresh string
+    each, as a decoded command holds) and a submit's answer, measured by tracemalloc, within
+    10 % (the dict's slots come in powers of two). The entries were tuples of four with
+    their ints and a deque of pairs: 1.7 times the count, so a node's memory grew twice as
+    fast as its counted state under a steady load."""
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        log = RequestLog()
+        for number in range(count):
+            log.remember(f"req-{uuid.uuid4().hex}", 3, 2**32 - 1 - number,
+                         {"jobs": [[10_000 + number, True]]}, T0_MS + number)
+        gc.collect()
+        taken = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert taken <= 1.1 * log.bytes, (taken / count, log.bytes / count)
+    assert log.get(next(iter(log.results))) == (3, 2**32 - 1, {"jobs": [[10_000, True]]})
