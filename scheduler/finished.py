@@ -17,6 +17,7 @@ it reads) evicts exactly the jobs a replica that never stopped evicts.
 from __future__ import annotations
 
 import heapq
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
@@ -30,8 +31,11 @@ Fifo = tuple[str, str]  # (status, queue)
 class FinishedJobs:
     def __init__(self, is_valid: Callable[[str, int, int], bool]) -> None:
         # is_valid(status, finished_ms, job_id): the job is in the table, in that status and
-        # finished at that time (JobTable.finished_entry_valid).
-        self._valid = is_valid
+        # finished at that time (JobTable.finished_entry_valid). Held weakly: the table owns
+        # this object, and a strong reference back made the two a cycle, which only the cyclic
+        # GC frees; the shell freezes a restored state out of the GC's reach (gc.freeze), so a
+        # follower leaked its whole job table at every snapshot it installed.
+        self._valid = weakref.WeakMethod(is_valid)
         self.fifos: dict[Fifo, deque[Place]] = {}
         self.counts: dict[Fifo, int] = {}
         self._heaps: dict[str, list[tuple[int, int, str]]] = {s: [] for s in sorted(j.FINAL)}
@@ -93,7 +97,8 @@ class FinishedJobs:
         fifo = self.fifos.get(where)
         if fifo is None:
             return None
-        valid = self._valid
+        valid = self._valid()
+        assert valid is not None  # the table that owns this object is alive while it is used
         while fifo:
             entry = fifo[0]
             if valid(status, entry[0], entry[1]):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -166,7 +167,7 @@ class RequestLog:
         return found
 
     @classmethod
-    def from_list(cls, data: list[Any], *, packed: bool = True) -> RequestLog:
+    def from_list(cls, data: Iterable[list[Any]], *, packed: bool = True) -> RequestLog:
         """From `to_list`; `packed=False`: snapshot format 1, which held the values."""
         log = cls()
         for rid, tag, fingerprint, value, now_ms in data:

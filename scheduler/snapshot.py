@@ -210,9 +210,17 @@ def _restore(blob: bytes) -> SchedulerState:
             job = jobs[job_id] = job_from_list(msgpack.unpackb(record, raw=False))
             active.append(job)
         count_by_status[status] += 1
-    keys, schedules, pending, workflows, requests, event_log, counters, leader = (
-        unpacker.unpack() for _ in range(8)
-    )
+    # Keys and request ids (most of a busy state) are streamed too, one entry at a time: the
+    # entry's strings and bytes become the table's own, and no list of lists of all of them
+    # exists beside the tables (an install on a running follower already holds two states).
+    for _ in range(unpacker.read_array_header()):
+        key, job_id, created_ms, long = unpacker.unpack()
+        table.keys[key] = (job_id, created_ms, long)
+        table.key_bytes += key_bytes(key)
+    schedules, pending, workflows = (unpacker.unpack() for _ in range(3))
+    state.requests = RequestLog.from_list(
+        (unpacker.unpack() for _ in range(unpacker.read_array_header())), packed=version >= 2)
+    event_log, counters, leader = (unpacker.unpack() for _ in range(3))
     sections = unpacker.unpack() if version >= 3 else {}
     if unpacker.tell() != len(blob):
         raise ValueError("a snapshot has bytes after its last field")
@@ -233,9 +241,6 @@ def _restore(blob: bytes) -> SchedulerState:
             status_index.update(dict.fromkeys(job_id for _, job_id in places))
     table.recount_restored(active, frozen_by_queue)
     table.finished.restored({where: group[0] for where, group in finished.items()})
-    for key, job_id, created_ms, long in keys:
-        table.keys[key] = (job_id, created_ms, long)
-        table.key_bytes += key_bytes(key)
     for created_ms, key in sorted((entry[1], key) for key, entry in table.keys.items()):
         (table.fire_key_order if table.keys[key][2] else table.key_order).append((created_ms, key))
     specs: dict[bytes, ScheduleSpec] = {}
@@ -255,7 +260,6 @@ def _restore(blob: bytes) -> SchedulerState:
             if job_id in jobs:
                 state.workflow_of[job_id] = workflow.id
         state.workflows_bytes += WORKFLOW_BYTES + WORKFLOW_NODE_BYTES * len(workflow.job_ids)
-    state.requests = RequestLog.from_list(requests, packed=version >= 2)
     state.events = EventLog.from_list(event_log)
     state.counters = counters
     state.leader = None if leader is None else (leader[0], leader[1])
