@@ -5,6 +5,7 @@ tests/cluster/test_security_raft.py)."""
 from __future__ import annotations
 
 import errno
+import random
 import socket
 import struct
 import time
@@ -85,3 +86,43 @@ def test_an_accept_error_leaves_the_listener_accepting(code: int) -> None:
         server._TcpServer__socket = real
         server.unbind()
 
+
+
+def test_frames_queued_behind_a_slow_reader_are_appended_in_place_and_arrive_whole() -> None:
+    """A peer that reads nothing for a while: every frame waits in one buffer, which grows in
+    place (the library copied the whole backlog per frame, twice), and the reader then gets
+    each message once, in order, through the receiving side's own parser."""
+    from pysyncobj.encryptor import getEncryptor
+
+    poller = createPoller("auto")
+    left, right = socket.socketpair()
+    for end in (left, right):
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        end.setblocking(False)
+    encryptor = getEncryptor("a cluster password")
+    received: list[Any] = []
+    sender = raftguard.GuardedConnection(poller, socket=left, timeout=60)
+    reader = raftguard.GuardedConnection(poller, socket=right, timeout=60,
+                                         onMessageReceived=received.append)
+    sender.encryptor = reader.encryptor = encryptor
+    # Incompressible entries (zlib runs before Fernet), so the backlog really is large.
+    messages = [{"n": n, "entries": [random.Random(n).randbytes(3000), n]} for n in range(200)]
+    try:
+        sender.send(messages[0])
+        outbox = sender._TcpConnection__writeBuffer
+        assert isinstance(outbox, bytearray)
+        for message in messages[1:]:
+            sender.send(message)
+            assert sender._TcpConnection__writeBuffer is outbox
+        assert sender.getSendBufferSize() > 100_000  # the reader read nothing yet
+        deadline = time.monotonic() + 20
+        while len(received) < len(messages) and time.monotonic() < deadline:
+            poller.poll(0.01)
+        assert received == messages
+        assert sender.getSendBufferSize() == 0
+        sender.disconnect()  # the library resets its buffer to bytes(): sends still work
+        assert not isinstance(sender._TcpConnection__writeBuffer, bytearray)
+    finally:
+        sender.disconnect()
+        reader.disconnect()
