@@ -27,6 +27,7 @@ from raftcron.scheduler.notifications import AckNotification, DeleteNotification
 from raftcron.scheduler.purging import PurgeJobs
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
+from raftcron.scheduler.value import value
 
 T = TypeVar("T")
 
@@ -82,7 +83,7 @@ def _strip_none(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SubmitJobs:
     TAG: ClassVar[int] = 1
     request_id: str | None
@@ -150,7 +151,7 @@ class RetryJob:
 ACK_OUTCOMES = ("succeeded", "failed")
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Ack:
     """A finished job reported inside a claim: one round trip acks and claims."""
 
@@ -192,7 +193,7 @@ class Ack:
 _ACK_FIELDS = frozenset({"id", "token", "outcome", "result", "error", "retryable"})
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ClaimJobs:
     TAG: ClassVar[int] = 5
     request_id: str | None

@@ -155,16 +155,23 @@ def array(value: object, field: str, *, items_max: int) -> list[Any]:
 
 def json_value(value: object, field: str, *, bytes_max: int) -> Any:
     """A JSON-compatible value (payload or result) no larger than `bytes_max` as msgpack."""
+    json_packed(value, field, bytes_max=bytes_max)
+    return value
+
+
+def json_packed(value: object, field: str, *, bytes_max: int) -> bytes:
+    """`json_value`'s check, giving the msgpack bytes it measured (a job stores them)."""
     try:
-        size = len(msgpack.packb(value, use_bin_type=True))
+        packed: bytes = msgpack.packb(value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as error:
         raise Invalid(field, f"is not a JSON value ({error})") from None
-    if size > bytes_max:
+    if len(packed) > bytes_max:
         raise Invalid(
-            field, f"is {size} bytes, more than the limit of {bytes_max}", code="too_large"
+            field, f"is {len(packed)} bytes, more than the limit of {bytes_max}",
+            code="too_large",
         )
     _check_json_shape(value, field, depth=0)
-    return value
+    return packed
 
 
 def _check_json_shape(value: object, field: str, depth: int) -> None:

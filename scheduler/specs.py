@@ -17,6 +17,7 @@ import msgpack
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.flowspecs import ConcurrencySpec, UniqueSpec
+from raftcron.scheduler.value import value
 
 _BACKOFF_FIELDS = frozenset({"initial_ms", "factor", "max_ms", "jitter"})
 
@@ -90,7 +91,7 @@ _KEYED_FIELDS = ("unique", "debounce_ms", "debounce_max_ms")
 _KEYED_FIELDS_SET = frozenset(_KEYED_FIELDS)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class JobSpec:
     task: str
     payload: Any = None
@@ -131,6 +132,12 @@ class JobSpec:
         fields: dict[str, Any] = {}
         try:
             for name, value in data.items():
+                if name == "payload":  # checked by packing it: the job keeps those bytes
+                    if value is not None:
+                        fields["_packed"] = parse.json_packed(
+                            value, name, bytes_max=limits.PAYLOAD_BYTES_MAX)
+                    fields[name] = value
+                    continue
                 parser = parsers.get(name)
                 if parser is None:
                     parse.reject_unknown({name: value}, frozenset(parsers))
