@@ -168,11 +168,34 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _release_acks(self: Any, storage: RaftStorage) -> None:
-    """Send the held acks, in order, as far as the entries they claim are durable."""
+    """Send the held acks, in order, as far as the entries they claim are durable.
+
+    A success that the next released one covers is not sent: the leader keeps only the
+    highest index a follower matched (its `next_node_idx` handler raises matchIndex and
+    nextIndex to the newest success), so the last of a run says all of it. One sync often
+    makes several appends durable at once, and each ack is a framed, compressed and encrypted
+    message on both ends."""
     held = _held_acks(self)
     durable = storage.log.durable_through
-    while held and (not held[0]["success"] or held[0]["nextNodeIdx"] - 1 <= durable):
-        library_send(self, **held.pop(0))
+    ready = 0
+    while ready < len(held) and (not held[ready]["success"]
+                                 or held[ready]["nextNodeIdx"] - 1 <= durable):
+        ready += 1
+    if not ready:
+        return
+    released = held[:ready]
+    del held[:ready]
+    for ack, following in zip(released, [*released[1:], None], strict=True):
+        if following is not None and _covers(following, ack):
+            continue
+        library_send(self, **ack)
+
+
+def _covers(later: dict[str, Any], earlier: dict[str, Any]) -> bool:
+    """Whether the leader, given `later`, ends as it would after `earlier` then `later`."""
+    return (earlier["success"] and not earlier["reset"] and later["success"]
+            and not later["reset"] and later["node"] == earlier["node"]
+            and later["nextNodeIdx"] >= earlier["nextNodeIdx"])
 
 
 def _watch_sync_worker(self: Any, storage: RaftStorage) -> None:
