@@ -18,8 +18,8 @@ What this module changes, by subclassing (SyncObj takes ``transportClass``; noth
    command) are a few hundred bytes. After authentication the peer holds the password, so no
    cap applies, but every buffer is a ``bytearray`` (linear appends and front deletes). The
    send side too: the library appended each frame to its outgoing ``bytes`` and sliced off
-   what the socket took, copying the whole backlog twice per frame (a leader at 6,000 jobs/s
-   spent 17 % of its CPU in ``__processSend`` alone, py-spy self time).
+   what the socket took, copying the whole backlog twice per frame: quadratic in a backlog
+   (a slow follower, a snapshot's chunks).
 3. ``accept()`` errors are transient: on EMFILE, ENFILE, ENOBUFS, ENOMEM the listener stops
    polling for ``ACCEPT_PAUSE_S`` and resumes (as asyncio does); ECONNABORTED and friends drop
    just that connection; an error event on the listener rebinds it.
