@@ -14,12 +14,13 @@ import msgpack
 
 from raftcron.scheduler.commands import BY_TAG, Command, wire_fingerprint
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.packing import to_msgpack
 
 WIRE_VERSION = 1
 
 
 def encode(command: Command) -> bytes:
-    body: bytes = msgpack.packb([WIRE_VERSION, command.TAG, command.to_wire()], use_bin_type=True)
+    body: bytes = to_msgpack([WIRE_VERSION, command.TAG, command.to_wire()])
     return body
 
 
@@ -29,7 +30,7 @@ def encode_request(command: Command) -> tuple[bytes, int | None]:
     command decoded from its bytes equals it: the model test holds the two equal, and the
     replicas that decode reach the same state)."""
     wire = command.to_wire()
-    frame: bytes = msgpack.packb([WIRE_VERSION, command.TAG, wire], use_bin_type=True)
+    frame: bytes = to_msgpack([WIRE_VERSION, command.TAG, wire])
     fingerprint = wire_fingerprint(command.TAG, wire) if wire.get("request_id") else None
     return frame, fingerprint
 

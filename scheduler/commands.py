@@ -17,13 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-import msgpack
-
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.flowcommands import FLOW_COMMANDS, FlowCommand
 from raftcron.scheduler.gate import GATE_COMMANDS, GateCommand
 from raftcron.scheduler.notifications import AckNotification, DeleteNotification, PutNotification
+from raftcron.scheduler.packing import to_msgpack
 from raftcron.scheduler.purging import PurgeJobs
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
@@ -559,4 +558,4 @@ def wire_fingerprint(tag: int, wire: Mapping[str, Any]) -> int:
     (the same bytes, since encoding a decoded command gives back its fields; a model test
     holds the two equal for every command it makes)."""
     kept = {k: v for k, v in wire.items() if k not in ("request_id", "node")}
-    return zlib.crc32(msgpack.packb([tag, kept], use_bin_type=True))
+    return zlib.crc32(to_msgpack([tag, kept]))

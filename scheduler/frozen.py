@@ -21,6 +21,7 @@ from typing import Any
 import msgpack
 
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler import packing
 from raftcron.scheduler.jobs import Attempt, Job
 from raftcron.scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
@@ -105,7 +106,7 @@ def readable(job: Job | FrozenJob) -> Job:
 
 def pack(job: Job, *, compact: bool = False) -> bytes:
     fields = job_to_compact_list(job) if compact else job_to_list(job)
-    data: bytes = msgpack.packb(fields, use_bin_type=True)
+    data: bytes = packing.to_msgpack(fields)
     return data
 
 

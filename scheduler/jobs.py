@@ -15,6 +15,7 @@ from typing import Any
 import msgpack
 
 from raftcron.scheduler import limits
+from raftcron.scheduler.packing import to_msgpack
 from raftcron.scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
 BLOCKED = "blocked"
@@ -185,7 +186,7 @@ def pack(value: Any) -> bytes | None:
     """A payload or result as stored: msgpack bytes (None stays None)."""
     if value is None:
         return None
-    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    packed: bytes = to_msgpack(value)
     return packed
 
 

@@ -13,12 +13,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import msgpack
-
 from raftcron.scheduler.errors import Invalid
+from raftcron.scheduler.packing import to_msgpack
 
 INT64_MAX = 2**63 - 1
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
+# Valid names met so far: a job's task and queue are checked on every replica for every job,
+# and a cluster has few of them. Bounded; once full, names are checked by the pattern alone.
+NAMES_MET_MAX = 4096
+_NAMES_MET: dict[str, None] = {}
 # The shape of a schedule's fire keys (below): a client key of that shape would share the key
 # table with a fire and swallow it.
 _FIRE_KEY_RE = re.compile(_NAME_RE.pattern + r"@(?:manual-)?-?[0-9]+")
@@ -35,6 +38,8 @@ def manual_fire_key(schedule: str, job_id: int) -> str:
 
 
 def as_mapping(data: object, field: str) -> Mapping[str, Any]:
+    if type(data) is dict:  # what msgpack and JSON give: skips the ABC's isinstance check
+        return data
     if not isinstance(data, Mapping):
         raise Invalid(field, f"must be an object, not {type_name(data)}")
     return data
@@ -127,6 +132,8 @@ def client_key(value: object, field: str, *, chars_max: int) -> str | None:
 
 def name(value: object, field: str, *, chars_max: int) -> str:
     """A name that appears in URLs, keys and metrics: letters, digits and `_ . : -`."""
+    if type(value) is str and value in _NAMES_MET and len(value) <= chars_max:
+        return value
     result = text(value, field, chars_max=chars_max)
     if not _NAME_RE.fullmatch(result):
         raise Invalid(
@@ -134,6 +141,8 @@ def name(value: object, field: str, *, chars_max: int) -> str:
             f"{result!r} must start with a letter or digit and contain only "
             "letters, digits, '_', '.', ':' and '-'",
         )
+    if len(_NAMES_MET) < NAMES_MET_MAX:
+        _NAMES_MET[result] = None
     return result
 
 
@@ -162,7 +171,7 @@ def json_value(value: object, field: str, *, bytes_max: int) -> Any:
 def json_packed(value: object, field: str, *, bytes_max: int) -> bytes:
     """`json_value`'s check, giving the msgpack bytes it measured (a job stores them)."""
     try:
-        packed: bytes = msgpack.packb(value, use_bin_type=True)
+        packed: bytes = to_msgpack(value)
     except (TypeError, ValueError, OverflowError) as error:
         raise Invalid(field, f"is not a JSON value ({error})") from None
     if len(packed) > bytes_max:

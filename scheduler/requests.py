@@ -39,6 +39,7 @@ import msgpack
 
 from raftcron.scheduler import limits
 from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.packing import to_msgpack
 
 # The dict slot, the id string's header, the entry's bytes header and fixed fields, its order
 # slot (measured: ~110 bytes beside the id's and the answer's, tests/test_core_requests.py).
@@ -46,7 +47,7 @@ ENTRY_OVERHEAD_BYTES = 160
 
 
 def _pack(value: Any) -> bytes:
-    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    packed: bytes = to_msgpack(value)
     return packed
 
 

@@ -12,11 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.flowspecs import ConcurrencySpec, UniqueSpec
+from raftcron.scheduler.packing import to_msgpack
 from raftcron.scheduler.value import value
 
 _BACKOFF_FIELDS = frozenset({"initial_ms", "factor", "max_ms", "jitter"})
@@ -116,7 +115,7 @@ class JobSpec:
         if self.payload is None:
             return None
         if self._packed is None:
-            object.__setattr__(self, "_packed", msgpack.packb(self.payload, use_bin_type=True))
+            object.__setattr__(self, "_packed", to_msgpack(self.payload))
         return self._packed
 
     @classmethod
