@@ -12,7 +12,8 @@ from typing import Any
 import peerfolder
 import pytest
 
-from raftcron.cluster.dev.bench import peerreport, peerrun, peers
+from raftcron.cluster.cli import main
+from raftcron.cluster.dev.bench import peerreport, peerrun, peers, run
 
 BULLMQ = peers.PEERS[0]
 
@@ -32,6 +33,28 @@ def test_the_folder_must_exist_and_hold_the_peers_programs_and_scripts(tmp_path:
     assert peers.expected_files() == [
         "bullmq/bench_bullmq.mjs", "bullmq/redis_start.sh", "bullmq/redis_stop.sh",
         "common.mjs", "graphile/bench_graphile.mjs", "pg_start.sh", "pg_stop.sh"]
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["--peers", "{missing}"], "no such folder"),
+        (["--peers", "{empty}"], "it lacks bullmq/bench_bullmq.mjs"),
+        (["--peers", "{good}", "--only", "claim"], "--only must include drain"),
+        (["--peers", "{good}", "--peer-repeats", "0"], "--peer-repeats must be at least 1"),
+        (["--peer-repeats", "2"], "--peer-repeats needs --peers DIR"),
+    ],
+)
+def test_bad_peers_options_are_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], words: list[str], said: str
+) -> None:
+    (tmp_path / "empty").mkdir()
+    good = peerfolder.make(tmp_path, behave={})
+    places = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "good": good}
+    # A cluster would be started (processes: the tier guard fails the test) if not refused.
+    assert main(["bench", *(word.format(**places) for word in words)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("raftcron bench: ") and said in error
 
 
 def row(**changes: Any) -> dict[str, Any]:
@@ -132,3 +155,38 @@ def test_ratios_are_ours_over_theirs_and_a_peer_without_figure_has_none() -> Non
         "  b                            no figure: graphile/node_modules missing: run npm ci in x",
         "  server redis: started by x",
     ]
+
+
+def test_the_bench_runs_the_peers_after_its_drain_with_its_jobs_and_shows_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The wiring of run.py: our measures and the peers' runs are stand-ins here."""
+    folder = peerfolder.make(tmp_path, behave={})
+    asked: list[tuple[Path, int, int]] = []
+
+    async def our_measures(*args: Any) -> dict[str, Any]:
+        return {"drain_jobs_per_s": 12_000, "drain_ready_jobs_per_s": 14_000, "drain_jobs": 2_000,
+                "drain_workers": 4}
+
+    def their_drains(where: Path, *, jobs: int, repeats: int) -> dict[str, Any]:
+        asked.append((where, jobs, repeats))
+        return {"peers": {"bullmq_fsync_always_keep": {"median_per_s": 24_000.0,
+                                                       "min_per_s": 1.0, "max_per_s": 2.0},
+                          "graphile_default": {"median_per_s": None, "why": "x"}},
+                "peers_servers": {"redis": "started"}}
+
+    monkeypatch.setattr(run, "_measure", our_measures)
+    monkeypatch.setattr(peerrun, "measure", their_drains)
+    base = ["bench", "--connect", "http://127.0.0.1:9", "--only", "drain", "--peers", str(folder)]
+    assert main([*base, "--json", "--peer-repeats", "2"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert asked == [(folder, 2_000, 2)]
+    assert figures["drain_jobs_per_s"] == 12_000
+    assert figures["peers"]["bullmq_fsync_always_keep"]["drain_over_peer"] == 0.5
+    assert figures["peers"]["graphile_default"] == {"median_per_s": None, "why": "x"}
+    assert (figures["peers_jobs"], figures["peers_repeats"]) == (2_000, 2)
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert asked[-1] == (folder, 2_000, peers.DEFAULT_REPEATS)
+    assert "ours 0.50x, 0.58x from ready" in out and "graphile_default" in out
+    assert "{" not in out  # the peers' dicts have their own lines, not the figures' loop

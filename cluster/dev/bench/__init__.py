@@ -13,5 +13,7 @@ end in a table (or one JSON object with `--json`). Measures (`--only` picks some
   its budget), one record a minute (rates, RSS, state bytes, backlog, kept, evictions,
   refusals, claim latency), then snapshot and restart-to-ready.
 
-`scale` and `soak` run only when `--only` names them.
+`scale` and `soak` run only when `--only` names them. `--peers DIR` then runs the peers' drains
+(BullMQ, graphile-worker) of a baselines folder with the drain's jobs, their figures and ratios
+beside ours (peers.py, peerrun.py, peerreport.py).
 """

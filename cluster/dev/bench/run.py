@@ -10,7 +10,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench import archivebench, measures, scale, soak, soakrecord
+from raftcron.cluster.dev.bench import (
+    archivebench,
+    measures,
+    peerreport,
+    peerrun,
+    peers,
+    scale,
+    soak,
+    soakrecord,
+)
 from raftcron.cluster.dev.bench.target import Target
 from raftcron.cluster.dev.localcluster import LocalCluster
 
@@ -118,6 +127,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="archive: rows of the archive searched (default 10,000,000; --quick 6,000); "
         "no cluster is started for it (cluster/dev/bench/archivebench.py)",
     )
+    parser.add_argument(
+        "--peers",
+        metavar="DIR",
+        help="drain: then run the peers' drains (BullMQ, graphile-worker) of the baselines "
+        "folder DIR (e.g. ../shared/baselines) with the same jobs, and show their figures and "
+        "ratios beside ours; a peer that cannot run is said, with why",
+    )
+    parser.add_argument(
+        "--peer-repeats",
+        type=int,
+        help=f"--peers: runs of each peer's drain, their median reported "
+        f"(default {peers.DEFAULT_REPEATS})",
+    )
     # One record per minute; a smoke test asks for one every few seconds.
     parser.add_argument("--report-s", type=float, default=60.0, help=argparse.SUPPRESS)
 
@@ -132,6 +154,10 @@ def run(args: argparse.Namespace) -> int:
             f"raftcron bench: unknown measure {unknown[0]!r} (known: {', '.join(MEASURES)})",
             file=sys.stderr,
         )
+        return 2
+    problem = _peers_problem(args, chosen)
+    if problem:
+        print(f"raftcron bench: {problem}", file=sys.stderr)
         return 2
     if "archive" in chosen:  # a node's archive on this disk, no cluster
         archive = archivebench.measure(**archivebench.sizes(quick=args.quick, rows=args.rows))
@@ -182,6 +208,12 @@ def run(args: argparse.Namespace) -> int:
             import shutil
 
             shutil.rmtree(folder, ignore_errors=True)
+    if args.peers:  # after ours, our cluster stopped: the peers get the machine to themselves
+        repeats = args.peer_repeats or peers.DEFAULT_REPEATS
+        found = peerrun.measure(Path(args.peers), jobs=figures["drain_jobs"], repeats=repeats)
+        figures["peers"] = peerreport.compare(found["peers"], figures)
+        figures |= {"peers_jobs": figures["drain_jobs"], "peers_repeats": repeats,
+                    "peers_servers": found["peers_servers"]}
     figures["measured"] = chosen
     if not args.connect:
         figures["durability"] = args.durability
@@ -189,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(figures))
     else:
         for name, value in figures.items():
-            if name != "measured" and not name.startswith("soak_"):  # the soak has a table
+            if name != "measured" and not name.startswith(("soak_", "peers")):  # own tables
                 print(
                     f"{name:<28} {value:,}"
                     if isinstance(value, int | float)
@@ -197,7 +229,20 @@ def run(args: argparse.Namespace) -> int:
                 )
         if "soak_records" in figures:
             print(soakrecord.table(figures))
+        if "peers" in figures:
+            print(peerreport.table(figures))
     return 0
+
+
+def _peers_problem(args: argparse.Namespace, chosen: list[str]) -> str | None:
+    """What is wrong with --peers and --peer-repeats, said before any cluster is started."""
+    if args.peers is None:
+        return "--peer-repeats needs --peers DIR" if args.peer_repeats is not None else None
+    if args.peer_repeats is not None and args.peer_repeats < 1:
+        return f"--peer-repeats must be at least 1, not {args.peer_repeats}"
+    if "drain" not in chosen:
+        return "--peers runs the peers' drains beside ours: --only must include drain"
+    return peers.problem(Path(args.peers))
 
 
 async def _measure(
