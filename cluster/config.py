@@ -7,34 +7,37 @@ the node. A node without peers binds no Raft port at all (cluster/raftguard.py).
 relative to the config file's folder. The cluster's name (`[cluster] name`, default
 "raftcron") is what every member of one cluster says alike, as Cassandra's `cluster_name`: a
 backup carries it, and `raftcron cluster doctor` names a member that says another.
+
+`KEYS` is the schema: every key a file may hold (the file's unknown-key check reads it) and
+so every key's `RAFTCRON_*` variable (cluster/configenv.py). `load` takes the file, the
+environment, or both; without a file, relative paths are the current directory's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import ipaddress
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raftcron.cluster import configenv
+from raftcron.cluster.configenv import ConfigError as ConfigError
+from raftcron.cluster.configenv import ConfigKey, dataclass_keys
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.gate import DEFAULT_SETTINGS
-from raftcron.scheduler.settings import Settings
+from raftcron.scheduler.settings import SECTIONS, Settings
 
 API_ROLES = ("admin", "submit", "worker", "read")
 _NODE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 # A DNS label: safe in a file name, a header, a metric label and a shell word alike.
 _CLUSTER_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 DEFAULT_CLUSTER_NAME = "raftcron"
-
-
-class ConfigError(Exception):
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ class NodeConfig:
     join: bool = False
     membership: MembershipSettings = MembershipSettings()
     cluster_name: str = DEFAULT_CLUSTER_NAME
+    # (key, variable) of each key that came from the environment, which the node logs
+    environment: tuple[tuple[str, str], ...] = ()
     # The settings a new cluster starts with (scheduler/settings.py's sections): its
     # first leader, or `raftcron cluster finalize`, seeds the replicated settings from the
     # config of the node that proposes it, once; later they change through the API.
@@ -157,38 +162,62 @@ class NodeConfig:
         return tuple(sorted((me, *self.peers), key=lambda p: p.node_id))
 
 
-def load(path: str | Path) -> NodeConfig:
-    path = Path(path)
+KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("node_id", "string", required=True),
+    ConfigKey("raft_address", "string", required=True),
+    ConfigKey("http_address", "string", required=True),
+    ConfigKey("data_dir", "path", "data/<node_id>"),
+    ConfigKey("cluster_password", "string"),
+    ConfigKey("peers", "peers"),
+    ConfigKey("log_level", "string", "info"),
+    ConfigKey("join", "boolean", False),
+    ConfigKey("api.tokens", "tokens"),
+    ConfigKey("api.tokens_file", "path"),
+    ConfigKey("api.allow_unauthenticated", "boolean", False),
+    *dataclass_keys("api", ApiSettings),
+    *dataclass_keys("raft", RaftTuning),
+    *dataclass_keys("storage", StorageSettings),
+    *dataclass_keys("clock", ClockSettings),
+    *dataclass_keys("membership", MembershipSettings),
+    ConfigKey("cluster.name", "string", DEFAULT_CLUSTER_NAME),
+    *(ConfigKey(f"settings.{name}", "table") for name in SECTIONS),
+)
+
+
+def known_keys(section: str) -> set[str]:
+    """The keys the schema has in `section` ("" for the top level, which has the sections)."""
+    if section:
+        return {k.path.partition(".")[2] for k in KEYS if k.path.partition(".")[0] == section}
+    return {k.path.partition(".")[0] for k in KEYS}
+
+
+def load(path: str | Path | None, environ: Mapping[str, str] | None = None) -> NodeConfig:
+    """The node's config from the file at `path` (None: no file) and the environment."""
+    environ = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    base_dir = Path.cwd()
+    if path is not None:
+        path = Path(path)
+        try:
+            raw = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError("config", f"no such file: {path}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError("config", f"{path} is not valid TOML: {error}") from None
+        base_dir = path.resolve().parent
+    merged = configenv.merge(raw, environ, KEYS, file_label=None if path is None else str(path))
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError("config", f"no such file: {path}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError("config", f"{path} is not valid TOML: {error}") from None
-    return parse(raw, base_dir=path.resolve().parent, source=path)
+        config = parse(merged.raw, base_dir=base_dir, source=path, environ=environ)
+    except ConfigError as error:
+        raise merged.rename(error) from None
+    return dataclasses.replace(config, environment=tuple(sorted(merged.sources.items())))
 
 
-_TOP_KEYS = {
-    "node_id",
-    "raft_address",
-    "http_address",
-    "data_dir",
-    "cluster_password",
-    "peers",
-    "api",
-    "raft",
-    "storage",
-    "clock",
-    "log_level",
-    "join",
-    "membership",
-    "cluster",
-    "settings",
-}
-
-
-def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) -> NodeConfig:
-    _no_unknown(raw, _TOP_KEYS, "")
+def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None,
+          environ: Mapping[str, str] | None = None) -> NodeConfig:
+    """A validated config from a file's table; `environ` (default: the process's) gives only
+    RAFTCRON_API_TOKENS here (the other variables are `load`'s, by configenv)."""
+    _no_unknown(raw, known_keys(""), "")
     node_id = _node_id(raw.get("node_id"), "node_id")
     raft_address = _address(raw.get("raft_address"), "raft_address")
     http_address = _address(raw.get("http_address"), "http_address")
@@ -206,7 +235,7 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
     ]
     if len(set(addresses)) != len(addresses):
         raise ConfigError("peers", "every raft_address and http_address must be different")
-    password = raw.get("cluster_password", os.environ.get("RAFTCRON_CLUSTER_PASSWORD"))
+    password = raw.get("cluster_password")
     if password is not None and (not isinstance(password, str) or len(password) < 8):
         raise ConfigError("cluster_password", "must be a string of at least 8 characters")
     if peers and not password:
@@ -215,7 +244,8 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None) ->
             "is required when the node has peers (or set RAFTCRON_CLUSTER_PASSWORD): without it, "
             "anyone who reaches the Raft port can run code on this node",
         )
-    tokens, names, allow_unauthenticated, api = _api(raw.get("api", {}), base_dir)
+    env_tokens = (os.environ if environ is None else environ).get(API_TOKENS_ENV, "")
+    tokens, names, allow_unauthenticated, api = _api(raw.get("api", {}), base_dir, env_tokens)
     if not tokens and not allow_unauthenticated and not _is_loopback(http_address):
         raise ConfigError(
             "api.tokens",
@@ -314,17 +344,15 @@ def _peers(value: object) -> tuple[Peer, ...]:
 
 API_TOKENS_ENV = "RAFTCRON_API_TOKENS"  # "name:role:token,..." (or "role:token,...")
 _TOKEN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@\-]{0,63}$")
-_API_KEYS = {"tokens", "tokens_file", "allow_unauthenticated", "max_connections",
-             "idle_timeout_s", "tls_cert_file", "tls_key_file", "tls_client_ca_file"}
 
 
 def _api(
-    value: object, base_dir: Path
+    value: object, base_dir: Path, env_tokens: str
 ) -> tuple[dict[str, str], dict[str, str], bool, ApiSettings]:
     """Tokens (config, ``tokens_file``, ``RAFTCRON_API_TOKENS``), auth switch, listener."""
     if not isinstance(value, dict):
         raise ConfigError("api", "must be a table")
-    _no_unknown(value, _API_KEYS, "api.")
+    _no_unknown(value, known_keys("api"), "api.")
     roles: dict[str, str] = {}
     names: dict[str, str] = {}
     _add_tokens(value.get("tokens", {}), "api.tokens", roles, names)
@@ -339,9 +367,8 @@ def _api(
             raise ConfigError("api.tokens_file", f"{path} is not valid TOML: {error}") from None
         _no_unknown(table, {"tokens"}, f"{path}: ")
         _add_tokens(table.get("tokens", {}), f"{path}: tokens", roles, names)
-    env_tokens = os.environ.get(API_TOKENS_ENV, "").strip()
-    if env_tokens:
-        _add_env_tokens(env_tokens, roles, names)
+    if env_tokens.strip():
+        _add_env_tokens(env_tokens.strip(), roles, names)
     allow = value.get("allow_unauthenticated", False)
     if not isinstance(allow, bool):
         raise ConfigError("api.allow_unauthenticated", "must be true or false")
@@ -418,7 +445,7 @@ def _add_token(token: str, role: object, name: object, where: str,
 def _storage(value: object) -> StorageSettings:
     if not isinstance(value, dict):
         raise ConfigError("storage", "must be a table")
-    _no_unknown(value, {"durability", "archive"}, "storage.")
+    _no_unknown(value, known_keys("storage"), "storage.")
     durability = value.get("durability", StorageSettings.durability)
     if durability not in DURABILITY_MODES:
         raise ConfigError("storage.durability",
@@ -433,7 +460,7 @@ def _cluster(value: object) -> str:
     """The `[cluster]` table: its name."""
     if not isinstance(value, dict):
         raise ConfigError("cluster", "must be a table")
-    _no_unknown(value, {"name"}, "cluster.")
+    _no_unknown(value, known_keys("cluster"), "cluster.")
     name = value.get("name", DEFAULT_CLUSTER_NAME)
     if not isinstance(name, str) or not _CLUSTER_NAME_RE.match(name):
         raise ConfigError("cluster.name", "must be 1-63 lower-case letters, digits or '-', "
@@ -456,7 +483,7 @@ def _settings(value: object) -> Settings:
 def _membership(value: object) -> MembershipSettings:
     if not isinstance(value, dict):
         raise ConfigError("membership", "must be a table")
-    _no_unknown(value, {"catch_up_timeout_s"}, "membership.")
+    _no_unknown(value, known_keys("membership"), "membership.")
     timeout = value.get("catch_up_timeout_s", MembershipSettings.catch_up_timeout_s)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or \
             not 1 <= timeout <= 86_400:
@@ -475,7 +502,7 @@ _CLOCK_RANGES = {  # key -> (lowest, highest) accepted, in ms
 def _clock(value: object) -> ClockSettings:
     if not isinstance(value, dict):
         raise ConfigError("clock", "must be a table")
-    _no_unknown(value, set(_CLOCK_RANGES), "clock.")
+    _no_unknown(value, known_keys("clock"), "clock.")
     fields: dict[str, int] = {}
     for name, (low, high) in _CLOCK_RANGES.items():
         given = value.get(name, getattr(ClockSettings, name))
@@ -493,7 +520,7 @@ def _tuning(value: object) -> RaftTuning:
     if not isinstance(value, dict):
         raise ConfigError("raft", "must be a table")
     defaults = RaftTuning()
-    known = set(RaftTuning.__dataclass_fields__)
+    known = known_keys("raft")
     _no_unknown(value, known, "raft.")
     fields: dict[str, Any] = {}
     for name in known:
