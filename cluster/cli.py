@@ -17,7 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     node.add_argument(
         "--config",
         default=os.environ.get("RAFTCRON_CONFIG"),
-        help="TOML config file (env RAFTCRON_CONFIG)",
+        help="TOML config file (env RAFTCRON_CONFIG); without one, the config comes from "
+        "RAFTCRON_* variables alone (raftcron config env lists them)",
     )
     node.add_argument(
         "--rejoin-empty",
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     from raftcron.cluster import opsargs, opscli
 
     opsargs.add_commands(commands)
+    config_command = commands.add_parser(
+        "config", help="the node's config: env lists every key's RAFTCRON_* variable"
+    )
+    config_command.add_argument("what", choices=["env"])
+    config_command.add_argument("--json", action="store_true", help="print JSON")
     from raftcron.cluster import notifycli, settingscli
 
     notifycli.add_commands(commands)
@@ -90,14 +96,31 @@ def main(argv: list[str] | None = None) -> int:
         return demo_module.run(args)
     if args.command == "worker":
         return int(worker_cli.run(args))
+    if args.command == "config":
+        return _print_config_variables(as_json=args.json)
     if args.command == "node":
-        if not args.config:
-            parser.error("node: --config FILE is required (or set RAFTCRON_CONFIG)")
         from raftcron.cluster import node as node_module
 
-        return node_module.run(args.config, rejoin_empty=args.rejoin_empty)
+        return node_module.run(args.config or None, rejoin_empty=args.rejoin_empty)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _print_config_variables(*, as_json: bool) -> int:
+    """`raftcron config env`: every key's variable, the file key it stands for, its default
+    (from the config's schema, so the list cannot drift from what a node reads)."""
+    import json
+
+    from raftcron.cluster import config, configenv
+    from raftcron.cluster.cliparts import table
+
+    rows = configenv.table(config.KEYS)
+    if as_json:
+        names = ("variable", "key", "kind", "default")
+        print(json.dumps([dict(zip(names, row, strict=True)) for row in rows], indent=2))
+    else:
+        print(table(["VARIABLE", "FILE KEY", "KIND", "DEFAULT"], rows), end="")
+    return 0
 
 
 if __name__ == "__main__":

@@ -218,8 +218,11 @@ async def _serve(config: NodeConfig, dialer: PeerDialer, rejoin_empty: bool) -> 
 
 
 def run(
-    config_path: str, overrides: dict[str, Any] | None = None, *, rejoin_empty: bool = False
+    config_path: str | None, overrides: dict[str, Any] | None = None, *,
+    rejoin_empty: bool = False,
 ) -> int:
+    """Run a node configured by the file at `config_path` and the environment (or by the
+    environment alone, `config_path` None) until SIGTERM or SIGINT; its exit code."""
     try:
         config = configuration.load(config_path)
         dialer = peer_dialer(config)  # reads the TLS files (RAFTCRON_CA_FILE too) now
@@ -235,6 +238,11 @@ def run(
     gc.set_threshold(*GC_THRESHOLDS)
     # `kill -USR1 <pid>`: every thread's stack to stderr (the node's log), for a node that hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if config.environment:  # said once, so a value from a pod or a variable is never a surprise
+        log.info("config from the environment: %s (node %s, raft %s, http %s)",
+                 " ".join(f"{key}={variable}" for key, variable in config.environment),
+                 config.node_id, config.raft_address, config.http_address,
+                 extra={"action": "config_from_environment"})
     try:
         asyncio.run(_serve(config, dialer, rejoin_empty))
     except StorageError as error:
