@@ -192,8 +192,10 @@ def _empty(directory: str, existed: bool) -> None:
 def add_restore_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="source", required=True, help="a backup file "
                         "(`raftcron backup --out FILE`)")
-    parser.add_argument("--config", required=True, type=Path,
-                        help="the config of the node of the new cluster whose data dir to fill")
+    parser.add_argument("--config", type=Path, default=os.environ.get("RAFTCRON_CONFIG"),
+                        help="the config of the node of the new cluster whose data dir to fill "
+                        "(env RAFTCRON_CONFIG; without one, the node's RAFTCRON_* variables "
+                        "alone, as `raftcron node`)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--archive", help="the archive to restore with the backup (default: "
                        "FILE.archive beside it when it is there, as `raftcron backup "

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        ("migrate", "convert a raftcron 0.1.0 data dir to this format")):
         action = actions.add_parser(name, help=text)
         action.add_argument("--config", default=os.environ.get("RAFTCRON_CONFIG"),
-                            help="the node's TOML config (env RAFTCRON_CONFIG)")
+                            help="the node's TOML config (env RAFTCRON_CONFIG); without "
+                            "one, the node's RAFTCRON_* variables alone, as `raftcron node`")
         if name == "repair":
             action.add_argument("--discard-after-damage", action="store_true",
                                 help="cut the log at damage too; this node then catches up "
@@ -51,11 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from raftcron.cluster import config as configuration
 
-    if not args.config:
-        print(f"raftcron storage {args.action}: --config FILE is required", file=sys.stderr)
-        return 2
     try:
-        config = configuration.load(args.config)
+        config = configuration.load(args.config or None)
     except configuration.ConfigError as error:
         print(f"raftcron storage: config error: {error}", file=sys.stderr)
         return 2
