@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from raftcron.cluster import configenv
 from raftcron.cluster.archive.fill import LOCAL_HEADER
 from raftcron.cluster.dev.loopback import Response, free_ports, http_request, release_ports
 from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
@@ -285,7 +286,11 @@ class LocalCluster:
         return [self.python, "-m", "raftcron.cluster.cli", "node", "--config", config]
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        # The config is the file this harness wrote: a RAFTCRON_* config variable of the
+        # caller's shell would be refused beside it (or change it), so only the variables the
+        # project uses for other purposes pass through, and those given as `env`.
+        env = {name: value for name, value in os.environ.items()
+               if not name.startswith(configenv.PREFIX) or name in configenv.OTHER_USES}
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
         env["PYTHONUNBUFFERED"] = "1"
