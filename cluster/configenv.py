@@ -165,15 +165,15 @@ def merge(
         table[name] = _value(key, text)
         merged.sources[key.path] = key.variable
     _pod(merged, environ, file_label)
-    if peers is not None:
-        _add_peers(merged, peers, environ)
-    if file_label is None:
+    if file_label is None:  # before the peers, which are told apart from this node by it
         for key in keys:
             if key.required and key.path not in merged.raw:
                 raise ConfigError(key.variable, "is required: no config file was given "
                                   "(--config or RAFTCRON_CONFIG), so the node's config comes "
                                   "from the environment (README, \"Configuration from the "
                                   "environment\")")
+    if peers is not None:
+        _add_peers(merged, peers, environ)
     return merged
 
 

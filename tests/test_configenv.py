@@ -144,7 +144,8 @@ def test_a_node_needs_no_file_and_its_relative_paths_are_the_current_folders(
 
 @pytest.mark.parametrize("missing", sorted(ALONE))
 def test_without_a_file_a_missing_required_key_names_its_variable(missing):
-    error = refusal({k: v for k, v in ALONE.items() if k != missing})
+    every = f"n1=127.0.0.1:7001/127.0.0.1:8001,{PEERS}"
+    error = refusal({k: v for k, v in {**ALONE, "RAFTCRON_PEERS": every}.items() if k != missing})
     assert error.key == missing and "no config file was given" in error.message
 
 
