@@ -182,10 +182,12 @@ def _refuse_unknown(environ: Mapping[str, str], keys: Sequence[ConfigKey]) -> No
     unknown = sorted(name for name in environ if name.startswith(PREFIX) and name not in known)
     if not unknown:
         return
-    hints = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(
-        name, sorted(known), n=1)) else name for name in unknown]
-    raise ConfigError(unknown[0], f"not a raftcron setting: {', '.join(hints)} "
-                      "(`raftcron config env` lists every variable)")
+    suffixes = sorted(name[len(PREFIX):] for name in known)  # the prefix would make all close
+    hints = [f"{name} (did you mean {PREFIX}{close[0]}?)" if (close := difflib.get_close_matches(
+        name[len(PREFIX):], suffixes, n=1, cutoff=0.8)) else name for name in unknown]
+    also = f"; unknown as well: {', '.join(hints[1:])}" if len(hints) > 1 else ""
+    raise ConfigError(unknown[0], f"is not a raftcron variable{hints[0][len(unknown[0]):]}"
+                      f"{also} (`raftcron config env` lists every variable)")
 
 
 def _holds(raw: Mapping[str, Any], path: str) -> bool:
