@@ -113,7 +113,7 @@ def dataclass_keys(section: str, settings: type) -> list[ConfigKey]:
 
 
 @dataclass
-class Merged:
+class MergedConfig:
     """The file's table with the environment's values added, and where each of those came
     from, to name the variable in an error about its value."""
 
@@ -139,12 +139,12 @@ class Merged:
 def merge(
     file_raw: Mapping[str, Any], environ: Mapping[str, str], keys: Sequence[ConfigKey], *,
     file_label: str | None,
-) -> Merged:
+) -> MergedConfig:
     """The config `file_raw` (empty when there is no file) with every key's variable added.
     ConfigError for an unknown `RAFTCRON_*` variable, a key set in both, a missing required
     key when there is no file, or a value that is not one (the file's checks come after)."""
     _refuse_unknown(environ, keys)
-    merged = Merged({name: dict(value) if isinstance(value, dict) else value
+    merged = MergedConfig({name: dict(value) if isinstance(value, dict) else value
                      for name, value in file_raw.items()})
     peers: list[tuple[int, dict[str, str]]] | None = None
     for key in keys:
@@ -232,7 +232,7 @@ def _peer_entries(text: str, variable: str) -> list[tuple[int, dict[str, str]]]:
     return entries
 
 
-def _add_peers(merged: Merged, entries: list[tuple[int, dict[str, str]]],
+def _add_peers(merged: MergedConfig, entries: list[tuple[int, dict[str, str]]],
                environ: Mapping[str, str]) -> None:
     """The peers from the environment, this node's own entry left out: one list, the same
     for every member (a StatefulSet gives each pod the same environment)."""
@@ -260,7 +260,7 @@ def _add_peers(merged: Merged, entries: list[tuple[int, dict[str, str]]],
     merged.raw["peers"] = peers
 
 
-def _pod(merged: Merged, environ: Mapping[str, str], file_label: str | None) -> None:
+def _pod(merged: MergedConfig, environ: Mapping[str, str], file_label: str | None) -> None:
     """In a pod (one of POD_TEMPLATES is set, asking for it): the node id, unless given, is
     the pod's name (POD_NAME, from the downward API, else HOSTNAME, which a pod's hostname
     is), and each address is its template filled in: `{node_id}` the node's id, `{namespace}`
