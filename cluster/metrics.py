@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from raftcron.cluster import notifier
 from raftcron.cluster.clocks import ClockBook, ClockView
 from raftcron.cluster.histogram import Histogram
+from raftcron.cluster.membership.reach import ReachBook
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import retention
 from raftcron.scheduler.flowviews import HELD_REASONS, all_queues
@@ -42,6 +43,7 @@ class NodeStats:
     refusals: dict[str, int] = field(default_factory=dict)  # requests refused, by code
     clocks: ClockBook | None = None  # the peers' clocks (cluster/clocks.py), set by the node
     notifier: NotifierStats | None = None  # this node's POSTs to notification receivers
+    reach: ReachBook | None = None  # whom this node reaches over Raft, set by the node
 
     def clock_view(self) -> ClockView | None:
         if self.clocks is None:
@@ -221,6 +223,12 @@ def render(
                [({}, state.now_ms / 1000)])
     notifier.write_metrics(out, state, stats.notifier, node_id)
     _clock_metrics(out, stats.clock_view(), node_id)
+    if stats.reach is not None:
+        out.metric("raftcron_member_reachable", "gauge",
+                   "1 while this node reaches the member over Raft (0: no connection to it for "
+                   "longer than raft.connection_timeout_s); itself included",
+                   [({"node": node_id, "member": member}, 1 if up else 0) for member, up
+                    in stats.reach.reachable(time.monotonic()).items()])
     out.histogram(
         "raftcron_fire_lateness_seconds",
         "Fire applied on this (leader) node minus its fire time",

@@ -29,7 +29,9 @@ from raftcron.cluster.http.app import build_app
 from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
 from raftcron.cluster.http.trail import AuditTrail
+from raftcron.cluster.membership import raftconfig
 from raftcron.cluster.membership.driver import MembershipDriver
+from raftcron.cluster.membership.reach import ReachBook, ReachWatch
 from raftcron.cluster.metrics import RAFT_ROLES, NodeStats
 from raftcron.cluster.notifier import Notifier, NotifierStats
 from raftcron.cluster.peerhttp import PeerDialer, peer_dialer
@@ -72,6 +74,12 @@ class Node:
                                       max_skew_ms=config.clock.max_skew_ms)
         self.clock_poller = ClockPoller(config, self.stats.clocks, dialer,
                                         members=self.raft.members)
+        # Whom this node reaches over Raft (raftcron_member_reachable): a member silent for
+        # longer than a connection timeout is one PySyncObj has given up on too.
+        self.stats.reach = ReachBook(config.node_id, bound_s=config.raft.connection_timeout_s)
+        self.reach_watch = ReachWatch(
+            self.stats.reach, self.raft.members,
+            lambda address: raftconfig.is_connected(self.raft.sync, address))
         self.ticker = Ticker(
             self.raft,
             self.proposer,
@@ -126,6 +134,7 @@ class Node:
 
     async def start(self) -> None:
         self.clock_poller.start()
+        self.reach_watch.start()
         self.ticker.start()
         self.notifier.start()
         self.membership.start()
@@ -193,6 +202,8 @@ class Node:
         done("membership")
         await self.clock_poller.stop()
         done("clock_poller")
+        await self.reach_watch.stop()
+        done("reach_watch")
         if self.archive_filler is not None:
             await self.archive_filler.stop()
             done("archive_filler")
