@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
@@ -113,3 +114,18 @@ def test_metrics_show_each_member_reachable_or_not_as_of_the_scrape() -> None:
 
 def test_metrics_leave_reachability_out_when_no_watch_runs() -> None:
     assert "raftcron_member_reachable" not in render_with(NodeStats())
+
+
+def test_the_watch_lists_every_member_at_start_and_stops_when_asked() -> None:
+    transport = FakeTransport()
+    transport.up = {"127.0.0.1:7002", "127.0.0.1:7003"}
+    book = ReachBook("n1", bound_s=BOUND_S)
+    watch = ReachWatch(book, lambda: MEMBERS, transport.connected)
+
+    async def run() -> None:
+        watch.start()
+        assert book.reachable(time.monotonic()) == {"n1": True, "n2": True, "n3": True}
+        await watch.stop()
+        assert watch._task is not None and watch._task.done()
+
+    asyncio.run(run())
