@@ -21,6 +21,7 @@ from aiohttp import web
 
 from raftcron.cluster import config as configuration
 from raftcron.cluster import logs
+from raftcron.cluster.activity import ActivityRing, ActivitySampler, counter_totals
 from raftcron.cluster.archive.fill import ArchiveFiller
 from raftcron.cluster.clockpoll import ClockPoller
 from raftcron.cluster.clocks import ClockBook
@@ -105,9 +106,17 @@ class Node:
             self.raft.archive.writer, dialer, self.raft.peer_addresses)
         if self.raft.archive is not None:
             self.raft.archive.filler = self.archive_filler
+        # The dashboard's charts (cluster/activity.py): this node's samples, not replicated.
+        self.activity_sampler = ActivitySampler(
+            ActivityRing(),
+            totals=lambda: self.raft.machine.read(counter_totals),
+            claim_latency=self.stats.claim_latency,
+            ready=lambda: self.raft.leader_id() is not None and bool(self.raft.sync.isReady()),
+        )
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
             trail=AuditTrail(config.data_dir, config.node_id), dialer=dialer,
+            activity=self.activity_sampler.ring,
         )
         self.runner: web.AppRunner | None = None
         self.listener: HttpListener | None = None
@@ -135,6 +144,7 @@ class Node:
     async def start(self) -> None:
         self.clock_poller.start()
         self.reach_watch.start()
+        self.activity_sampler.start()
         self.ticker.start()
         self.notifier.start()
         self.membership.start()
@@ -204,6 +214,8 @@ class Node:
         done("clock_poller")
         await self.reach_watch.stop()
         done("reach_watch")
+        await self.activity_sampler.stop()
+        done("activity_sampler")
         if self.archive_filler is not None:
             await self.archive_filler.stop()
             done("archive_filler")

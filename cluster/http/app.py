@@ -15,6 +15,7 @@ import logging
 from aiohttp import web
 
 from raftcron.cluster.http import (
+    activity,
     archive,
     backup,
     claims,
@@ -101,6 +102,6 @@ def build_app(svc: Services) -> web.Application:
     app.add_routes(
         jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + backup.routes()
         + flow.routes() + dashboard.routes() + notifications.routes() + members.routes()
-        + settings.routes() + archive.routes()
+        + settings.routes() + archive.routes() + activity.routes()
     )
     return app

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from raftcron.cluster.activity import ActivityRing
 from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX, BODY_READ_S
@@ -68,6 +69,7 @@ class Services:
     stats: Any  # cluster.metrics.NodeStats
     trail: Any = None  # cluster.http.trail.AuditTrail (None: nothing is recorded)
     dialer: PeerDialer | None = None  # how this node asks its peers (None: it never does)
+    activity: ActivityRing | None = None  # the dashboard charts' samples (None: none kept)
     # Set when the node stops: a request that waits for something else answers at once.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 

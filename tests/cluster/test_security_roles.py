@@ -68,6 +68,7 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/notifications/{name}"): "manage",
     ("DELETE", "/v1/notifications/{name}"): "manage",
     ("GET", "/metrics"): "read",
+    ("GET", "/v1/activity"): "read",
     ("GET", "/healthz"): OPEN,
     ("GET", "/readyz"): OPEN,
     ("GET", "/openapi.json"): OPEN,
