@@ -16,6 +16,10 @@
  *                       cluster is not finalized, so has no budget yet
  *   GET /metrics        the job counters that rates are computed from, and the notifications'
  *                       delivery figures (pending, delivered, lost, this node's POSTs)
+ *   GET /v1/activity    the charts' samples (jobs per second by queue, claim latency), which
+ *                       this node takes every few seconds; only the ones after the last seen
+ *                       (since_ms), all again when the node restarted (its started_ms changed).
+ *                       charts.js draws them.
  * and, for each other member, that member's own GET /v1/cluster at its http_address (for its
  * applied index). The browser may refuse that (no CORS headers, or the address is not reachable
  * from here): the member's row then falls back to what this node knows, or shows "?".
@@ -55,6 +59,11 @@
   const TIME_FILTERS = ["created_from_ms", "created_to_ms", "finished_from_ms", "finished_to_ms"];
   const BULK_FILTERS = ["status", "queue", "task", "schedule"]; // what POST /v1/jobs/bulk takes
   const EVENTS_KEPT = 100;
+  const QUEUE_CHARTS_MAX = 6; // the busiest queues of the charts' window get a chart each
+  const CHART_SPAN_MIN_MS = 60000; // the charts show at least this long, however new the node
+  const CHART_COUNTERS = [
+    ["submitted", "submitted"], ["succeeded", "succeeded"], ["failed", "failed (dead letter)"],
+  ];
   const WRITE_TRIES = 5;
   const COUNTERS = ["submitted", "claimed", "succeeded", "failed", "retried", "cancelled"];
   const FINAL = new Set(["succeeded", "failed", "cancelled"]);
@@ -93,6 +102,8 @@
     notifications: {details: new Map(), names: null, readAtMs: null, error: null, reload: false},
     events: [],
     eventsCursor: null,
+    // GET /v1/activity's samples, oldest first, for the last kept_ms of the node's ring.
+    activity: {node: null, startedMs: null, sampleMs: 5000, keptMs: 900000, samples: []},
   };
 
   // -- small helpers -------------------------------------------------------------------------
@@ -519,6 +530,25 @@
 
   async function loadUsage() {
     renderUsage(await api("GET", "/v1/settings"));
+  }
+
+  async function loadActivity() {
+    const activity = state.activity;
+    const newest = activity.samples[activity.samples.length - 1];
+    let answer = await api("GET", `/v1/activity?since_ms=${newest ? newest.at_ms : 0}`);
+    if (answer.started_ms !== activity.startedMs) {
+      // Another ring (the node restarted): what was drawn is not its history.
+      activity.samples = [];
+      activity.startedMs = answer.started_ms;
+      if (newest) answer = await api("GET", "/v1/activity");
+    }
+    activity.node = answer.node;
+    activity.sampleMs = answer.sample_ms;
+    activity.keptMs = answer.kept_ms;
+    activity.samples.push(...answer.samples);
+    const last = activity.samples[activity.samples.length - 1];
+    if (last) activity.samples = activity.samples.filter((s) => s.at_ms > last.at_ms - activity.keptMs);
+    renderActivity();
   }
 
   /** Prometheus text format -> Map(name -> [{labels, value}]). Comments and blanks skipped. */
@@ -1554,6 +1584,90 @@
 
   // -- the refresh loop ----------------------------------------------------------------------
 
+  // -- activity charts (drawn by charts.js) ---------------------------------------------------
+
+  function chartRate(value) {
+    if (value === 0) return "0/s";
+    const digits = value >= 10 ? 0 : value >= 1 ? 1 : 2;
+    return `${value.toFixed(digits)}/s`;
+  }
+
+  function chartMs(value) {
+    if (value >= 1000) return `${(value / 1000).toFixed(1)} s`;
+    return `${value.toFixed(value >= 10 || value === 0 ? 0 : 1)} ms`;
+  }
+
+  /** A sample's rates of `counter` for the queues `pick` chooses (summed); null in a gap. */
+  function rateOf(sample, counter, pick) {
+    if (sample.gap) return null;
+    let sum = 0;
+    for (const [queue, rates] of Object.entries(sample.queues)) {
+      if (pick(queue)) sum += rates[`${counter}_per_s`];
+    }
+    if (sample.other_queues && pick(null)) sum += sample.other_queues[`${counter}_per_s`];
+    return sum;
+  }
+
+  function throughputSeries(samples, pick) {
+    return CHART_COUNTERS.map(([counter, label]) => ({
+      name: counter, label, points: samples.map((s) => [s.at_ms, rateOf(s, counter, pick)]),
+    }));
+  }
+
+  /** The queues that moved most over the samples, busiest first. */
+  function busiestQueues(samples) {
+    const jobs = new Map();
+    for (const sample of samples) {
+      for (const [queue, rates] of Object.entries(sample.queues)) {
+        const moved = CHART_COUNTERS.reduce((sum, [counter]) => sum + rates[`${counter}_per_s`], 0);
+        jobs.set(queue, (jobs.get(queue) || 0) + moved * sample.interval_ms);
+      }
+    }
+    return [...jobs.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).map(([q]) => q);
+  }
+
+  function renderActivity() {
+    const {lineChart} = window.raftcronCharts;
+    const {node, samples, sampleMs, keptMs} = state.activity;
+    const toMs = Math.max(nowMs(), samples.length ? samples[samples.length - 1].at_ms : 0);
+    const shown = Math.min(keptMs, Math.max(CHART_SPAN_MIN_MS, samples.length ? toMs - samples[0].at_ms : 0));
+    const fromMs = toMs - shown;
+    const minutes = Math.round(shown / 60000);
+    const period = minutes > 1 ? `the last ${minutes} min` : "the last minute";
+    const measured = samples.some((s) => !s.gap);
+    const waiting = `waiting for this node's first samples (every ${sampleMs / 1000} s)`;
+    const gaps = samples.filter((s) => s.gap && s.interval_ms > 0).map((s) => [s.at_ms - s.interval_ms, s.at_ms]);
+    $("#activity-note").textContent = `${period}, sampled by ${node} every ${sampleMs / 1000} s`;
+
+    lineChart($("#chart-throughput"), {
+      title: "jobs per second, all queues", yLabel: "jobs / s", format: chartRate, fromMs, toMs, gaps,
+      series: throughputSeries(samples, () => true),
+      emptyText: measured ? `no jobs in ${period}` : waiting,
+    });
+    lineChart($("#chart-latency"), {
+      title: "claim latency (claims this node served)", yLabel: "ms", format: chartMs, fromMs, toMs, gaps,
+      series: [["p50", "median (p50)", 0.5], ["p99", "p99", 0.99]].map(([name, label]) => ({
+        name, label,
+        points: samples.map((s) => [s.at_ms, s.claims && s.claims.count ? s.claims[`${name}_ms`] : null]),
+      })),
+      emptyText: measured ? `no claims served by this node in ${period}` : waiting,
+    });
+
+    const box = $("#queue-charts");
+    const queues = busiestQueues(samples.filter((s) => s.at_ms >= fromMs)).slice(0, QUEUE_CHARTS_MAX);
+    const figures = queues.map((queue) => {
+      const figure = [...box.children].find((child) => child.dataset.queue === queue)
+        || h("figure", {class: "chart", dataset: {queue, testid: "queue-chart"}});
+      lineChart(figure, {
+        title: `queue ${queue}`, yLabel: "jobs / s", format: chartRate, fromMs, toMs, gaps,
+        series: throughputSeries(samples, (name) => name === queue),
+        emptyText: `no jobs in ${period}`,
+      });
+      return figure;
+    });
+    box.replaceChildren(...figures);
+  }
+
   const SOURCES = [
     ["this node", loadCluster],
     ["schedules", loadSchedules],
@@ -1561,6 +1675,7 @@
     ["dead letter", loadDeadLetter],
     ["queues", loadQueues],
     ["state", loadUsage],
+    ["activity", loadActivity],
     ["notifications", loadNotifications],
     ["events", loadEvents],
     ["job", loadJobDetail],
