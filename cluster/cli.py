@@ -22,9 +22,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     node.add_argument(
         "--rejoin-empty",
-        action="store_true",
+        nargs="?",
+        const="yes",
+        default="no",
+        choices=["yes", "no", "auto"],
+        metavar="auto",
         help="this node lost its data: start empty, catch up from the leader, and vote only "
-        "once caught up (refused if the data dir still holds a log)",
+        "once caught up (refused if the data dir still holds a log). =auto (a Kubernetes pod): "
+        "with an empty data dir, ask the peers and rejoin only if they hold a cluster that "
+        "lists this node (README, \"Kubernetes\")",
+    )
+    node.add_argument(
+        "--ask-peers-s",
+        type=_ask_peers_s,
+        default=20.0,
+        metavar="SECONDS",
+        help="with --rejoin-empty=auto: ask the peers at most this long (default 20); "
+        "undecided then, the node exits 75 without starting",
     )
     from raftcron.cluster.worker import cli as worker_cli
 
@@ -101,9 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "node":
         from raftcron.cluster import node as node_module
 
-        return node_module.run(args.config or None, rejoin_empty=args.rejoin_empty)
+        return node_module.run(
+            args.config or None, rejoin_empty=args.rejoin_empty == "yes",
+            ask_peers_s=args.ask_peers_s if args.rejoin_empty == "auto" else None)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _ask_peers_s(text: str) -> float:
+    from raftcron.cluster.membership.startmode import ASK_S_MAX
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= ASK_S_MAX:
+        raise argparse.ArgumentTypeError(f"must be in (0, {ASK_S_MAX:g}], not {text}")
+    return value
 
 
 def _print_config_variables(*, as_json: bool) -> int:

@@ -9,6 +9,7 @@ the HTTP server, the ticker and the Raft node in that order, and the process exi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import faulthandler
 import gc
 import logging
@@ -30,7 +31,7 @@ from raftcron.cluster.http.app import build_app
 from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
 from raftcron.cluster.http.trail import AuditTrail
-from raftcron.cluster.membership import raftconfig
+from raftcron.cluster.membership import raftconfig, startmode
 from raftcron.cluster.membership.driver import MembershipDriver
 from raftcron.cluster.membership.reach import ReachBook, ReachWatch
 from raftcron.cluster.metrics import RAFT_ROLES, NodeStats
@@ -242,10 +243,12 @@ async def _serve(config: NodeConfig, dialer: PeerDialer, rejoin_empty: bool) -> 
 
 def run(
     config_path: str | None, overrides: dict[str, Any] | None = None, *,
-    rejoin_empty: bool = False,
+    rejoin_empty: bool = False, ask_peers_s: float | None = None,
 ) -> int:
     """Run a node configured by the file at `config_path` and the environment (or by the
-    environment alone, `config_path` None) until SIGTERM or SIGINT; its exit code."""
+    environment alone, `config_path` None) until SIGTERM or SIGINT; its exit code.
+    `ask_peers_s` (--rejoin-empty=auto): an empty node asks its peers for at most that long
+    whether to start new, rejoin or join (cluster/membership/startmode.py)."""
     try:
         config = configuration.load(config_path)
         dialer = peer_dialer(config)  # reads the TLS files (RAFTCRON_CA_FILE too) now
@@ -266,6 +269,14 @@ def run(
                  " ".join(f"{key}={variable}" for key, variable in config.environment),
                  config.node_id, config.raft_address, config.http_address,
                  extra={"action": "config_from_environment"})
+    if ask_peers_s is not None:
+        decision = startmode.choose(config, dialer, ask_s=ask_peers_s)
+        if decision.mode == "undecided":
+            print(f"raftcron node: not started: {decision.reason}", file=sys.stderr, flush=True)
+            return startmode.EXIT_UNDECIDED
+        rejoin_empty = decision.mode == "rejoin"
+        if decision.mode == "join":
+            config = dataclasses.replace(config, join=True)
     try:
         asyncio.run(_serve(config, dialer, rejoin_empty))
     except StorageError as error:
