@@ -46,11 +46,13 @@ def test_a_data_dir_is_new_only_when_it_holds_nothing_a_node_wrote(
 
 @pytest.mark.parametrize(("status", "body", "holds", "lists_me"), [
     (200, view(leader="raftcron-2", commit=7, applied=7), True, True),
-    (200, view(leader=None, commit=0, applied=12), True, True),  # no leader now, a past
-    (200, view(leader=None, commit=3, applied=0), True, True),  # replaying, committed before
+    (200, view(leader=None, commit=0, applied=12), True, True),  # no leader now; had one
+    (200, view(leader=None, commit=3, applied=0), True, True),  # replaying its log
     (200, view(leader="raftcron-2", commit=9, applied=9, members=("raftcron-1", "raftcron-2")),
      True, False),
     (200, view(), False, True),  # started new, no leader yet
+    (200, view(commit=1, applied=1), False, True),  # PySyncObj's first entry: still new
+    (200, view(commit=2, applied=1), True, True),  # a leader's first entry
     (503, json.dumps({"node": "raftcron-1", "deciding": True}).encode(), False, False),
 ])
 def test_an_answer_says_whether_the_peer_holds_a_cluster_and_lists_this_node(

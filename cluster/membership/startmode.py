@@ -9,9 +9,9 @@ the peers' credential) and decides:
 
 1. the data dir holds anything of a node (its mark, a log, a snapshot, an 0.1.0 file): start
    as it is, asking nobody (a restart; the data dir's own checks apply);
-2. a peer holds a cluster (it knows a leader, or has committed or applied an entry): `rejoin`
-   when that cluster lists this node as a member, else `join` (a pod added by scaling up,
-   waiting for `raftcron cluster add`);
+2. a peer holds a cluster (it knows a leader, or has committed or applied an entry after the
+   one every log starts with): `rejoin` when that cluster lists this node as a member, else
+   `join` (a pod added by scaling up, waiting for `raftcron cluster add`);
 3. every peer answered and none holds a cluster: `first_start`;
 4. at the deadline, a majority of the members (this one counted) answered with nothing and
    none holds a cluster: `first_start`, naming the peers that were silent;
@@ -22,6 +22,12 @@ the peers' credential) and decides:
 While it asks, the node answers the same question from its peers: `GET /v1/cluster` gets 503
 with `"deciding": true` (an empty node, holding no cluster), so the members of a first start,
 all asking at once, hear each other at once instead of waiting out the deadline.
+
+The members of a first start do not decide at the same moment: one that heard the others
+first starts new, and the others hear it as a node without a leader (rule 3). A slow one may
+hear the leader the others have elected by then and rejoin, which for an empty node only
+means it catches up before it votes: rejoining is safe whenever a cluster exists; starting
+new is not, and only that is guarded.
 
 Rule 4 cannot tell a first start from the loss of a majority of the volumes at once; nothing
 can without memory outside the volumes, and Raft promises nothing once a majority is lost
@@ -61,6 +67,7 @@ ASK_PERIOD_S = 1.0
 ANSWER_TIMEOUT_S = 2.0
 ANSWER_BYTES_MAX = 1 << 20  # a view of a cluster of any size the project supports
 ASK_S_MAX = 3600.0
+FRESH_INDEX = 1  # the commit and applied index of a node that never had a leader
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,9 @@ def read_answer(peer_id: str, me: str, status: int, body: bytes) -> PeerAnswer:
             isinstance(member, dict) and isinstance(member.get("node_id"), str)
             for member in members):
         return silent("members is not a list of members")
-    holds = leader is not None or max(counts) > 0  # a leader's first entry is committed
+    # Every log starts with PySyncObj's entry 1, committed and applied by a node that has
+    # just started new; a leader's first entry (2) is what a cluster commits first.
+    holds = leader is not None or max(counts) > FRESH_INDEX
     lists_me = any(member["node_id"] == me for member in members)
     return PeerAnswer(peer_id, holds, lists_me,
                       f"leader {leader}, commit {indexes[0]}, applied {indexes[1]}")
