@@ -40,6 +40,12 @@ What this module changes, by subclassing (SyncObj takes ``transportClass``; noth
    ``connection_timeout_s`` after they were accepted, and at most ``UNKNOWN_CONNECTIONS_MAX``
    are kept (a new one evicts the oldest, so a flood cannot lock a peer out for long).
    Identified peers keep the library's own timeout: they are the cluster's members.
+6. An outgoing connection still connecting ``connection_timeout_s`` after it was started is
+   closed, so the next attempt resolves the peer's name again (through a cache of
+   ``DNS_CACHE_S``, cluster/replica.py). The library checks its timeout only on a socket
+   event, and a connection to an address nobody holds any more has none until the kernel
+   gives up (SYN retries, about 2 minutes): a Kubernetes pod deleted and started again has
+   a new address under the same name, and its peers kept dialling the old one.
 
 Guard: the overridden methods rely on name-mangled internals, so ``check()`` (run when a node
 is built) refuses any pysyncobj whose relied-on source differs from what was reviewed, as
@@ -66,7 +72,7 @@ import pysyncobj.transport
 from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import TCPNode
 from pysyncobj.poller import POLL_EVENT_TYPE
-from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.tcp_server import TcpServer
 from pysyncobj.transport import TCPTransport
 
@@ -389,6 +395,15 @@ def _is_address(text: str) -> bool:
     return bool(host) and port.isdigit() and 0 < int(port) < 65536 and len(text) <= 300
 
 
+def stalled_connects(states: dict[Any, int], attempts: dict[Any, float], now: float,
+                     timeout_s: float) -> list[Any]:
+    """Rule 6: the nodes whose connection is still connecting `timeout_s` after the attempt
+    began (the library's clock, `attempts` its `_lastConnectAttempt`)."""
+    return [node for node, state in states.items()
+            if state == CONNECTION_STATE.CONNECTING and node in attempts
+            and now - attempts[node] > timeout_s]
+
+
 class GuardedTransport(TCPTransport):  # type: ignore[misc]
     """PySyncObj's TCP transport with the rules of this module."""
 
@@ -475,3 +490,7 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]
                      if now - getattr(c, "opened_at", now) > timeout]:
             conn.disconnect()
             self._unknownConnections.discard(conn)
+        states = {node: conn.state for node, conn in self._connections.items()}
+        for node in stalled_connects(states, self._lastConnectAttempt, monotonic_time(),
+                                     timeout):
+            self._connections[node].disconnect()  # rule 6

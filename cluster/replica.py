@@ -306,6 +306,10 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         log.info("restored snapshot: %d jobs, now_ms=%d", len(state.table), state.now_ms)
 
 
+DNS_CACHE_S = 5.0
+DNS_FAIL_CACHE_S = 2.0
+
+
 def sync_conf(
     config: NodeConfig,
     *,
@@ -334,6 +338,13 @@ def sync_conf(
         onReady=on_ready,
         # PySyncObj's single-server changes, with our guards (cluster/membership/raftconfig).
         dynamicMembershipChange=True,
+        # A peer's name is resolved at each connection attempt, through a cache. PySyncObj
+        # keeps an answer 600 s and a failure 30 s: a Kubernetes pod deleted and started
+        # again has a new address under the same name, and its peers (which dial the lower
+        # address) dialled the old one for 10 minutes; at a first start, a name not yet
+        # published held the election back 30 s. A lookup is made only while disconnected.
+        dnsCacheTime=DNS_CACHE_S,
+        dnsFailCacheTime=DNS_FAIL_CACHE_S,
     )
 
 

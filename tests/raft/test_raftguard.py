@@ -126,3 +126,15 @@ def test_frames_queued_behind_a_slow_reader_are_appended_in_place_and_arrive_who
     finally:
         sender.disconnect()
         reader.disconnect()
+
+
+def test_a_connection_still_connecting_after_the_timeout_is_given_up_to_resolve_again() -> None:
+    from pysyncobj.tcp_connection import CONNECTION_STATE
+
+    from raftcron.cluster.raftguard import stalled_connects
+
+    states = {"stuck": CONNECTION_STATE.CONNECTING, "young": CONNECTION_STATE.CONNECTING,
+              "up": CONNECTION_STATE.CONNECTED, "down": CONNECTION_STATE.DISCONNECTED,
+              "incoming": CONNECTION_STATE.CONNECTING}  # never dialled by this node
+    attempts = {"stuck": 100.0, "young": 101.5, "up": 90.0, "down": 90.0}
+    assert stalled_connects(states, attempts, 103.0, 2.0) == ["stuck"]
