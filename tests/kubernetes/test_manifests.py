@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from raftcron.cluster import config as configuration
+from raftcron.cluster import configenv
 
 from .manifests import KUBERNETES, KUSTOMIZATION, one, pod, rendered
 
@@ -93,7 +94,7 @@ def test_a_pod_stops_by_sigterm_and_is_configured_from_the_environment_alone(
     container = node_container(objects)
     assert "lifecycle" not in container  # no preStop hook: SIGTERM, no leadership transfer
     assert 10 <= spec["terminationGracePeriodSeconds"] <= 60
-    # The Services' RAFTCRON_SERVICE_HOST & co. would be refused as unknown RAFTCRON_* names.
+    # Service links would give the pods a variable per Service (below): off.
     assert spec["enableServiceLinks"] is False
     assert container["command"][:3] == ["raftcron", "node", "--rejoin-empty=auto"]
     names = {variable["name"] for variable in container["env"]}
@@ -125,3 +126,14 @@ def test_each_pod_loads_as_the_node_its_name_says(
     assert sorted(peer.node_id for peer in loaded.peers) == sorted(
         {"raftcron-0", "raftcron-1", "raftcron-2"} - {loaded.node_id})
     assert str(loaded.data_dir) == rendered_pod.data_dir
+
+
+def test_service_links_would_stop_every_node_which_is_why_they_are_off(
+        objects: list[dict[str, Any]]) -> None:
+    """The kubelet's service links name each Service in capitals: the Service `raftcron`
+    becomes variables a node refuses as unknown RAFTCRON_* names (a typo must not pass)."""
+    services = [item["metadata"]["name"] for item in objects if item["kind"] == "Service"]
+    links = {f"{name.upper().replace('-', '_')}_SERVICE_HOST": "10.0.0.1" for name in services}
+    environment = {**pod(objects, 0, "prod").environment, **links}
+    with pytest.raises(configenv.ConfigError, match="is not a raftcron variable"):
+        configenv.merge({}, environment, configuration.KEYS, file_label=None)
