@@ -42,6 +42,7 @@ def test_the_kustomization_lists_every_manifest() -> None:
 
 def node_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     (container,) = one(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
     return container
 
 

@@ -46,6 +46,7 @@ from .manifests import REPO, Pod, one, pod, rendered
 pytestmark = pytest.mark.processes
 NAMESPACE = "prod"  # the Kubernetes namespace the pods think they are in
 HOSTS = {0: "n1", 1: "n2", 2: "n3"}  # ordinal -> the chaos suite's host (its address plan)
+SCALED = {**HOSTS, 3: "n4"}  # and the pod that scaling up to 4 adds
 FORM_TIMEOUT_S = 60.0
 REJOIN_TIMEOUT_S = 60.0
 NEW_ADDRESS = "198.18.0.40"  # in the chaos suite's subnet, outside its address plan
@@ -76,7 +77,7 @@ class Pods:
         self.volume(ordinal).mkdir(exist_ok=True)
         log = self.log(ordinal).open("ab")
         self.processes[ordinal] = subprocess.Popen(
-            [*self.net.exec_prefix(HOSTS[ordinal]), "env", "-i",
+            [*self.net.exec_prefix(SCALED[ordinal]), "env", "-i",
              *(f"{name}={value}" for name, value in environment.items()),
              sys.executable, "-m", "raftcron.cluster.cli", *spec.command[1:]],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.folder)
@@ -103,11 +104,12 @@ class Pods:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return self.client.submit(_get, url, headers).result()
 
-    def post(self, ordinal: int, path: str, port: int, token: str, body: dict[str, Any]
-             ) -> tuple[int, dict[str, Any]]:
+    def post(self, ordinal: int, path: str, port: int, token: str, body: dict[str, Any] | None,
+             *, method: str = "POST", timeout_s: float = 2.0) -> tuple[int, dict[str, Any]]:
         url = f"http://{self.addresses[ordinal]}:{port}{path}"
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        return self.client.submit(_get, url, headers, json.dumps(body).encode()).result()
+        data = None if body is None else json.dumps(body).encode()
+        return self.client.submit(_get, url, headers, data, method, timeout_s).result()
 
     def publish(self) -> None:
         """Every pod's hosts file: each member's names (FQDN and short) to its address."""
@@ -115,14 +117,14 @@ class Pods:
         for ordinal, address in sorted(self.addresses.items()):
             name = f"raftcron-{ordinal}"
             lines.append(f"{address} {name}.raftcron.{NAMESPACE}.svc.cluster.local {name}")
-        for host in HOSTS.values():
+        for host in SCALED.values():
             folder = Path("/etc/netns") / self.net.namespace(host)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "hosts").write_text("\n".join(lines) + "\n")
 
     def readdress(self, ordinal: int, address: str) -> None:
         """A new pod gets a new IP address; its DNS names follow."""
-        namespace = self.net.namespace(HOSTS[ordinal])
+        namespace = self.net.namespace(SCALED[ordinal])
         run(["ip", "-n", namespace, "addr", "del", f"{self.addresses[ordinal]}/24", "dev", "eth0"])
         run(["ip", "-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0"])
         self.addresses[ordinal] = address
@@ -138,11 +140,11 @@ class Pods:
         return found
 
 
-def _get(url: str, headers: dict[str, str], data: bytes | None = None
-         ) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(url, data=data, headers=headers)
+def _get(url: str, headers: dict[str, str], data: bytes | None = None, method: str | None = None,
+         timeout_s: float = 2.0) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=2.0) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         with error:
@@ -162,7 +164,7 @@ def wait_for(what: str, check: Callable[[], T | None], timeout_s: float,
             tails = "" if pods is None else "\n".join(
                 f"--- raftcron-{n}:\n" + "\n".join(
                     pods.log(n).read_text(errors="replace").splitlines()[-15:])
-                for n in HOSTS if pods.log(n).exists())
+                for n in SCALED if pods.log(n).exists())
             pytest.fail(f"not within {timeout_s:g} s: {what}\n{tails}")
         time.sleep(0.2)  # polling a condition under a deadline, not a fixed wait
 
@@ -174,12 +176,12 @@ def pods(tmp_path: Path) -> Iterator[Pods]:
     if shutil.which("ip") is None:
         pytest.fail("the pods run in network namespaces made with `ip`, which is not "
                     "installed: apt-get install iproute2", pytrace=False)
-    net = Namespaces([*HOSTS.values(), "ctl"])
-    etc = [Path("/etc/netns") / net.namespace(host) for host in HOSTS.values()]
+    net = Namespaces([*SCALED.values(), "ctl"])
+    etc = [Path("/etc/netns") / net.namespace(host) for host in SCALED.values()]
     client = concurrent.futures.ThreadPoolExecutor(
         1, initializer=_setns, initargs=(f"/run/netns/{net.namespace('ctl')}",))
     made = Pods(net, tmp_path, rendered(), client,
-                {ordinal: net.address(host) for ordinal, host in HOSTS.items()})
+                {ordinal: net.address(host) for ordinal, host in SCALED.items()})
     try:
         net.create()
         made.publish()
@@ -273,3 +275,44 @@ def test_the_statefulset_forms_a_cluster_and_a_pod_that_lost_its_volume_rejoins(
     assert len(pods.lines(0, "rejoin_caught_up")) > caught_up_before, "pod 0 caught up"
     status, listed = pods.get(0, "/v1/jobs?queue=k8s", ready_port, admin)
     assert status == 200 and len(listed["jobs"]) == 8, listed
+
+
+def test_scaling_up_adds_a_pod_that_waits_to_be_added_and_scaling_down_removes_it(
+        pods: Pods) -> None:
+    """README "Kubernetes": `kubectl scale --replicas=4`, then `raftcron cluster add`; and
+    `raftcron cluster remove`, then `--replicas=3` (and the volume deleted)."""
+    ready_port = probe_port(pods, "readinessProbe")
+    admin = pods.spec(0).environment["RAFTCRON_API_TOKENS"].split(",")[0].split(":")[2]
+    for ordinal in HOSTS:
+        pods.start(ordinal)
+    wait_for("three ready pods naming one leader",
+             lambda: ready_with_leader(pods, list(HOSTS), ready_port), FORM_TIMEOUT_S, pods)
+
+    pods.start(3)  # the StatefulSet's fourth pod, from the same template
+    (decided,) = wait_for("pod 3's start step decides", lambda: pods.lines(3, "start_mode"),
+                          REJOIN_TIMEOUT_S, pods)
+    assert decided["mode"] == "join", decided
+
+    def serving() -> tuple[int, dict[str, Any]] | None:
+        answer = pods.get(3, "/readyz", ready_port)
+        return answer if answer[0] else None
+
+    status, body = wait_for("pod 3 serves, not yet a member", serving, REJOIN_TIMEOUT_S, pods)
+    assert (status, body["ready"], body["member"]) == (503, False, False)
+    fqdn = f"raftcron-3.raftcron.{NAMESPACE}.svc.cluster.local"
+    status, added = pods.post(1, "/v1/cluster/members", ready_port, admin, {
+        "node_id": "raftcron-3", "raft_address": f"{fqdn}:7000",
+        "http_address": f"{fqdn}:8080"}, timeout_s=REJOIN_TIMEOUT_S)
+    assert status == 201, added
+    wait_for("four ready pods naming one leader",
+             lambda: ready_with_leader(pods, list(SCALED), ready_port), REJOIN_TIMEOUT_S, pods)
+
+    status, removed = pods.post(2, "/v1/cluster/members/raftcron-3", ready_port, admin, None,
+                                method="DELETE", timeout_s=REJOIN_TIMEOUT_S)
+    assert status == 200, removed
+    assert pods.stop(3, grace_s=30.0) == 0
+    status, view = pods.get(0, "/v1/cluster", ready_port, admin)
+    assert sorted(member["node_id"] for member in view["members"]) == [
+        "raftcron-0", "raftcron-1", "raftcron-2"]
+    wait_for("the three pods ready", lambda: ready_with_leader(pods, list(HOSTS), ready_port),
+             FORM_TIMEOUT_S, pods)
