@@ -270,7 +270,12 @@ def run(
                  config.node_id, config.raft_address, config.http_address,
                  extra={"action": "config_from_environment"})
     if ask_peers_s is not None:
-        decision = startmode.choose(config, dialer, ask_s=ask_peers_s)
+        try:
+            decision = startmode.choose(config, dialer, ask_s=ask_peers_s)
+        except OSError as error:  # this node's HTTP address cannot be bound, to answer
+            log.critical("cannot ask the peers: %s", error,
+                         extra={"action": "node_start_failed"})
+            return 1
         if decision.mode == "undecided":
             print(f"raftcron node: not started: {decision.reason}", file=sys.stderr, flush=True)
             return startmode.EXIT_UNDECIDED

@@ -168,9 +168,9 @@ def choose(config: NodeConfig, dialer: PeerDialer, *, ask_s: float,
         names = []
     if not looks_new(names):
         return _said(StartDecision("as_is", f"the data dir {config.data_dir} holds a node's "
-                                   "data: a restart"))
+                                   "data: a restart"), {})
     if not config.peers:
-        return _said(StartDecision("as_is", "no peers: nobody to rejoin"))
+        return _said(StartDecision("as_is", "no peers: nobody to rejoin"), {})
     log.info("data dir %s is empty: asking the peers %s whether they hold a cluster (for at "
              "most %g s)", config.data_dir, ", ".join(peer.node_id for peer in config.peers),
              ask_s, extra={"action": "start_mode_asking"})
@@ -183,14 +183,16 @@ def choose(config: NodeConfig, dialer: PeerDialer, *, ask_s: float,
                 answers[answer.node_id] = answer
             decision = decide(ids, answers, deadline_passed=clock() >= deadline)
             if decision.mode != "ask_again":
-                return _said(decision)
+                return _said(decision, answers)
             time.sleep(max(0.0, min(ASK_PERIOD_S, deadline - clock())))
 
 
-def _said(decision: StartDecision) -> StartDecision:
+def _said(decision: StartDecision, answers: Mapping[str, PeerAnswer]) -> StartDecision:
+    """The decision logged with every peer's last answer, as the operator's record."""
     level = logging.WARNING if decision.mode in ("undecided", "join") else logging.INFO
     log.log(level, "start mode %s: %s", decision.mode, decision.reason,
-            extra={"action": "start_mode", "mode": decision.mode})
+            extra={"action": "start_mode", "mode": decision.mode,
+                   "answers": {peer: answer.detail for peer, answer in answers.items()}})
     return decision
 
 

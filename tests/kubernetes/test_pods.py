@@ -268,6 +268,7 @@ def test_the_statefulset_forms_a_cluster_and_a_pod_that_lost_its_volume_rejoins(
     decided = wait_for("pod 0's start step decides",
                        lambda: pods.lines(0, "start_mode")[1:], REJOIN_TIMEOUT_S, pods)
     assert decided[0]["mode"] == "rejoin", decided
+    assert sorted(decided[0]["answers"]) == ["raftcron-1", "raftcron-2"]  # the record
     wait_for("pod 0 rejoined, caught up and ready", lambda: ready_with_leader(
         pods, list(HOSTS), ready_port), REJOIN_TIMEOUT_S, pods)
     status, body = pods.get(0, "/readyz", ready_port)
