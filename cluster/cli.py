@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     node.add_argument(
         "--ask-peers-s",
         type=_ask_peers_s,
-        default=20.0,
+        default=None,
         metavar="SECONDS",
         help="with --rejoin-empty=auto: ask the peers at most this long (default 20); "
         "undecided then, the node exits 75 without starting",
@@ -114,10 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         return _print_config_variables(as_json=args.json)
     if args.command == "node":
         from raftcron.cluster import node as node_module
+        from raftcron.cluster.membership.startmode import ASK_S_DEFAULT
 
+        if args.ask_peers_s is not None and args.rejoin_empty != "auto":
+            parser.error("node: --ask-peers-s goes with --rejoin-empty=auto")
+        auto = args.rejoin_empty == "auto"
         return node_module.run(
             args.config or None, rejoin_empty=args.rejoin_empty == "yes",
-            ask_peers_s=args.ask_peers_s if args.rejoin_empty == "auto" else None)
+            ask_peers_s=(args.ask_peers_s or ASK_S_DEFAULT) if auto else None)
     parser.error(f"unknown command {args.command}")
     return 2
 

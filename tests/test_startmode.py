@@ -182,6 +182,8 @@ def test_a_node_with_data_starts_as_it_is_without_asking(tmp_path: Path) -> None
     (["node", "--rejoin-empty=maybe"], "invalid choice: 'maybe'"),
     (["node", "--rejoin-empty=auto", "--ask-peers-s=0"], "must be in (0, 3600]"),
     (["node", "--rejoin-empty=auto", "--ask-peers-s=soon"], "not a number of seconds"),
+    (["node", "--ask-peers-s=20"], "--ask-peers-s goes with --rejoin-empty=auto"),
+    (["node", "--rejoin-empty", "--ask-peers-s=20"], "--ask-peers-s goes with"),
 ])
 def test_the_command_line_refuses_what_it_cannot_mean(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

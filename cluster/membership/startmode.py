@@ -66,6 +66,7 @@ EXIT_UNDECIDED = 75  # EX_TEMPFAIL: try again later (the kubelet restarts the co
 ASK_PERIOD_S = 1.0
 ANSWER_TIMEOUT_S = 2.0
 ANSWER_BYTES_MAX = 1 << 20  # a view of a cluster of any size the project supports
+ASK_S_DEFAULT = 20.0  # `--ask-peers-s`: a first start's members hear each other in ~1 s
 ASK_S_MAX = 3600.0
 FRESH_INDEX = 1  # the commit and applied index of a node that never had a leader
 
