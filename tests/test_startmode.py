@@ -190,3 +190,25 @@ def test_the_command_line_refuses_what_it_cannot_mean(
     with pytest.raises(SystemExit):
         cli_main(argv)
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.processes  # openssl makes the certificates
+def test_over_mutual_tls_the_peers_hear_a_deciding_node_as_they_dial_any_member(
+        tmp_path: Path) -> None:
+    from raftcron.cluster.config import ApiSettings
+    from raftcron.cluster.dev.certs import LocalCA
+    from raftcron.cluster.peerhttp import peer_dialer
+
+    ca = LocalCA(tmp_path / "ca")
+    cert, key = ca.issue("node", server=True, client=True)
+    api = ApiSettings(tls_cert_file=cert, tls_key_file=key, tls_client_ca_file=ca.cert)
+    port = free_port()
+    answering = dataclasses.replace(node_config(tmp_path, "raftcron-1", port, []), api=api)
+    asking = dataclasses.replace(node_config(tmp_path, "raftcron-0", free_port(), []), api=api)
+    peer = Peer("raftcron-1", "127.0.0.1:1", f"127.0.0.1:{port}")
+    with startmode._DecidingServer(answering), socket.create_connection(("127.0.0.1", port)):
+        # A connection that never says a word holds up nobody else.
+        answer = startmode.ask(peer_dialer(asking), peer, "raftcron-0")
+        assert (answer.holds_cluster, answer.detail) == (False, "empty, asking its peers too")
+        stranger = startmode.ask(PeerDialer("https", ca.context()), peer, "raftcron-0")
+        assert stranger.holds_cluster is None  # no client certificate: no answer

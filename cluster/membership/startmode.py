@@ -242,8 +242,10 @@ class _DecidingServer:
         self.server = http.server.ThreadingHTTPServer((host.strip("[]"), port), Handler)
         self.server.daemon_threads = True
         context = server_tls_context(config.api)
-        if context is not None:
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        if context is not None:  # the handshake in the request's thread, under its timeout,
+            # not in accept(), where a peer that says nothing would hold up every other one
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True,
+                                                     do_handshake_on_connect=False)
         self.thread = threading.Thread(target=self.server.serve_forever,
                                        name="start-mode-answers", daemon=True)
 
