@@ -21,7 +21,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
 # Valid names met so far: a job's task and queue are checked on every replica for every job,
 # and a cluster has few of them. Bounded; once full, names are checked by the pattern alone.
 NAMES_MET_MAX = 4096
-_NAMES_MET: dict[str, None] = {}
+NAMES_MET: dict[str, None] = {}
 # The shape of a schedule's fire keys (below): a client key of that shape would share the key
 # table with a fire and swallow it.
 _FIRE_KEY_RE = re.compile(_NAME_RE.pattern + r"@(?:manual-)?-?[0-9]+")
@@ -132,7 +132,7 @@ def client_key(value: object, field: str, *, chars_max: int) -> str | None:
 
 def name(value: object, field: str, *, chars_max: int) -> str:
     """A name that appears in URLs, keys and metrics: letters, digits and `_ . : -`."""
-    if type(value) is str and value in _NAMES_MET and len(value) <= chars_max:
+    if type(value) is str and value in NAMES_MET and len(value) <= chars_max:
         return value
     result = text(value, field, chars_max=chars_max)
     if not _NAME_RE.fullmatch(result):
@@ -141,8 +141,8 @@ def name(value: object, field: str, *, chars_max: int) -> str:
             f"{result!r} must start with a letter or digit and contain only "
             "letters, digits, '_', '.', ':' and '-'",
         )
-    if len(_NAMES_MET) < NAMES_MET_MAX:
-        _NAMES_MET[result] = None
+    if len(NAMES_MET) < NAMES_MET_MAX:
+        NAMES_MET[result] = None
     return result
 
 
@@ -183,8 +183,13 @@ def json_packed(value: object, field: str, *, bytes_max: int) -> bytes:
     return packed
 
 
+_LEAF_TYPES = frozenset({str, int, bool, type(None)})  # exactly these: nothing to look into
+
+
 def _check_json_shape(value: object, field: str, depth: int) -> None:
     # msgpack also carries bytes and non-string keys; JSON clients could not read them back.
+    # Every payload of every job passes here on every replica: the leaves that decoded JSON
+    # and msgpack give (exact types) are passed over without a call each.
     if depth > 64:
         raise Invalid(field, "is nested more than 64 levels deep")
     if value is None or isinstance(value, bool | int | str):
@@ -195,12 +200,14 @@ def _check_json_shape(value: object, field: str, depth: int) -> None:
         return
     if isinstance(value, list | tuple):
         for item in value:
-            _check_json_shape(item, field, depth + 1)
+            if type(item) not in _LEAF_TYPES:
+                _check_json_shape(item, field, depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise Invalid(field, "object keys must be strings")
-            _check_json_shape(item, field, depth + 1)
+            if type(item) not in _LEAF_TYPES:
+                _check_json_shape(item, field, depth + 1)
         return
     raise Invalid(field, f"is not a JSON value ({type_name(value)})")

@@ -130,7 +130,12 @@ class JobSpec:
         parsers = _TEMPLATE_PARSERS if template else _JOB_PARSERS
         fields: dict[str, Any] = {}
         try:
+            names_met = parse.NAMES_MET
             for name, value in data.items():
+                if (name == "task" or name == "queue") and type(value) is str \
+                        and value in names_met and len(value) <= limits.NAME_CHARS_MAX:
+                    fields[name] = value  # a name met before (parse.name's check, inline)
+                    continue
                 if name == "payload":  # checked by packing it: the job keeps those bytes
                     if value is not None:
                         fields["_packed"] = parse.json_packed(
