@@ -173,6 +173,11 @@ class Ack:
 
     @classmethod
     def parse(cls, data: object) -> Ack:
+        if type(data) is dict and len(data) == 3:  # most acks: a success with no result
+            job_id, token = data.get("id"), data.get("token")
+            if (type(job_id) is int and type(token) is int and data.get("outcome") == "succeeded"
+                    and 1 <= job_id <= parse.INT64_MAX and 1 <= token <= parse.INT64_MAX):
+                return cls(job_id, token, "succeeded")
         data = parse.as_mapping(data, "ack")
         if not _ACK_FIELDS.issuperset(data):
             parse.reject_unknown(data, _ACK_FIELDS)

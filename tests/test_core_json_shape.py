@@ -90,3 +90,27 @@ def test_a_name_met_before_is_still_held_to_the_length_of_its_field() -> None:
     parse.name(long_name, "other", chars_max=limits.NAME_CHARS_MAX + 20)  # now met
     with pytest.raises(Invalid):
         JobSpec.parse({"task": long_name})
+
+
+ACK_KEYS = st.sampled_from(["id", "token", "outcome", "result", "error", "retryable", "idd"])
+ACK_VALUES = (st.integers(-2, 2**64) | st.booleans() | st.none()
+              | st.sampled_from(["succeeded", "failed", "nope"]) | st.floats(0, 3))
+
+
+def parsed_or_refused(data: Any) -> Any:
+    from raftcron.scheduler.commands import Ack
+
+    try:
+        return Ack.parse(data)
+    except Invalid as error:
+        return ("refused", error.field, error.message)
+
+
+@settings(max_examples=500)
+@given(st.dictionaries(ACK_KEYS, ACK_VALUES, min_size=2, max_size=4)
+       | st.fixed_dictionaries({"id": ACK_VALUES, "token": ACK_VALUES, "outcome": ACK_VALUES}))
+def test_an_ack_s_short_path_parses_as_the_general_one(data: dict[str, Any]) -> None:
+    from types import MappingProxyType
+
+    # A mapping that is not a dict takes the general path.
+    assert parsed_or_refused(data) == parsed_or_refused(MappingProxyType(data))
