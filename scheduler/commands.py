@@ -226,10 +226,8 @@ class ClaimJobs:
         queues = parse.array(data.get("queues", ["default"]), "queues", items_max=64)
         if not queues:
             raise Invalid("queues", "must list at least one queue")
-        names = tuple(
-            parse.name(q, f"queues[{i}]", chars_max=limits.NAME_CHARS_MAX)
-            for i, q in enumerate(queues)
-        )
+        names = _parse_items(
+            queues, "queues", lambda q: parse.name(q, "", chars_max=limits.NAME_CHARS_MAX))
         if len(set(names)) != len(names):
             raise Invalid("queues", "lists a queue more than once")
         acks = parse.array(data.get("acks", ()), "acks", items_max=limits.ACKS_MAX)

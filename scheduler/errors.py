@@ -44,7 +44,12 @@ class Invalid(Exception):
 
     def within(self, prefix: str) -> Invalid:
         """The same error, its field placed under `prefix` (for nested specs)."""
-        field = f"{prefix}.{self.field}" if not self.field.startswith("[") else prefix + self.field
+        if not self.field:  # the item itself is wrong (a list's value)
+            field = prefix
+        elif self.field.startswith("["):
+            field = prefix + self.field
+        else:
+            field = f"{prefix}.{self.field}"
         return Invalid(field, self.message, code=self.code)
 
 
