@@ -19,6 +19,7 @@ import json
 import random
 import shutil
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -59,6 +60,7 @@ from raftcron.chaos.tier2.storage_faults import STORAGE_RAFT, plan_storage
 from raftcron.cluster import raftpatch
 from raftcron.cluster.config import ClockSettings
 from raftcron.cluster.dev.localcluster import ClusterError
+from raftcron.cluster.dev.loopback import HttpSession
 
 DRAIN_BOUND_S = 60
 ARCHIVE_FILL_BOUND_S = 60  # for a member that installed a snapshot to fill its archive
@@ -476,21 +478,32 @@ def _members_final(cluster: ChaosCluster) -> dict[str, Any] | None:
 
 
 def _details(cluster: ChaosCluster, node: Any, ids: list[int]) -> list[dict[str, Any]]:
-    """Every job with its attempts (GET /v1/jobs/{id}), a few requests at a time."""
+    """Every job with its attempts (GET /v1/jobs/{id}), a few requests at a time, each thread
+    on one kept-open connection (a connection per request ran out of ephemeral ports past
+    ~28,000 jobs: cluster/dev/loopback.HttpSession)."""
+    local = threading.local()
+    sessions: list[HttpSession] = []
 
     def one(job_id: int) -> dict[str, Any]:
+        session = getattr(local, "session", None)
+        if session is None:
+            session = local.session = cluster.session(node)
+            sessions.append(session)
         for _ in range(5):
             try:
-                status, body, _ = cluster.request(node, "GET", f"/v1/jobs/{job_id}",
-                                                  token=ADMIN, timeout_s=10)
+                status, body, _ = session.get(f"/v1/jobs/{job_id}", token=ADMIN)
             except OSError:
                 continue
             if status == 200:
                 return dict(body)
         raise ClusterError(f"GET /v1/jobs/{job_id} on {node.node_id} failed")
 
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        return list(pool.map(one, ids))
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            return list(pool.map(one, ids))
+    finally:
+        for session in sessions:
+            session.close()
 
 
 def _write_results(outcome: Outcome) -> None:

@@ -33,7 +33,13 @@ from typing import IO, Any, TypeVar
 
 from raftcron.cluster import configenv
 from raftcron.cluster.archive.fill import LOCAL_HEADER
-from raftcron.cluster.dev.loopback import Response, free_ports, http_request, release_ports
+from raftcron.cluster.dev.loopback import (
+    HttpSession,
+    Response,
+    free_ports,
+    http_request,
+    release_ports,
+)
 from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
 from raftcron.cluster.dev.tomlwrite import toml_value
 
@@ -544,6 +550,11 @@ class LocalCluster:
             headers=headers,
             tls=self.client_tls if node.tls else None,
         )
+
+    def session(self, node: LocalNode, *, timeout_s: float = 10) -> HttpSession:
+        """Many GETs to one node over one kept-open connection (loopback.HttpSession)."""
+        return HttpSession(node.http_address, timeout_s=timeout_s,
+                           tls=self.client_tls if node.tls else None)
 
     def call(
         self,
