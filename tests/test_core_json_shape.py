@@ -17,7 +17,8 @@ from raftcron.scheduler.specs import JobSpec
 
 
 def plain_shape_problem(value: Any, depth: int = 0) -> str | None:
-    """The rule, written plainly: JSON's values only, string keys, no NaN or Infinity."""
+    """The rule as it was written before the short paths: JSON's values only, string keys, no
+    NaN or Infinity, each item judged in order (its key, then its value)."""
     if depth > 64:
         return "is nested more than 64 levels deep"
     if value is None or isinstance(value, bool | int | str):
@@ -25,12 +26,19 @@ def plain_shape_problem(value: Any, depth: int = 0) -> str | None:
     if isinstance(value, float):
         return "must not contain NaN or Infinity" if not math.isfinite(value) else None
     if isinstance(value, list | tuple):
-        return next((p for p in (plain_shape_problem(v, depth + 1) for v in value) if p), None)
+        for item in value:
+            problem = plain_shape_problem(item, depth + 1)
+            if problem:
+                return problem
+        return None
     if isinstance(value, dict):
-        if any(not isinstance(key, str) for key in value):
-            return "object keys must be strings"
-        items = (plain_shape_problem(v, depth + 1) for v in value.values())
-        return next((p for p in items if p), None)
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return "object keys must be strings"
+            problem = plain_shape_problem(item, depth + 1)
+            if problem:
+                return problem
+        return None
     return "is not a JSON value"
 
 
@@ -61,7 +69,8 @@ def test_a_value_is_refused_exactly_when_the_plain_rule_refuses_it(value: Any) -
     if expected is None:
         assert got is None
     else:
-        assert got is not None and (expected in got or "not a JSON value" in got)
+        # The same problem; the size check (msgpack) comes first and names what it cannot pack.
+        assert got is not None and (expected in got or "is not a JSON value" in got)
 
 
 def test_nesting_past_64_levels_is_refused_also_through_leaves() -> None:
