@@ -50,7 +50,9 @@ def add_queue_commands(commands: Any) -> None:
     put.add_argument("name")
     put.add_argument("--paused", action="store_true")
     put.add_argument("--concurrency-max", type=int, help="running jobs of the queue, at most")
-    put.add_argument("--rate", help="claims per window as MAX/PERIOD, e.g. 100/1s or 5/200ms")
+    put.add_argument("--rate", help="starts in any window as MAX/PERIOD, e.g. 100/1s or 5/200ms")
+    put.add_argument("--burst", type=int, help="count --rate as a token bucket of this many "
+                     "tokens (bursts allowed) rather than the exact window")
 
 
 def add_bulk_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +107,10 @@ def _queue_body(args: argparse.Namespace) -> dict[str, Any]:
         if not count.isdigit() or not period:
             raise UsageError(f"--rate must be MAX/PERIOD, e.g. 100/1s, not {args.rate!r}")
         body["rate_limit"] = {"max": int(count), "per_ms": duration_ms(period, "--rate")}
+        if args.burst is not None:
+            body["rate_limit"]["burst"] = args.burst
+    elif args.burst is not None:
+        raise UsageError("--burst needs --rate")
     return body
 
 
@@ -117,12 +123,21 @@ def _queuetable(found: list[dict[str, Any]]) -> str:
             q["name"],
             "paused" if q["paused"] else "active",
             q["concurrency_max"] if q["concurrency_max"] is not None else "-",
-            f"{rate['max']}/{rate['per_ms']}ms" if rate else "-",
+            _rate_text(rate, q.get("rate_rule")) if rate else "-",
             q["queued"],
             q["running"],
             " ".join(f"{reason}={count}" for reason, count in held.items() if count) or "-",
         ])
     return table(["QUEUE", "STATE", "CONCURRENCY", "RATE", "QUEUED", "RUNNING", "HELD"], rows)
+
+
+def _rate_text(rate: dict[str, Any], rule: str | None) -> str:
+    """5/1000ms (the window), 5/1000ms bucket (a limit put before finalize), or
+    5/1000ms burst 20."""
+    text = f"{rate['max']}/{rate['per_ms']}ms"
+    if rate.get("burst") is not None:
+        return f"{text} burst {rate['burst']}"
+    return text if rule != "bucket" else f"{text} bucket"
 
 
 # -- bulk actions ---------------------------------------------------------------------------------

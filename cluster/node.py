@@ -117,7 +117,7 @@ class Node:
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
             trail=AuditTrail(config.data_dir, config.node_id), dialer=dialer,
-            activity=self.activity_sampler.ring,
+            activity=self.activity_sampler.ring, stamp=self.ticker.stamp,
         )
         self.runner: web.AppRunner | None = None
         self.listener: HttpListener | None = None

@@ -184,6 +184,15 @@ class Ticker:
         self.last_tick_ms = now_ms
         await self._sleep(self._next_wait_ms())
 
+    def stamp(self) -> Tick | None:
+        """A Tick to put before a command in one log entry, so the command is applied at this
+        leader's time rather than the last Tick's (a claim counted by a rate window, DESIGN.md
+        §9.4); None when this node does not lead a committed term or has no agreed time."""
+        if not self.node.is_leader() or self.led_term != self.node.term:
+            return None
+        now_ms = self.decide().now_ms
+        return None if now_ms is None else Tick(now_ms, self.node.config.node_id)
+
     def new_cluster_finalize(self) -> Finalize | None:
         """A Finalize when this node is the first leader of a new cluster (its state never
         ticked) and no member it has heard from runs an older release (DESIGN.md §9.0: a new

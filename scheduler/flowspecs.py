@@ -121,15 +121,17 @@ class UniqueSpec:
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """At most `max` claims per `per_ms`, as a token bucket of `max` tokens (see queues.py)."""
+    """At most `max` claims per `per_ms` (scheduler/queues.py says how that is counted: in a
+    sliding window, or as a token bucket of `burst` tokens when `burst` is given)."""
 
     max: int
     per_ms: int
+    burst: int | None = None  # None: the exact window (a bucket of `max` before finalize)
 
     @classmethod
     def parse(cls, data: object, where: str = "rate_limit") -> RateLimit:
         data = parse.as_mapping(data, where)
-        parse.reject_unknown(data, frozenset({"max", "per_ms"}), where)
+        parse.reject_unknown(data, frozenset({"max", "per_ms", "burst"}), where)
         return cls(
             max=parse.integer(
                 data.get("max"), _within(where, "max"), low=1, high=limits.RATE_MAX
@@ -137,10 +139,17 @@ class RateLimit:
             per_ms=parse.integer(
                 data.get("per_ms"), _within(where, "per_ms"), low=1, high=limits.DAY_MS
             ),
+            burst=parse.optional_integer(
+                data.get("burst"), _within(where, "burst"), low=1, high=limits.RATE_MAX
+            ),
         )
 
     def to_wire(self) -> dict[str, Any]:
-        return {"max": self.max, "per_ms": self.per_ms}
+        # Without a burst, the wire form of the previous release: its replay reads it.
+        wire: dict[str, Any] = {"max": self.max, "per_ms": self.per_ms}
+        if self.burst is not None:
+            wire["burst"] = self.burst
+        return wire
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from raftcron.scheduler import bulk
 from raftcron.scheduler.flowspecs import BulkFilter
-from raftcron.scheduler.queues import QueueControl, tokens_at
+from raftcron.scheduler.queues import WINDOW, QueueControl, tokens_at
 from raftcron.scheduler.state import SchedulerState
 
 HELD_REASONS = ("paused", "queue_concurrency", "queue_rate", "key_concurrency")
@@ -40,14 +40,17 @@ def queue_view(state: SchedulerState, name: str) -> dict[str, Any]:
     tokens = None
     spec_wire: dict[str, Any] = {"paused": False, "concurrency_max": None, "rate_limit": None}
     updated_ms = None
+    rate_rule = None
     if control is not None:
         spec_wire = control.spec.to_wire()
+        rate_rule = control.rule if control.per_ms else None
         updated_ms = control.updated_ms
         tokens = tokens_at(control, state.now_ms)
         _count_held(control, held, in_line, running, tokens)
     return {
         "name": name,
         **spec_wire,
+        "rate_rule": rate_rule,
         "queued": in_line + held["key_concurrency"],
         "running": running,
         "held": held,
@@ -70,6 +73,18 @@ def _count_held(
         waiting -= held["queue_concurrency"]
     if tokens is not None:
         held["queue_rate"] = max(0, waiting - tokens)
+
+
+def names_a_window_queue(state: SchedulerState, names: tuple[str, ...]) -> bool:
+    """Whether a claim on `names` is counted by a rate window: the leader stamps it with its
+    clock (a Tick in the same log entry), so the window counts the start's real time."""
+    controls = state.queues
+    if controls:
+        for name in names:
+            control = controls.get(name)
+            if control is not None and control.rule == WINDOW:
+                return True
+    return False
 
 
 def all_queues(state: SchedulerState) -> list[dict[str, Any]]:

@@ -7,8 +7,10 @@ The checks read everything (O(n)): for tests and audits, not for the hot path.
 
 from __future__ import annotations
 
+from typing import Any
+
 from raftcron.scheduler import jobs as j
-from raftcron.scheduler import sizes
+from raftcron.scheduler import queues, sizes
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.schedules import spec_wire_bytes
 from raftcron.scheduler.state import SchedulerState
@@ -177,8 +179,10 @@ def _flow_rules(state: SchedulerState) -> list[str]:
         if control.spec.is_default:
             out.append(f"queue {name!r}: a control with no limit is kept")
         rate = control.spec.rate_limit
-        if rate is not None and not 0 <= control.units <= rate.max * rate.per_ms:
+        if rate is not None and not 0 <= control.units <= (rate.burst or rate.max) * rate.per_ms:
             out.append(f"queue {name!r}: bucket at {control.units} units, outside its size")
+        if control.rule == "window":
+            out += _window_rules(name, control, state.now_ms)
         if control.refilled_ms > state.now_ms:
             out.append(f"queue {name!r}: refilled at {control.refilled_ms}, after now")
     return out
@@ -211,6 +215,22 @@ def _schedule_rules(state: SchedulerState) -> list[str]:
     for name in state.pending_schedules:
         if name not in state.schedules:
             out.append(f"pending schedule {name!r} does not exist")
+    return out
+
+
+def _window_rules(name: str, control: Any, now_ms: int) -> list[str]:
+    """A window queue's start log: (time, count) runs in time order, none empty, and no more
+    runs than its slices. (Its starts in the window may exceed the limit: a lowered limit
+    keeps the starts made under the old one, and waits them out.)"""
+    log = list(control.log)
+    out = []
+    times, counts = log[0::2], log[1::2]
+    if len(log) % 2 or times != sorted(set(times)) or any(count <= 0 for count in counts):
+        out.append(f"queue {name!r}: start log {log} is not runs in time order")
+    # One run per slice of the window, and one more whose slice ends after a changed window's
+    # (scheduler/queues.py `_carry_rate`).
+    if len(times) > queues.LOG_RUNS_MAX + 2:
+        out.append(f"queue {name!r}: {len(times)} runs in its start log")
     return out
 
 

@@ -133,6 +133,8 @@ class SchedulerState:
             for heap in (self.schedule_heap, self.table.delayed, self.table.leases)
             if heap
         ]
+        if self.queues:  # a window queue with jobs waiting wakes the ticker as it opens
+            heads.extend(queues.windows_opening(self.queues, self.table.ready, self.now_ms))
         return min(heads) if heads else None
 
     # -- the one entry point -----------------------------------------------------------------
@@ -229,7 +231,8 @@ class SchedulerState:
             case PutNotification() | DeleteNotification() | AckNotification():
                 return self.notifications.apply(command, self.now_ms)
             case PutQueue():
-                return queues.put(self.queues, command.name, command.spec, self.now_ms)
+                return queues.put(self.queues, command.name, command.spec, self.now_ms,
+                                  finalized=self.finalized)
             case PauseQueue() | ResumeQueue():
                 paused = isinstance(command, PauseQueue)
                 return queues.set_paused(self.queues, command.name, paused, self.now_ms)

@@ -41,7 +41,8 @@ FLOW_QUEUES = ("default", "emails")
 KEY_MAX = {"a": 1, "b": 2}  # one max per concurrency key
 UNIQUE_KEYS = ("k1", "k2", "u1")
 caps = st.sampled_from([None, 1, 2, 3])
-rates = st.sampled_from([None, (1, 1_000), (3, 2_000), (2, 500)])
+rates = st.sampled_from([None, (1, 1_000, None), (3, 2_000, None), (2, 500, None),
+                         (2, 500, 3), (3, 2_000, 1)])  # (max, per_ms, burst)
 concurrency = st.one_of(st.none(), st.sampled_from(sorted(KEY_MAX)))
 states = st.lists(st.sampled_from(j.STATUSES), min_size=1, max_size=4, unique=True)
 
@@ -57,7 +58,7 @@ class FlowRules:
 
     def __init__(self) -> None:
         super().__init__()
-        # queue -> (its rate, the times of its claims since that rate was set)
+        # queue -> ((its rate, its rule), the times of its claims since that rate was set)
         self.rates_seen: dict[str, tuple[Any, list[int]]] = {}
         self.caps_seen: dict[str, tuple[int | None, int]] = {}  # queue -> (cap, allowance)
 
@@ -66,9 +67,21 @@ class FlowRules:
     @rule(queue=st.sampled_from(FLOW_QUEUES), paused=st.sampled_from([False, False, True]),
           cap=caps, rate=rates)
     def put_queue(self, queue: str, paused: bool, cap: int | None, rate: Any) -> None:
-        spec = QueueSpec(paused, cap, None if rate is None else QueueSpec.parse(
-            {"rate_limit": {"max": rate[0], "per_ms": rate[1]}}).rate_limit)
-        self.apply(PutQueue(self.rid(), queue, spec))  # type: ignore[attr-defined]
+        limit = None if rate is None else {"max": rate[0], "per_ms": rate[1]}
+        if rate is not None and rate[2] is not None:
+            limit = {**limit, "burst": rate[2]}
+        spec = QueueSpec(paused, cap, None if limit is None else QueueSpec.parse(
+            {"rate_limit": limit}).rate_limit)
+        finalized = self.state.finalized
+        result = self.apply(PutQueue(self.rid(), queue, spec))  # type: ignore[attr-defined]
+        control = self.state.queues.get(queue)
+        if limit is not None and "burst" in limit and not finalized:
+            assert not isinstance(result, Ok) and result.code == "not_finalized", result
+        elif limit is not None and isinstance(result, Ok):
+            # A limit put once the cluster is finalized is an exact window (DESIGN.md §9.4)
+            # unless it asks for a bucket; before, it is the previous release's bucket.
+            window = finalized and "burst" not in limit
+            assert control is not None and control.rule == ("window" if window else "bucket")
 
     @rule(queue=st.sampled_from(FLOW_QUEUES), pause=st.booleans())
     def pause_or_resume_queue(self, queue: str, pause: bool) -> None:
@@ -208,7 +221,8 @@ class FlowRules:
                     f"queue {queue}: {now_running} running, over its cap {cap}"
                 )
             self.caps_seen[queue] = (cap, min(allowance, now_running))
-            rate = None if control is None else control.spec.rate_limit
+            rate = None if control is None or control.spec.rate_limit is None else (
+                control.spec.rate_limit, control.rule)
             if rate != self.rates_seen.get(queue, (None, []))[0]:
                 self.rates_seen[queue] = (rate, [])
         if isinstance(command, ClaimJobs) and isinstance(result, Ok):
@@ -240,12 +254,21 @@ class _Seen:
         return _Seen(job.status, job.queue, job.task, job.schedule, tuple(job.children or ()))
 
 
-def _check_rate(queue: str, rate: Any, times: list[int]) -> None:
-    """Claims in every window [times[i], now] within the bucket's bound."""
+def _check_rate(queue: str, rate_and_rule: Any, times: list[int]) -> None:
+    """Claims in every window [times[i], now]: at most max when shorter than per_ms (the
+    exact window), within the bucket's bound (its burst plus the refill) for a bucket."""
+    rate, rule = rate_and_rule
     now_ms = times[-1]
     for index, start_ms in enumerate(times):
         count = len(times) - index
-        bound = rate.max + (now_ms - start_ms) * rate.max // rate.per_ms
+        if rule == "window":
+            if now_ms - start_ms < rate.per_ms:
+                assert count <= rate.max, (
+                    f"queue {queue}: {count} starts within {now_ms - start_ms} ms "
+                    f"({rate.max} per {rate.per_ms} ms)")
+            continue
+        burst = rate.max if rate.burst is None else rate.burst
+        bound = burst + (now_ms - start_ms) * rate.max // rate.per_ms
         assert count <= bound, f"queue {queue}: {count} claims in [{start_ms}, {now_ms}]"
 
 

@@ -23,20 +23,24 @@ from aiohttp import web
 
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
+    Services,
     commit,
     json_response,
     object_body,
     only,
     parse_or_400,
     read_json,
+    rejected,
     requires,
     services,
     take_request_id,
 )
+from raftcron.cluster.proposer import ProposalFailed
 from raftcron.cluster.replica import StateMachine
 from raftcron.cluster.waiters import ClaimWaiters
-from raftcron.scheduler import parse, views
+from raftcron.scheduler import flowviews, parse, views
 from raftcron.scheduler.commands import ClaimJobs
+from raftcron.scheduler.errors import Rejected
 
 
 @requires("work")
@@ -73,7 +77,7 @@ async def claim(request: web.Request) -> web.Response:
         if round_number:  # a later round claims under its own id and acks nothing again
             command = dataclasses.replace(command, request_id=round_id, acks=())
         started = time.monotonic()
-        value = await commit(request, command)
+        value = await _commit_claim(request, svc, command)
         svc.stats.claim_latency.observe(time.monotonic() - started)
         if round_number == 0:
             acks = value["acks"]
@@ -84,6 +88,27 @@ async def claim(request: web.Request) -> web.Response:
     return json_response(
         {"jobs": jobs, "acks": [{"id": job_id, "outcome": outcome} for job_id, outcome in acks]}
     )
+
+
+async def _commit_claim(request: web.Request, svc: Services, command: ClaimJobs) -> Any:
+    """`commit`; on the leader, a claim counted by a rate window goes with a Tick of the
+    leader's time in the same log entry (DESIGN.md §9.4), so its starts are stamped with the
+    time they happen, not the last Tick's (up to a tick interval earlier), which is what a
+    metered API on the other side counts. A stamped proposal that fails goes the plain way,
+    whose retries under the same request id answer what the first one did if it committed."""
+    tick = None if svc.stamp is None else svc.stamp()
+    if tick is not None and svc.node.machine.read(
+        lambda state: flowviews.names_a_window_queue(state, command.queues)
+    ):
+        try:
+            _, result = await svc.proposer.propose_together([tick, command])
+        except ProposalFailed:
+            pass
+        else:
+            if isinstance(result, Rejected):
+                raise rejected(result)
+            return result.value
+    return await commit(request, command)
 
 
 def _gone(request: web.Request) -> bool:

@@ -28,7 +28,7 @@ from raftcron.cluster.peerhttp import PeerDialer, peer_token
 from raftcron.cluster.proposer import ProposalFailed, Proposer, TooLarge
 from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler import parse
-from raftcron.scheduler.commands import Barrier, Command
+from raftcron.scheduler.commands import Barrier, Command, Tick
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 
 # An aiohttp route's handler (a task's handler is cluster.worker.tasks.Handler).
@@ -70,6 +70,8 @@ class Services:
     trail: Any = None  # cluster.http.trail.AuditTrail (None: nothing is recorded)
     dialer: PeerDialer | None = None  # how this node asks its peers (None: it never does)
     activity: ActivityRing | None = None  # the dashboard charts' samples (None: none kept)
+    # The leader's Tick to stamp a command with (cluster/ticker.py `Ticker.stamp`).
+    stamp: Callable[[], Tick | None] | None = None
     # Set when the node stops: a request that waits for something else answers at once.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -100,8 +100,16 @@ def test_queues_put_show_pause_resume_and_list(run, unique):
     assert run("queues", "resume", queue)[0] == 0
     code, out, _ = run("queues", "list")
     assert code == 0 and queue in out
+    assert view["rate_rule"] == "window"
     code, _, err = run("queues", "put", queue, "--rate", "fast")
     assert code == 2 and "--rate" in err
+    code, _, err = run("queues", "put", queue, "--burst", "20")
+    assert code == 2 and "--burst needs --rate" in err
+    code, out, err = run("queues", "put", queue, "--rate", "10/1s", "--burst", "20")
+    assert code == 0, err
+    assert "10/1000ms burst 20" in out
+    _, out, _ = run("queues", "show", queue, "--json")
+    assert json.loads(out)["rate_rule"] == "bucket"
 
 
 def test_jobs_retry_and_delete_by_filter(run, unique):

@@ -131,6 +131,14 @@ def refuse_to_rejoin_with_the_previous_release(cluster: MixedCluster, node: Loca
     cluster.release[node.node_id] = "this"
 
 
+METERED = {"rate_limit": {"max": 5, "per_ms": 1_000}}
+
+
+def rate_rule(cluster: LocalCluster, node: LocalNode) -> Any:
+    return cluster.request(node, "GET", "/v1/queues/metered", token=cluster.admin_token)[1][
+        "rate_rule"]
+
+
 def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
         tmp_path: Path) -> None:
     old_python = build_previous_release(tmp_path / "previous")
@@ -139,6 +147,10 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
         cluster.wait_ready(60)
         n1, n2, n3 = cluster.nodes
         assert not any(runs_this_release(cluster, node) for node in cluster.nodes)
+        # A rate limit put on the previous release: a token bucket (DESIGN.md §9.4).
+        status, _, _ = cluster.request(n1, "PUT", "/v1/queues/metered", METERED,
+                                       token=cluster.admin_token)
+        assert status == 200
         with Writer(cluster, "upgrade") as writer:
             writer.wait_for(50)
             for node in cluster.nodes:  # each data dir holds a snapshot of the old release
@@ -153,6 +165,11 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
             assert "n2" in refused[1]["error"]["message"] and "n3" in refused[1]["error"]["message"]
             status, body, _ = cluster.request(n1, "PUT", "/v1/settings/budget",
                                               {"bytes": 64 << 20}, token=cluster.admin_token)
+            assert (status, body["error"]["code"]) == (409, "not_finalized")
+            assert rate_rule(cluster, n1) == "bucket"  # its old meaning, on this release too
+            burst = {"rate_limit": {**METERED["rate_limit"], "burst": 10}}
+            status, body, _ = cluster.request(n1, "PUT", "/v1/queues/metered", burst,
+                                              token=cluster.admin_token)
             assert (status, body["error"]["code"]) == (409, "not_finalized")
             # Lost again, n1 installs a snapshot of a leader of the old release (n1 is down).
             rejoin_empty(cluster, n1)
@@ -174,6 +191,14 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
                                          if settings_of(cluster, node)["finalized"] else None,
                                          30, f"{node.node_id} finalized")
                 assert shown["budget"] == {"bytes": Budget().bytes}
+                assert rate_rule(cluster, node) == "bucket"  # finalize keeps what was put
+            # Put again once finalized, the limit is the exact window, on every member.
+            status, _, _ = cluster.request(n2, "PUT", "/v1/queues/metered", METERED,
+                                           token=cluster.admin_token)
+            assert status == 200
+            for node in cluster.nodes:
+                cluster.wait_for(lambda node=node: rate_rule(cluster, node) == "window", 30,
+                                 f"{node.node_id} counts the limit in the window")
             # The previous release can no longer join: it refuses the finalized snapshot.
             refuse_to_rejoin_with_the_previous_release(cluster, n3)
             n3.data_dir.mkdir(parents=True, exist_ok=True)  # rejoin_empty clears it

@@ -88,22 +88,23 @@ def test_5_per_second_means_5_per_second(
 ) -> None:
     rate = {"max": 5, "per_ms": 1_000}
     client.request("PUT", f"/v1/queues/{queue}", {"rate_limit": rate}, write=True)
-    jobs = client.submit_batch(hold_jobs(queue, tmp_path, 20, 0))
+    view = client.request("GET", f"/v1/queues/{queue}")
+    assert view["rate_rule"] == "window"  # the cluster is finalized: the exact window
+    jobs = client.submit_batch(hold_jobs(queue, tmp_path, 15, 0))
     for name in ("w-rate-1", "w-rate-2"):
         start_worker(queue, name, concurrency=8)
     done = wait_all(client, jobs)
-    # The claims, in the cluster's time: in every window [s, t], at most the bucket (5) plus
-    # what the window refills (5 a second), exactly.
+    # The attempts' starts, in the cluster's time: never more than 5 in any window of 1 s
+    # (a bucket would allow 5 at once and 5 refilled within the second after: 9 or 10).
     starts = sorted(job["history"][0]["start_ms"] for job in done)
     for first, start_ms in enumerate(starts):
-        for last in range(first, len(starts)):
-            window_ms = starts[last] - start_ms
-            assert last - first + 1 <= 5 + window_ms * 5 // 1_000, (starts, first, last)
-    # And as the workers saw it: after the first 5 (the bucket), 15 more took about 3 s.
+        in_window = [s for s in starts[first:] if s - start_ms < 1_000]
+        assert len(in_window) <= 5, (starts, start_ms)
+    assert starts[-1] - starts[0] >= 2_000, starts
+    # And as the workers saw them: 15 starts over about 2 s, not in one burst.
     seen = [start for start, _ in held_intervals(tmp_path)]
-    assert len(seen) == 20
-    steady_s = seen[-1] - seen[4]
-    assert 2.4 <= steady_s <= 6.0, seen
+    assert len(seen) == 15
+    assert 1.9 <= seen[-1] - seen[0] <= 6.0, seen
 
 
 def test_a_paused_queue_hands_out_nothing_and_resumes(
