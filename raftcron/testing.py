@@ -52,7 +52,7 @@ from raftcron.scheduler.commands import (
 )
 from raftcron.scheduler.errors import Invalid, Ok, Rejected
 from raftcron.scheduler.gate import Finalize
-from raftcron.scheduler.progress import Progress
+from raftcron.scheduler.progress import ProgressReport
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec
 from raftcron.scheduler.state import SchedulerState
@@ -327,7 +327,8 @@ class _CoreClient:
         progress: dict[str, Any] | None = None,
         deadline_s: float | None = None,
     ) -> dict[str, Any]:
-        report = None if progress is None else _parsed(lambda: Progress.parse(progress, "progress"))
+        report = (None if progress is None
+                  else _parsed(lambda: ProgressReport.parse(progress, "progress")))
         command = Heartbeat(self.inline._request_id(), job_id, token, lease_ms, report)
         result = self.inline._apply(command)
         if isinstance(result, Rejected):

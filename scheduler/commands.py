@@ -23,7 +23,7 @@ from raftcron.scheduler.flowcommands import FLOW_COMMANDS, FlowCommand
 from raftcron.scheduler.gate import GATE_COMMANDS, GateCommand
 from raftcron.scheduler.notifications import AckNotification, DeleteNotification, PutNotification
 from raftcron.scheduler.packing import to_msgpack
-from raftcron.scheduler.progress import Progress
+from raftcron.scheduler.progress import ProgressReport
 from raftcron.scheduler.purging import PurgeJobs
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
@@ -253,7 +253,7 @@ class Heartbeat:
     # The handler's newest report (scheduler/progress.py). The previous release ignores this
     # field (its from_wire reads only the fields it knows), so it is applied only once the
     # cluster is finalized.
-    progress: Progress | None = None
+    progress: ProgressReport | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return _strip_none(
@@ -275,7 +275,7 @@ class Heartbeat:
             _job_id(data),
             _token(data),
             None if lease is None else _lease_ms(lease),
-            None if progress is None else Progress.parse(progress, "progress"),
+            None if progress is None else ProgressReport.parse(progress, "progress"),
         )
 
 

@@ -34,7 +34,7 @@ _COUNT_FIELDS = frozenset({"done", "total"})
 
 
 @dataclass(frozen=True, slots=True)
-class Progress:
+class ProgressReport:
     """One report: `value` is a fraction (an int 0 or 1, or a float) or `{"done", "total"}`."""
 
     value: float | int | dict[str, int]
@@ -50,7 +50,7 @@ class Progress:
         return wire
 
     @classmethod
-    def parse(cls, data: object, field: str = "") -> Progress:
+    def parse(cls, data: object, field: str = "") -> ProgressReport:
         """A report from the wire (a heartbeat's `progress`); Invalid names the field under
         `field` (`progress.value.total`)."""
         try:
@@ -59,7 +59,7 @@ class Progress:
             raise (error.within(field) if field else error) from None
 
     @classmethod
-    def _parse(cls, data: object) -> Progress:
+    def _parse(cls, data: object) -> ProgressReport:
         body = parse.as_mapping(data, "")
         parse.reject_unknown(body, _FIELDS)
         if "value" not in body:

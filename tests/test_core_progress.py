@@ -13,7 +13,7 @@ from raftcron.scheduler.driver import Driver, Refused
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.frozen import COMPACT_MARK, FrozenJob
 from raftcron.scheduler.invariants import violations
-from raftcron.scheduler.progress import Progress
+from raftcron.scheduler.progress import ProgressReport
 from raftcron.scheduler.snapshot import restore, snapshot
 from raftcron.scheduler.views import job_view
 
@@ -101,7 +101,7 @@ def test_a_finished_job_keeps_its_last_report_and_a_new_attempt_starts_with_none
 # -- the upgrade gate ----------------------------------------------------------------------------
 
 
-def test_before_the_cluster_is_finalized_a_reports_is_ignored():
+def test_before_the_cluster_is_finalized_a_report_is_ignored():
     driver = Driver(now_ms=T0)
     job_id, token = running(driver)
     answer = driver.heartbeat(job_id, token, progress={"value": 0.5, "message": "m"})
@@ -127,7 +127,7 @@ def test_a_member_of_the_previous_release_reaches_the_same_state_before_finalizi
     ours, theirs = Driver(now_ms=T0), Driver(now_ms=T0)
     for driver in (ours, theirs):
         running(driver)
-    beat = Heartbeat("beat-1", 1, 1, None, Progress(0.5, "exporting", {"rows": 10}))
+    beat = Heartbeat("beat-1", 1, 1, None, ProgressReport(0.5, "exporting", {"rows": 10}))
     entry = codec.encode(beat)
     command, fingerprint = codec.decode_request(entry)
     assert command == beat
@@ -225,6 +225,6 @@ def test_the_largest_report_fits_its_bounds(driver):
 
 
 def test_the_counts_of_a_report_are_kept_in_one_key_order():
-    one = Progress.parse({"value": {"total": 4, "done": 1}})
-    other = Progress.parse({"value": {"done": 1, "total": 4}})
+    one = ProgressReport.parse({"value": {"total": 4, "done": 1}})
+    other = ProgressReport.parse({"value": {"done": 1, "total": 4}})
     assert one.packed(5, 1) == other.packed(5, 1)

@@ -33,7 +33,7 @@ from typing import Any
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
-from raftcron.scheduler.progress import Progress
+from raftcron.scheduler.progress import ProgressReport
 
 INTERVAL_S = 1.0  # at most one heartbeat per job this often for its progress
 
@@ -59,7 +59,7 @@ def checked_report(value: Any, message: str | None = None, data: Any = None) -> 
             raise kind(f"data {error.message}") from None
         report["data"] = data
     try:
-        Progress.parse(report)  # the node's own check: what passes here, it takes
+        ProgressReport.parse(report)  # the node's own check: what passes here, it takes
     except Invalid as error:
         raise ValueError(f"{error.field} {error.message}") from None
     return report
