@@ -543,10 +543,14 @@ class AsyncClient:
         token: int,
         *,
         lease_ms: int | None = None,
+        progress: Mapping[str, Any] | None = None,
         deadline_s: float | None = None,
     ) -> dict[str, Any]:
-        """Extend a lease: `{"id", "lease_until_ms"}`; ApiError 409 when it is lost."""
-        body = _drop_none({"token": token, "lease_ms": lease_ms})
+        """Extend a lease: `{"id", "lease_until_ms"}`; ApiError 409 when it is lost.
+        `progress`: the handler's newest report, `{"value", "message", "data"}` (the job view
+        shows it as `progress`)."""
+        body = _drop_none({"token": token, "lease_ms": lease_ms,
+                           "progress": None if progress is None else dict(progress)})
         return await self._object(
             "POST",
             f"/v1/jobs/{int(job_id)}/heartbeat",

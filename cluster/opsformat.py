@@ -38,8 +38,26 @@ def job_table(jobs: list[dict[str, Any]]) -> str:
     )
 
 
+def progress_text(progress: dict[str, Any]) -> str:
+    """`40% (400/1000) "rows" at 2026-... UTC (attempt 1)` for a job's progress."""
+    value = progress["value"]
+    if isinstance(value, dict):
+        share = value["done"] / value["total"]
+        text = f"{share:.0%} ({value['done']}/{value['total']})"
+    else:
+        text = f"{value:.0%}"
+    if progress.get("message"):
+        text += f" {json.dumps(progress['message'], ensure_ascii=False)}"
+    return text + f" at {utc_time(progress.get('at_ms'))} UTC (attempt {progress.get('attempt')})"
+
+
 def job_detail(job: dict[str, Any]) -> str:
     lines = []
+    progress = job.get("progress")
+    if progress:
+        lines.append(f"progress: {progress_text(progress)}")
+        if progress.get("data") is not None:
+            lines.append(f"progress data: {json.dumps(progress['data'])[:2000]}")
     if job.get("error"):
         lines.append(f"error: {job['error']}")
     if job.get("result") is not None:

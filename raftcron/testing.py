@@ -17,7 +17,8 @@ What runs is the real thing, in one process: the cluster's core (every command e
 applied as a replica applies it, so the job's states, attempts, backoff, dead letters,
 idempotency keys and schedules behave as in production) and the worker's own execution of a
 job (the `JobContext` a handler gets, heartbeats, timeouts, `PermanentError`, `LeaseLost`,
-result checks). Only the network, Raft and the wall clock are left out: the cluster's time
+result checks, `ctx.progress`: each `Run` lists the attempt's reports, and `job(id)["progress"]`
+shows the last one). Only the network, Raft and the wall clock are left out: the cluster's time
 stands still until `advance` moves it (`drain` moves it to each retry's backoff by itself), so
 a test decides when schedules fire and is never slowed by a real backoff.
 
@@ -50,6 +51,8 @@ from raftcron.scheduler.commands import (
     Tick,
 )
 from raftcron.scheduler.errors import Invalid, Ok, Rejected
+from raftcron.scheduler.gate import Finalize
+from raftcron.scheduler.progress import ProgressReport
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec
 from raftcron.scheduler.state import SchedulerState
@@ -78,6 +81,9 @@ class Run:
     attempt: int
     outcome: str
     error: str | None = None
+    # Every `ctx.progress` report of the attempt, in order ({"value", "message"?, "data"?}),
+    # also those a worker would coalesce away; the job view shows the last one sent.
+    progress: tuple[dict[str, Any], ...] = ()
 
 
 class Inline:
@@ -103,6 +109,10 @@ class Inline:
         self.lease_ms = lease_ms
         self.runs: list[Run] = []  # every attempt drain ran, oldest first
         self._ids = itertools.count(1)
+        self._apply(Tick(now_ms))
+        # As a new cluster of this release starts: finalized (scheduler/gate.py), the Tick
+        # after it taking the retention settings' first step.
+        self._apply(Finalize(None))
         self._apply(Tick(now_ms))
 
     # -- what a client does ------------------------------------------------------------------
@@ -255,6 +265,7 @@ class Inline:
             executor=pool,
             default_timeout_ms=None,
             known_tasks=self._task_names,
+            record_progress=True,
         )
         await execution.run()
         sent = acks.take()
@@ -269,6 +280,7 @@ class Inline:
             claimed["attempt"],
             execution.outcome or "abandoned",
             error,
+            tuple(execution.progress.reported or ()) if execution.progress is not None else (),
         )
 
     def _task(self, name: str) -> Task | None:
@@ -312,9 +324,12 @@ class _CoreClient:
         token: int,
         *,
         lease_ms: int | None = None,
+        progress: dict[str, Any] | None = None,
         deadline_s: float | None = None,
     ) -> dict[str, Any]:
-        command = Heartbeat(self.inline._request_id(), job_id, token, lease_ms)
+        report = (None if progress is None
+                  else _parsed(lambda: ProgressReport.parse(progress, "progress")))
+        command = Heartbeat(self.inline._request_id(), job_id, token, lease_ms, report)
         result = self.inline._apply(command)
         if isinstance(result, Rejected):
             raise ApiError(result.http_status, result.code, result.message, result.field)

@@ -23,6 +23,7 @@ from raftcron.scheduler.flowcommands import FLOW_COMMANDS, FlowCommand
 from raftcron.scheduler.gate import GATE_COMMANDS, GateCommand
 from raftcron.scheduler.notifications import AckNotification, DeleteNotification, PutNotification
 from raftcron.scheduler.packing import to_msgpack
+from raftcron.scheduler.progress import ProgressReport
 from raftcron.scheduler.purging import PurgeJobs
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
@@ -249,6 +250,10 @@ class Heartbeat:
     job_id: int
     token: int
     lease_ms: int | None = None  # None: the lease the job was claimed with
+    # The handler's newest report (scheduler/progress.py). The previous release ignores this
+    # field (its from_wire reads only the fields it knows), so it is applied only once the
+    # cluster is finalized.
+    progress: ProgressReport | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return _strip_none(
@@ -257,17 +262,20 @@ class Heartbeat:
                 "job_id": self.job_id,
                 "token": self.token,
                 "lease_ms": self.lease_ms,
+                "progress": None if self.progress is None else self.progress.to_wire(),
             }
         )
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> Heartbeat:
         lease = data.get("lease_ms")
+        progress = data.get("progress")
         return cls(
             _request_id(data),
             _job_id(data),
             _token(data),
             None if lease is None else _lease_ms(lease),
+            None if progress is None else ProgressReport.parse(progress, "progress"),
         )
 
 

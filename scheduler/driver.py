@@ -27,6 +27,7 @@ from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.frozen import readable
 from raftcron.scheduler.gate import Finalize, PutSettings
 from raftcron.scheduler.jobs import Job
+from raftcron.scheduler.progress import ProgressReport
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.settings import Settings, parse_section
 from raftcron.scheduler.specs import JobSpec
@@ -108,8 +109,12 @@ class Driver:
     ) -> dict[str, Any]:
         return self.ok(FailJob(self.request_id(), job_id, token, error, retryable))
 
-    def heartbeat(self, job_id: int, token: int, lease_ms: int | None = None) -> dict[str, Any]:
-        return self.ok(Heartbeat(self.request_id(), job_id, token, lease_ms))
+    def heartbeat(
+        self, job_id: int, token: int, lease_ms: int | None = None, *, progress: Any = None
+    ) -> dict[str, Any]:
+        """`progress`: a report as the API takes it ({"value", "message", "data"})."""
+        report = None if progress is None else ProgressReport.parse(progress, "progress")
+        return self.ok(Heartbeat(self.request_id(), job_id, token, lease_ms, report))
 
     def tick(self, now_ms: int | None = None, *, advance_ms: int | None = None) -> dict[str, Any]:
         if now_ms is None:

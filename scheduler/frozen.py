@@ -145,8 +145,12 @@ def job_to_list(job: Job) -> list[Any]:
     ]
     # Fields added since the first record format are written only when set, so a job that
     # uses none of them packs to the same bytes as before (and older records read as unset).
-    if job.concurrency_key is not None:
+    # A job's progress is recorded only in a finalized cluster, whose records are compact:
+    # it is written here too, so no format can lose it.
+    if job.concurrency_key is not None or job.progress is not None:
         fields += [job.concurrency_key, job.concurrency_max]
+    if job.progress is not None:
+        fields.append(job.progress)
     return fields
 
 
@@ -159,6 +163,7 @@ _BASE_FIELDS = 30  # the fields of the first record format; later ones follow wh
 # which msgpack writes in 1-5 bytes where a Unix time in ms takes 9. A finished job's record
 # went from 122 to 79 bytes (a claimed and completed job of a small payload).
 COMPACT_MARK = -2
+_COMPACT_FIELDS = 33  # a compact record's fields; a job's progress follows when set
 STATUS_CODE = {status: code for code, status in enumerate(j.STATUSES)}
 OUTCOMES = (j.OUTCOME_SUCCEEDED, j.OUTCOME_FAILED, j.OUTCOME_LEASE_EXPIRED, j.OUTCOME_CANCELLED)
 OUTCOME_CODE = {outcome: code for code, outcome in enumerate(OUTCOMES)}
@@ -201,6 +206,8 @@ def job_to_compact_list(job: Job) -> list[Any]:
         job.concurrency_key,
         job.concurrency_max,
     ]
+    if job.progress is not None:  # only when set: a record without one keeps its bytes
+        fields.append(job.progress)
     return fields
 
 
@@ -289,6 +296,7 @@ def job_from_list(item: list[Any]) -> Job:
         job.concurrency_key, job.concurrency_max = extra[0], extra[1]
     else:
         job.concurrency_key, job.concurrency_max = None, 0
+    job.progress = extra[2] if len(extra) > 2 else None
     job.counted = 0  # the table counts it when it takes it
     return job
 
@@ -302,14 +310,14 @@ def _job_from_compact_list(item: list[Any]) -> Job:
      attempt_limit, base, run_at_d, backoff, timeout_ms, schedule, fire_time_d, workflow_id,
      workflow_node, depends_on, waiting_on, children, result, error, finished_d, token,
      lease_until_d, lease_ms, worker, history, cancel_reason, concurrency_key,
-     concurrency_max) = item
+     concurrency_max) = item[:_COMPACT_FIELDS]
     return job_from_list([
         job_id, key, task, queue, payload, priority, j.STATUSES[status], attempts,
         max_attempts, attempt_limit, base + run_at_d, backoff, timeout_ms, schedule,
         _plus(base, fire_time_d), workflow_id, workflow_node, depends_on, waiting_on, children,
         result, error, base, _plus(base, finished_d), token, _plus(base, lease_until_d),
         lease_ms, worker, [_attempt_from_compact(a, base) for a in history], cancel_reason,
-        concurrency_key, concurrency_max,
+        concurrency_key, concurrency_max, *item[_COMPACT_FIELDS:],  # the progress, if any
     ])
 
 

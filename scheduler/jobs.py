@@ -105,6 +105,7 @@ class Job:
         "max_attempts",
         "payload",
         "priority",
+        "progress",
         "queue",
         "result",
         "run_at_ms",
@@ -155,6 +156,9 @@ class Job:
         # At most concurrency_max running jobs hold concurrency_key at once (scheduler.keyslots).
         self.concurrency_key: str | None = None
         self.concurrency_max = 0
+        # The newest progress report of the latest attempt that made one, packed
+        # (scheduler/progress.py); None: none.
+        self.progress: bytes | None = None
         self.counted = 0  # its bytes in the memory model, as the table counted them last
 
     def add_child(self, child_id: int) -> None:
@@ -180,6 +184,7 @@ class Job:
 
     def add_attempt(self, attempt: Attempt) -> None:
         self.history = (*self.history, attempt)[-limits.HISTORY_ATTEMPTS_MAX :]
+        self.progress = None  # a new attempt has reported nothing yet
 
 
 def pack(value: Any) -> bytes | None:

@@ -28,6 +28,10 @@ HISTORY_ATTEMPTS_MAX = 20  # attempts kept per job (the newest); `attempts` stil
 DEPENDS_ON_MAX = 100
 TIMEOUT_MS_MAX = 7 * DAY_MS
 DELAY_MS_MAX = 366 * DAY_MS
+# A running job's progress (scheduler/progress.py): a job keeps only its newest report, so
+# these bound what a report can add to a job (about 1.9 KB at most, packed).
+PROGRESS_MESSAGE_CHARS_MAX = 200
+PROGRESS_DATA_BYTES_MAX = 1024  # msgpack size of a report's `data`
 
 # Defaults of a job (DESIGN.md section 3)
 MAX_ATTEMPTS_DEFAULT = 3

@@ -11,8 +11,9 @@ finished jobs of 122-byte records held 710 MiB of RSS); a key entry (the table's
 order entry, the tuple) ~220 bytes besides the key. The model is close to, not exactly, what
 the process holds; the README's sizing section says how the budget relates to RSS.
 
-A live job changes size only where its status changes too (a claim adds an attempt, an ack a
-result or an error, a debounce a payload), and `JobTable.set_status` counts it again there; a
+A live job changes size where its status changes too (a claim adds an attempt, an ack a
+result or an error, a debounce a payload), and `JobTable.set_status` counts it again there,
+or by a progress report, after which `JobTable.recount` does (scheduler/progress.py); a
 finished job is counted from its packed record, which is a pure function of its fields, so a
 replica that froze a job and one that restored it count the same.
 """
@@ -33,6 +34,7 @@ WORKFLOW_BYTES = 300  # a workflow's record besides its nodes' names
 WORKFLOW_NODE_BYTES = 100  # a node's entry in the workflow's name table
 EVENT_BYTES = 300  # an entry of the event log (its fields are a few small values)
 TOMBSTONE_BYTES = 100  # a purged id kept so no fill writes it again (scheduler/archiving.py)
+PROGRESS_BYTES = 40  # a live job's progress record (a bytes object: 33) besides its bytes
 
 
 def live_job_bytes(job: Job) -> int:
@@ -52,6 +54,9 @@ def live_job_bytes(job: Job) -> int:
         for attempt in history:
             if attempt.error is not None:
                 size += len(attempt.error)
+    progress = job.progress
+    if progress is not None:
+        size += PROGRESS_BYTES + len(progress)
     return size
 
 

@@ -414,6 +414,11 @@ class SchedulerState:
         assert job.lease_ms is not None and job.lease_until_ms is not None
         # The heap entry stays; pop_expired_leases re-files it when it surfaces early.
         job.lease_until_ms = max(job.lease_until_ms, self.now_ms + job.lease_ms)
+        if command.progress is not None and self.finalized:
+            # Before the gate opens a member of the previous release ignores the field, and so
+            # does this one: both reach the same state (scheduler/progress.py).
+            job.progress = command.progress.packed(self.now_ms, job.attempts)
+            self.table.recount(job)
         return Ok({"lease_until_ms": job.lease_until_ms})
 
     def ack(self, ack: Ack) -> Result:

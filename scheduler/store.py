@@ -226,6 +226,13 @@ class JobTable:
         if key is not None and key in self.held:  # only held jobs wait for a release
             self._release(key)
 
+    def recount(self, job: Job) -> None:
+        """Count a live job again after a change that kept its status (a progress report)."""
+        before = job.counted
+        after = job.counted = live_job_bytes(job)
+        if after != before:
+            self._recount(job.queue, after - before, final=job.final)
+
     def _index(self, job: Job | FrozenJob) -> None:
         status = job.status
         index = self.by_status.get(status)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from raftcron.scheduler import calendar, retention, sizes
+from raftcron.scheduler import calendar, progress, retention, sizes
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.jobs import RUNNING, Attempt, Job
@@ -55,6 +55,7 @@ def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]
         "concurrency": None
         if job.concurrency_key is None
         else {"key": job.concurrency_key, "max": job.concurrency_max},
+        "progress": progress.view(job.progress),
     }
     if history:
         view["history"] = [attempt_view(a) for a in job.history]

@@ -132,8 +132,10 @@ def test_a_packed_record_holds_every_field_of_a_job(driver):
     from raftcron.scheduler.frozen import job_from_list, job_to_list
     from raftcron.scheduler.jobs import Job
 
+    driver.finalize()  # progress is recorded once finalized
     driver.submit(concurrency={"key": "acct-1", "max": 2})
     [(job_id, token)] = driver.claim()
+    driver.heartbeat(job_id, token, progress={"value": 0.5})
     driver.complete(job_id, token)
     job = driver.job(job_id)
     fields = job_to_list(job)
@@ -143,6 +145,7 @@ def test_a_packed_record_holds_every_field_of_a_job(driver):
     assert all(hasattr(copy, name) for name in Job.__slots__)  # no field left unset
     assert job_to_list(copy) == fields
     assert (copy.concurrency_key, copy.concurrency_max) == ("acct-1", 2)
+    assert copy.progress == job.progress is not None
 
 
 def test_a_job_without_a_concurrency_key_packs_as_the_first_record_format(driver):
@@ -152,9 +155,9 @@ def test_a_job_without_a_concurrency_key_packs_as_the_first_record_format(driver
     from raftcron.scheduler.jobs import Job
 
     fields = job_to_list(driver.job(finished(driver)))
-    assert len(fields) == len(Job.__slots__) - 3  # no concurrency key, and `counted`
+    assert len(fields) == len(Job.__slots__) - 4  # no concurrency key, progress, `counted`
     copy = job_from_list(fields)
-    assert (copy.concurrency_key, copy.concurrency_max) == (None, 0)
+    assert (copy.concurrency_key, copy.concurrency_max, copy.progress) == (None, 0, None)
 
 
 # -- the compact record format, once finalized (scheduler/gate.py) ------------------------------

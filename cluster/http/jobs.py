@@ -231,7 +231,9 @@ async def retry_job(request: web.Request) -> web.Response:
 @requires("work")
 async def heartbeat(request: web.Request) -> web.Response:
     job_id = path_int(request, "id")
-    body = only(object_body(await read_json(request)), {"request_id", "token", "lease_ms"})
+    body = only(
+        object_body(await read_json(request)), {"request_id", "token", "lease_ms", "progress"}
+    )
     request_id = take_request_id(body, request)
     command = parse_or_400(
         lambda: Heartbeat.from_wire({**body, "job_id": job_id, "request_id": request_id})

@@ -3,6 +3,8 @@
 A handler reads the job (`job_id`, `key`, `attempt`, `token`, `payload`, `schedule`,
 `fire_time_ms`, ...), may heartbeat on its own (`ctx.heartbeat()` in a plain function,
 `await ctx.aheartbeat()` in a coroutine; the runtime heartbeats at a third of the lease anyway),
+may report how far it got (`ctx.progress(0.4, "rows 400/1000")`, or `await ctx.aprogress(...)`:
+sent as heartbeats, at most one a second, the newest winning; cluster/worker/progress.py),
 and should check `ctx.cancelled` in long loops: it turns True when the lease is lost (stale
 token, job cancelled, expired) or the job timed out, and from then on nothing the handler does
 is reported. Coroutine handlers are also cancelled; threads cannot be, so they must look.
@@ -18,6 +20,8 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from raftcron.cluster.worker.progress import Report, checked_report
 
 HEARTBEAT_WAIT_S_MAX = 30.0
 # Guards the making of a context's Event against `stop` on the loop's thread (rare: only
@@ -35,6 +39,7 @@ class JobContext:
         loop: asyncio.AbstractEventLoop,
         heartbeat: Callable[[int | None], Awaitable[bool]],
         claim_sent: float | None = None,
+        report: Callable[[Report], bool] | None = None,
     ) -> None:
         self.job_id: int = int(claimed["id"])
         self.key: str | None = claimed.get("key")
@@ -64,6 +69,7 @@ class JobContext:
         self.stopped_future: asyncio.Future[None] = loop.create_future()
         self._loop = loop
         self._heartbeat = heartbeat
+        self._report = report
 
     def __repr__(self) -> str:
         return f"JobContext(job_id={self.job_id}, task={self.task!r}, attempt={self.attempt})"
@@ -101,6 +107,22 @@ class JobContext:
     async def aheartbeat(self, lease_ms: int | None = None) -> bool:
         """From a coroutine handler: extend the lease now. False when it is lost."""
         return await self._call(lease_ms)
+
+    def progress(self, value: Any, message: str | None = None, data: Any = None) -> bool:
+        """Report how far the job got: `value` a fraction in [0, 1] or `{"done": int, "total":
+        int}`, `message` a short text (<= 200 characters), `data` a small JSON value (<= 1 KiB).
+        The job view shows the newest report. It never waits for the network (a heartbeat
+        carries it, at most one a second per job), so any handler may call it; TypeError or
+        ValueError naming the argument for a report the cluster would refuse. False when the
+        report will not be sent (the job is stopped)."""
+        report = checked_report(value, message, data)
+        if self.cancelled or self._report is None:
+            return False
+        return self._report(report)
+
+    async def aprogress(self, value: Any, message: str | None = None, data: Any = None) -> bool:
+        """`progress` from a coroutine handler (the pair of `aheartbeat`)."""
+        return self.progress(value, message, data)
 
     async def _call(self, lease_ms: int | None) -> bool:
         if self.cancelled:

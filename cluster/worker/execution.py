@@ -9,6 +9,8 @@ The rules it keeps:
   is stopped and failed (retryable) with a clear error;
 - before reporting, if our own clock says the lease may have run out (a paused process, a long
   stall), one heartbeat confirms the lease first;
+- the handler's progress reports ride on heartbeats of their own (cluster/worker/progress.py);
+  a report still waiting when the handler returns is sent before the outcome;
 - a plain handler runs in a thread, which cannot be stopped: its slot stays busy until the
   thread returns, even after the job was reported or abandoned, so `concurrency` stays true.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
@@ -29,6 +32,7 @@ from raftcron.cluster.clientparts import ApiError, Unavailable
 from raftcron.cluster.worker.acks import AckBuffer, failure_ack, success_ack
 from raftcron.cluster.worker.acks import exception_text as describe
 from raftcron.cluster.worker.context import JobContext
+from raftcron.cluster.worker.progress import ProgressReporter, Report
 from raftcron.cluster.worker.tasks import LeaseLost, PermanentError, Task
 
 log = logging.getLogger("raftcron.worker")
@@ -42,6 +46,7 @@ WORKER_STOPPING = "worker_stopping"
 ABANDONED = frozenset({LEASE_LOST, JOB_CANCELLED, JOB_GONE})
 CANCEL_GRACE_S = 10.0  # a cancelled coroutine (a shell killing its process) gets this long
 HEARTBEAT_ATTEMPT_S_MIN = 1.0
+_REPORTER_LOCK = threading.Lock()  # a job's reporter is made once, by whichever thread reports
 
 
 class HeartbeatClient(Protocol):
@@ -54,6 +59,7 @@ class HeartbeatClient(Protocol):
         token: int,
         *,
         lease_ms: int | None = None,
+        progress: Report | None = None,
         deadline_s: float | None = None,
     ) -> dict[str, Any]: ...
 
@@ -72,6 +78,7 @@ class Execution:
         default_timeout_ms: int | None,
         known_tasks: Callable[[], list[str]],
         claim_sent: float | None = None,
+        record_progress: bool = False,
     ) -> None:
         self.task = task
         self.client = client
@@ -86,6 +93,7 @@ class Execution:
             loop=self.loop,
             heartbeat=self._beat,
             claim_sent=claim_sent,
+            report=self._report,
         )
         task_timeout = task.timeout_ms if task is not None else None
         self.timeout_ms: int | None = self.ctx.timeout_ms or task_timeout or default_timeout_ms
@@ -94,6 +102,9 @@ class Execution:
         self.finished_before_stop = False
         self._first_beat: asyncio.TimerHandle | None = None
         self._beating: list[asyncio.Task[None]] = []
+        # Made at the job's first progress report: most jobs make none.
+        self.progress: ProgressReporter | None = None
+        self.record_progress = record_progress  # keep every report (raftcron.testing)
 
     @property
     def job_id(self) -> int:
@@ -119,6 +130,10 @@ class Execution:
         leftover: asyncio.Future[Any] | None = None
         try:
             ack, leftover = await self._work()
+            if ack is not None and self.progress is not None:
+                await self.progress.finish()  # the last report lands before the outcome
+                if ctx.stop_reason in ABANDONED:
+                    ack = None
         finally:
             if self._first_beat is not None:
                 self._first_beat.cancel()
@@ -126,6 +141,8 @@ class Execution:
                 task.cancel()
             if self._beating:
                 await asyncio.gather(*self._beating, return_exceptions=True)
+            if self.progress is not None:
+                await self.progress.abandon()  # nothing left after `finish`
         if ack is not None and not await self._still_leased():
             ack = None
         if ack is None:
@@ -218,17 +235,39 @@ class Execution:
             await self._beat(None)
             await asyncio.sleep(ctx.lease_ms / 3000)
 
-    async def _beat(self, lease_ms: int | None) -> bool:
+    def _report(self, report: Report) -> bool:
+        """`ctx.progress`'s report, from any thread, to the job's reporter."""
+        reporter = self.progress
+        if reporter is None:
+            with _REPORTER_LOCK:
+                if self.progress is None:
+                    self.progress = ProgressReporter(
+                        self._send_progress, self.loop, record=self.record_progress)
+                reporter = self.progress
+        return reporter.report(report)
+
+    async def _send_progress(self, report: Report) -> bool:
+        return await self._beat(None, report)
+
+    async def _beat(self, lease_ms: int | None, progress: Report | None = None) -> bool:
         """One heartbeat: False when the lease is known to be lost (the job is then stopped);
         True when it was extended, or when no node answered (we cannot know: keep going)."""
         ctx = self.ctx
         sent = time.monotonic()
         budget_s = max(HEARTBEAT_ATTEMPT_S_MIN, ctx.lease_ms / 3000)
+        options: dict[str, Any] = {} if progress is None else {"progress": progress}
         try:
             await self.client.heartbeat(
-                ctx.job_id, ctx.token, lease_ms=lease_ms, deadline_s=budget_s
+                ctx.job_id, ctx.token, lease_ms=lease_ms, deadline_s=budget_s, **options
             )
         except ApiError as error:
+            if progress is not None and error.status == 400 and error.field == "progress":
+                # A member of the previous release (a rolling upgrade) does not know the
+                # field: the job runs on, its progress unrecorded.
+                _log("progress_refused", ctx, f"progress not recorded: {error}", logging.WARNING)
+                if self.progress is not None:
+                    self.progress.close()
+                return True
             if error.status not in (404, 409):
                 _log("heartbeat_error", ctx, f"heartbeat refused: {error}", logging.WARNING)
                 return True

@@ -422,6 +422,14 @@ AGREEMENT = [
     ("heartbeat", {"token": 1, "lease_ms": limits.LEASE_MS_MAX + 1}, False),
     ("heartbeat", {"token": 0}, False),
     ("heartbeat", {"lease_ms": 1_000}, False),
+    ("heartbeat", {"token": 1, "progress": {"value": 0}}, True),
+    ("heartbeat", {"token": 1, "progress": {"value": {"done": 0, "total": 1}, "data": None}}, True),
+    ("heartbeat", {"token": 1, "progress": None}, True),
+    ("heartbeat", {"token": 1, "progress": {"value": 1.01}}, False),
+    ("heartbeat", {"token": 1, "progress": {"value": {"done": 1}}}, False),
+    ("heartbeat", {"token": 1, "progress": {"value": 0.5, "message": "m" * 201}}, False),
+    ("heartbeat", {"token": 1, "progress": {"value": 0.5, "colour": "red"}}, False),
+    ("heartbeat", {"token": 1, "progress": {"message": "no value"}}, False),
     ("completeJob", {"token": 3, "result": [1, {"a": None}]}, True),
     ("completeJob", {"token": "3"}, False),
     ("failJob", {"token": 3, "error": None, "retryable": False}, True),
@@ -664,6 +672,25 @@ def test_claims_acks_and_the_worker_calls_match_the_document(node: LiveNode) -> 
             {"id": fourth["id"], "outcome": "stale_token"},
         ],
     }
+
+
+def test_a_progress_report_is_shown_on_the_job_as_documented(node: LiveNode) -> None:
+    queue = unique("q")
+    call(node, "POST", "/v1/jobs", {"task": "t", "queue": queue})
+    [job] = claim_all(node, queue, 1)
+    report = {"value": {"done": 4, "total": 10}, "message": "rows", "data": {"table": "t"}}
+    status, beat = call(node, "POST", f"/v1/jobs/{job['id']}/heartbeat",
+                        {"token": job["token"], "progress": report})
+    assert status == 200 and beat["lease_until_ms"] >= job["lease_until_ms"]
+    _, read = call(node, "GET", f"/v1/jobs/{job['id']}?consistent=1")
+    assert {k: read["progress"][k] for k in report} == report
+    assert read["progress"]["attempt"] == 1 and read["progress"]["at_ms"] > 0
+    status, refused = call(node, "POST", f"/v1/jobs/{job['id']}/heartbeat",
+                           {"token": job["token"], "progress": {"value": 2}})
+    assert (status, refused["error"]["field"]) == (400, "progress.value")
+    status, refused = call(node, "POST", f"/v1/jobs/{job['id']}/heartbeat",
+                           {"token": job["token"], "progress": {"value": 1, "data": "d" * 2_000}})
+    assert (status, refused["error"]["field"]) == (413, "progress.data")
 
 
 def test_cancel_and_retry_answers_match_the_document(node: LiveNode) -> None:

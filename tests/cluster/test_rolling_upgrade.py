@@ -139,6 +139,33 @@ def rate_rule(cluster: LocalCluster, node: LocalNode) -> Any:
         "rate_rule"]
 
 
+def claimed_job(cluster: LocalCluster, node: LocalNode, queue: str) -> tuple[int, int]:
+    """A job of its own queue, claimed: (id, token)."""
+    token = cluster.admin_token
+    status, job, _ = cluster.request(node, "POST", "/v1/jobs", {"task": "t", "queue": queue},
+                                     token=token)
+    assert status == 201, job
+    claim = {"worker": "w-progress", "queues": [queue], "max": 1, "request_id": f"{queue}-claim"}
+    status, claimed, _ = cluster.request(node, "POST", "/v1/claims", claim, token=token)
+    assert status == 200 and claimed["jobs"], claimed
+    return job["id"], claimed["jobs"][0]["token"]
+
+
+def report_progress(cluster: LocalCluster, node: LocalNode, job: tuple[int, int],
+                    request_id: str) -> tuple[int, Any, Any]:
+    body = {"token": job[1], "progress": {"value": 0.5, "message": "half"},
+            "request_id": request_id}
+    return cluster.request(node, "POST", f"/v1/jobs/{job[0]}/heartbeat", body,
+                           token=cluster.admin_token)
+
+
+def progress_on(cluster: LocalCluster, node: LocalNode, job_id: int) -> Any:
+    status, body, _ = cluster.request(node, "GET", f"/v1/jobs/{job_id}?consistent=1",
+                                      token=cluster.admin_token)
+    assert status == 200, body
+    return body.get("progress")
+
+
 def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
         tmp_path: Path) -> None:
     old_python = build_previous_release(tmp_path / "previous")
@@ -171,6 +198,17 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
             status, body, _ = cluster.request(n1, "PUT", "/v1/queues/metered", burst,
                                               token=cluster.admin_token)
             assert (status, body["error"]["code"]) == (409, "not_finalized")
+            # A heartbeat's progress, mixed: a node of the previous release refuses the field by
+            # name (a worker then heartbeats without it); through this release's node it is
+            # applied by every member and ignored by every member alike (the previous release
+            # reads only the fields it knows), the same state on each.
+            mixed = claimed_job(cluster, n1, "progress-mixed")
+            status, body, _ = report_progress(cluster, n2, mixed, "progress-mixed-old")
+            assert (status, body["error"]["field"]) == (400, "progress"), body
+            assert report_progress(cluster, n1, mixed, "progress-mixed-new")[0] == 200
+            assert [progress_on(cluster, node, mixed[0]) for node in cluster.nodes] == [None] * 3
+            digests = cluster.audit_entries(timeout_s=60)
+            assert len(set(digests.values())) == 1 and len(digests) == 3, digests
             # Lost again, n1 installs a snapshot of a leader of the old release (n1 is down).
             rejoin_empty(cluster, n1)
             writer.wait_for(30)
@@ -199,6 +237,11 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
             for node in cluster.nodes:
                 cluster.wait_for(lambda node=node: rate_rule(cluster, node) == "window", 30,
                                  f"{node.node_id} counts the limit in the window")
+            # Finalized: every member records a heartbeat's progress.
+            finalized = claimed_job(cluster, n2, "progress-finalized")
+            assert report_progress(cluster, n3, finalized, "progress-finalized")[0] == 200
+            for node in cluster.nodes:
+                assert progress_on(cluster, node, finalized[0])["message"] == "half"
             # The previous release can no longer join: it refuses the finalized snapshot.
             refuse_to_rejoin_with_the_previous_release(cluster, n3)
             n3.data_dir.mkdir(parents=True, exist_ok=True)  # rejoin_empty clears it

@@ -381,6 +381,43 @@ def test_one_jobs_attempts_and_output_show_in_its_detail(
     expect(attempts.first).to_contain_text("succeeded")
 
 
+def test_a_running_jobs_progress_shows_as_a_bar_that_follows_its_reports(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    queue = unique("progress")
+    status, job, _ = shared_cluster.call("POST", "/v1/jobs", {"task": "export", "queue": queue})
+    assert status == 201, job
+    claim = {"worker": "w-progress", "queues": [queue], "max": 1, "request_id": unique("claim")}
+    _, claimed, _ = shared_cluster.call("POST", "/v1/claims", claim)
+    token = claimed["jobs"][0]["token"]
+
+    def report(progress: dict[str, Any]) -> None:
+        beat = {"token": token, "progress": progress, "request_id": unique("beat")}
+        status, answer, _ = shared_cluster.call("POST", f"/v1/jobs/{job['id']}/heartbeat", beat)
+        assert status == 200, answer
+
+    report({"value": {"done": 40, "total": 100}, "message": "exporting rows",
+            "data": {"table": "orders"}})
+    page = dashboard.open(follower(shared_cluster))
+    page.locator("#filter-queue").fill(queue)
+    page.get_by_role("button", name="apply").click()
+    page.locator(f'#jobs tbody tr[data-job="{job["id"]}"]').click()
+
+    detail = page.locator("#job-detail")
+    bar = detail.locator('[data-testid="job-progress"] progress')
+    caption = detail.locator('[data-testid="job-progress-caption"]')
+    expect(caption).to_have_text("40% (40 of 100) — exporting rows")
+    expect(bar).to_have_attribute("value", "0.4")
+    expect(detail.locator('[data-testid="job-progress-data"]')).to_contain_text('"orders"')
+    report({"value": 0.75})  # the page refreshes every second: the bar follows
+    expect(caption).to_have_text("75%")
+    expect(bar).to_have_attribute("value", "0.75")
+    done = {"token": token, "request_id": unique("ok")}
+    status, answer, _ = shared_cluster.call("POST", f"/v1/jobs/{job['id']}/complete", done)
+    assert status == 200, answer
+    expect(detail).to_contain_text("progress (the last of attempt 1)")
+
+
 # -- auth ------------------------------------------------------------------------------------
 
 

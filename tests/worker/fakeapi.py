@@ -40,6 +40,7 @@ class FakeApi:
         self.jobs: dict[int, FakeJob] = {}
         self.fence = 0
         self.revoked: dict[int, str] = {}  # job id -> the 409 code its heartbeats get
+        self.refuse_progress = False  # answer a heartbeat's `progress` as an older node does
         self.unavailable_next = 0  # answer this many next requests with 503
         self.leader: str | None = None  # X-Raftcron-Leader on every answer, when set
         self.requests: list[Recorded] = []
@@ -171,10 +172,14 @@ class FakeApi:
         }
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        _body, refused = await self._record(request)
+        body, refused = await self._record(request)
         if refused is not None:
             return refused
         job_id = int(request.match_info["id"])
+        if self.refuse_progress and "progress" in body:
+            error = {"code": "invalid", "message": "unknown field (known: lease_ms, request_id, "
+                     "token)", "field": "progress"}
+            return web.json_response({"error": error}, status=400)
         if job_id in self.revoked:
             error = {"code": self.revoked[job_id], "message": "revoked by the test"}
             return web.json_response({"error": error}, status=409)

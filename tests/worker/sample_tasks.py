@@ -88,3 +88,19 @@ def hold(ctx: JobContext) -> dict[str, Any]:
     ended = time.time()
     Path(ctx.payload["dir"], f"{ctx.job_id}.{ctx.token}.held").write_text(f"{started} {ended}")
     return {"worker": ctx.worker}
+
+
+@task("report-progress")
+def report_progress(ctx: JobContext) -> dict[str, Any]:
+    """Report step 1 of the payload's `total`, wait for its `release` file, then report the
+    other steps one after another (far faster than one a second) and return."""
+    total = int(ctx.payload["total"])
+    ctx.progress({"done": 1, "total": total}, "step 1", {"started": ctx.attempt})
+    release = Path(ctx.payload["release"])
+    deadline = time.monotonic() + WAIT_S_MAX
+    while not release.exists() and time.monotonic() < deadline:
+        if ctx.wait_cancelled(0.02):
+            return {"cancelled": True}
+    for done in range(2, total + 1):
+        ctx.progress({"done": done, "total": total}, f"step {done}")
+    return {"steps": total}

@@ -1380,6 +1380,7 @@
     const blocks = [
       h("header", {}, h("h3", {}, `job ${job.id}`), badge(job.status), job.archived ? archivedBadge() : null, ...buttons, close),
       h("dl", {}, fields.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)])),
+      progressBlock(job),
       job.error ? [h("h3", {}, "error"), h("pre", {dataset: {testid: "job-error"}}, job.error)] : null,
       outputBlocks(job.result),
       h("h3", {}, "payload"),
@@ -1415,6 +1416,38 @@
     ];
     panel.replaceChildren(...blocks.flat(Infinity).filter(Boolean));
     tickRelativeTimes();
+  }
+
+  /**
+   * The job's newest progress report as a bar: "how far" ({done, total} or a fraction), its
+   * message and data, when it came and from which attempt. A report of an attempt that ended
+   * is said to be its last (a retry's new attempt starts with none).
+   */
+  function progressBlock(job) {
+    const progress = job.progress;
+    if (!progress) return null;
+    const value = progress.value;
+    const counted = value !== null && typeof value === "object";
+    const share = counted ? value.done / value.total : Number(value);
+    const percent = `${Math.floor(share * 100)}%`;
+    const current = job.status === "running" && progress.attempt === job.attempts;
+    const caption = [
+      counted ? `${percent} (${value.done} of ${value.total})` : percent,
+      progress.message ? ` — ${progress.message}` : "",
+    ].join("");
+    return [
+      h("h3", {}, current ? "progress" : `progress (the last of attempt ${progress.attempt})`),
+      h(
+        "div",
+        {class: "progress", dataset: {testid: "job-progress"}},
+        h("progress", {max: 1, value: share, title: percent, "aria-label": `progress ${percent}`}),
+        h("span", {class: "progress-caption", dataset: {testid: "job-progress-caption"}}, caption),
+        h("span", {class: "muted"}, " reported ", when(progress.at_ms)),
+      ),
+      progress.data !== null && progress.data !== undefined
+        ? h("pre", {dataset: {testid: "job-progress-data"}}, JSON.stringify(progress.data, null, 2))
+        : null,
+    ];
   }
 
   /** The schedule that fired the job: its name, the fire time, and what it is now. */
