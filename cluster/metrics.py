@@ -308,7 +308,7 @@ def _flow_metrics(out: Writer, state: SchedulerState) -> None:
         "raftcron_queue_held_jobs",
         "gauge",
         "Queued jobs a claim would not hand out now, by the first limit that stops them: "
-        "paused, queue_concurrency, queue_rate, key_concurrency",
+        "paused, queue_concurrency, queue_rate, key_concurrency, key_rate",
         [
             ({"queue": q["name"], "reason": reason}, q["held"][reason])
             for q in queues

@@ -50,6 +50,12 @@ def claim(state: FlowState, command: ClaimJobs) -> Result:
             if held_back > limits.CLAIM_MAX:
                 break  # bounded work; the rest are held back by the next claims
             continue
+        if job.rate is not None and not table.rates.can_start(job, state.now_ms):
+            table.hold_back_rate(job)  # its key's window is full: out of line until it opens
+            held_back += 1
+            if held_back > limits.CLAIM_MAX:
+                break
+            continue
         _start_attempt(state, job, command)
         claimed.append([job.id, state.fence])
         if budgets:  # the common claim names no limited queue: nothing to count
@@ -71,5 +77,7 @@ def _start_attempt(state: FlowState, job: Job, command: ClaimJobs) -> None:
     job.lease_until_ms = state.now_ms + command.lease_ms
     job.worker = command.worker
     job.add_attempt(Attempt(job.attempts, state.fence, command.worker, command.node, state.now_ms))
+    if job.rate is not None:  # counted before it leaves the line: no room is freed by it
+        state.table.rates.started(job, state.now_ms)
     state.table.set_status(job, j.RUNNING)
     state.count("claimed", job.queue)

@@ -70,6 +70,43 @@ class ConcurrencySpec:
         return {"key": self.key, "max": self.max}
 
 
+_RATE_KEY_FIELDS = frozenset({"key", "max", "per_ms"})
+_RATE_KEY_SEEN: dict[tuple[str, int, int], RateKeySpec] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class RateKeySpec:
+    """At most `max` jobs with this `key` start in any window of `per_ms` ms, whatever their
+    queue (DESIGN.md §9.4; scheduler/ratekeys.py)."""
+
+    key: str
+    max: int
+    per_ms: int
+
+    @classmethod
+    def parse(cls, data: object, where: str = "rate") -> RateKeySpec:
+        data = parse.as_mapping(data, where)
+        parse.reject_unknown(data, _RATE_KEY_FIELDS, where)
+        spec = cls(
+            key=parse.text(data.get("key"), _within(where, "key"), chars_max=limits.KEY_CHARS_MAX),
+            max=parse.integer(data.get("max"), _within(where, "max"), low=1,
+                              high=limits.RATE_MAX),
+            per_ms=parse.integer(data.get("per_ms"), _within(where, "per_ms"), low=1,
+                                 high=limits.DAY_MS),
+        )
+        # Specs are values: a key's jobs share one (a bounded memo, cleared whole).
+        known = _RATE_KEY_SEEN.get((spec.key, spec.max, spec.per_ms))
+        if known is not None:
+            return known
+        if len(_RATE_KEY_SEEN) >= 4_096:
+            _RATE_KEY_SEEN.clear()
+        _RATE_KEY_SEEN[(spec.key, spec.max, spec.per_ms)] = spec
+        return spec
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"key": self.key, "max": self.max, "per_ms": self.per_ms}
+
+
 @dataclass(frozen=True, slots=True)
 class UniqueSpec:
     """A submit with the job's `key` conflicts with the job holding that key if that job is in

@@ -4,8 +4,9 @@ nothing changed.
 
 What a queue "holds back" is counted by the first limit that stops a queued job, in the order
 a claim applies them: `paused` (all of its queued jobs in line), `queue_concurrency` (those past
-the room under its cap), `queue_rate` (those past the tokens left), and `key_concurrency` (its
-jobs held for a full concurrency key, whatever the queue's own state).
+the room under its cap), `queue_rate` (those past the tokens left), `key_concurrency` (its
+jobs held for a full concurrency key, whatever the queue's own state) and `key_rate` (its jobs
+held for a rate key's full window, scheduler/ratekeys.py).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from raftcron.scheduler.flowspecs import BulkFilter
 from raftcron.scheduler.queues import WINDOW, QueueControl, tokens_at
 from raftcron.scheduler.state import SchedulerState
 
-HELD_REASONS = ("paused", "queue_concurrency", "queue_rate", "key_concurrency")
+HELD_REASONS = ("paused", "queue_concurrency", "queue_rate", "key_concurrency", "key_rate")
 
 
 def queue_names(state: SchedulerState) -> list[str]:
     """Queues with limits or with jobs queued or running, by name."""
     table = state.table
     names = set(state.queues) | set(table.running_by_queue) | set(table.held_by_queue)
+    names.update(table.rates.held_by_queue)
     names.update(name for name, ready in table.ready.items() if len(ready))
     return sorted(names)
 
@@ -37,6 +39,7 @@ def queue_view(state: SchedulerState, name: str) -> dict[str, Any]:
     running = table.running_by_queue.get(name, 0)
     held = dict.fromkeys(HELD_REASONS, 0)
     held["key_concurrency"] = table.held_by_queue.get(name, 0)
+    held["key_rate"] = table.rates.held_by_queue.get(name, 0)
     tokens = None
     spec_wire: dict[str, Any] = {"paused": False, "concurrency_max": None, "rate_limit": None}
     updated_ms = None
@@ -51,7 +54,7 @@ def queue_view(state: SchedulerState, name: str) -> dict[str, Any]:
         "name": name,
         **spec_wire,
         "rate_rule": rate_rule,
-        "queued": in_line + held["key_concurrency"],
+        "queued": in_line + held["key_concurrency"] + held["key_rate"],
         "running": running,
         "held": held,
         "tokens": tokens,

@@ -23,7 +23,9 @@ from typing import Any, ClassVar, Protocol
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Ok, Rejected, Result
+from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.settings import SECTIONS, Section, Settings, parse_section
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.store import JobTable
 
 LEVEL_BEFORE = 2  # the previous release (wave 2): retention is 7 days, nothing is refused
@@ -34,6 +36,30 @@ DEFAULT_SETTINGS = Settings()
 
 def _request_id(data: Mapping[str, Any]) -> str | None:
     return parse.optional_text(data.get("request_id"), "request_id", chars_max=limits.KEY_CHARS_MAX)
+
+
+def refused_before_finalize(command: object) -> Rejected | None:
+    """A job's keyed `rate` (in a submit, a workflow or a schedule's template) is a field the
+    previous release does not know: its parse refuses the command, and before the gate opens
+    this release refuses it too (DESIGN.md §9.4), so both leave the state as it was."""
+    specs: list[tuple[str, JobSpec]] = []
+    jobs, workflow = getattr(command, "jobs", None), getattr(command, "workflow", None)
+    spec = getattr(command, "spec", None)
+    if isinstance(jobs, tuple):  # SubmitJobs
+        specs = [(f"jobs[{i}]", job) for i, job in enumerate(jobs) if isinstance(job, JobSpec)]
+    elif isinstance(workflow, WorkflowSpec):  # SubmitWorkflow
+        specs = [(f"workflow.jobs[{i}]", node.job) for i, node in enumerate(workflow.nodes)]
+    elif isinstance(spec, ScheduleSpec):  # PutSchedule
+        if spec.job is not None:
+            specs = [("spec.job", spec.job)]
+        elif spec.workflow is not None:
+            specs = [(f"spec.workflow.jobs[{i}]", node.job)
+                     for i, node in enumerate(spec.workflow.nodes)]
+    for where, job in specs:
+        if job.rate is not None:
+            return Rejected("not_finalized", "a job's rate takes effect once the cluster is "
+                            "finalized (raftcron cluster finalize)", f"{where}.rate")
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,11 @@ def _index_rules(state: SchedulerState) -> list[str]:
             in_line = ready is not None and job.id in ready.members
             holding = table.held.get(readable(job).concurrency_key or "")
             held = holding is not None and job.id in holding.members
+            rate = readable(job).rate
+            rate_entry = None if rate is None else table.rates.keys.get(rate.key)
+            if rate_entry is not None and rate_entry.held is not None \
+                    and job.id in rate_entry.held.members:
+                held = not held  # held for its rate key's window (and so for nothing else)
             if in_line == held:
                 where = "both a ready queue and held" if held else "neither a ready queue nor held"
                 out.append(f"job {job.id}: queued, in {where} ({job.queue!r})")
@@ -164,6 +169,7 @@ def _flow_rules(state: SchedulerState) -> list[str]:
             if taken < first.concurrency_max:
                 out.append(f"key {key!r}: job {first.id} held while only {taken} of its "
                            f"{first.concurrency_max} slots are taken")
+    out += _rate_key_rules(state)
     for name, counted, kept in (
         ("running by queue", running, table.running_by_queue),
         ("running by key", key_running, table.key_running),
@@ -215,6 +221,42 @@ def _schedule_rules(state: SchedulerState) -> list[str]:
     for name in state.pending_schedules:
         if name not in state.schedules:
             out.append(f"pending schedule {name!r} does not exist")
+    return out
+
+
+def _rate_key_rules(state: SchedulerState) -> list[str]:
+    """Rate keys (scheduler/ratekeys.py): each key's jobs in line and held match the records,
+    a held key has a wake time or jobs in line to wait for, and no key is kept for nothing."""
+    out = []
+    table, rates = state.table, state.table.rates
+    in_line: dict[str, int] = {}
+    held_by_queue: dict[str, int] = {}
+    for ready in table.ready.values():
+        for job_id in ready.members:
+            rate = readable(table.jobs[job_id]).rate
+            if rate is not None:
+                in_line[rate.key] = in_line.get(rate.key, 0) + 1
+    for key, entry in rates.keys.items():
+        if entry.in_line != in_line.get(key, 0):
+            out.append(f"rate key {key!r}: counts {entry.in_line} in line, the lines hold "
+                       f"{in_line.get(key, 0)}")
+        if entry.held is not None:
+            if not entry.held.members:
+                out.append(f"rate key {key!r}: an empty held line is kept")
+            for job_id in entry.held.members:
+                job = readable(table.jobs[job_id])
+                if job.status != j.QUEUED or job.rate is None or job.rate.key != key:
+                    out.append(f"job {job_id}: held for rate key {key!r} but is {job.status}")
+                held_by_queue[job.queue] = held_by_queue.get(job.queue, 0) + 1
+            if entry.wake_ms is None and entry.in_line == 0:
+                out.append(f"rate key {key!r}: jobs held with nothing to wake them")
+        if not entry.log and entry.held is None and entry.in_line == 0:
+            out.append(f"rate key {key!r}: kept with no start, no job held and none in line")
+    missing = sorted(set(in_line) - set(rates.keys))
+    if missing:
+        out.append(f"rate keys {missing}: jobs in line but no entry")
+    if held_by_queue != rates.held_by_queue:
+        out.append(f"rate-held by queue {rates.held_by_queue}, the lines hold {held_by_queue}")
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import msgpack
 
 from raftcron.scheduler import limits
+from raftcron.scheduler.flowspecs import RateKeySpec
 from raftcron.scheduler.packing import to_msgpack
 from raftcron.scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
@@ -107,6 +108,7 @@ class Job:
         "priority",
         "progress",
         "queue",
+        "rate",
         "result",
         "run_at_ms",
         "schedule",
@@ -159,6 +161,8 @@ class Job:
         # The newest progress report of the latest attempt that made one, packed
         # (scheduler/progress.py); None: none.
         self.progress: bytes | None = None
+        # At most rate.max jobs of rate.key start in any window of rate.per_ms (ratekeys.py).
+        self.rate: RateKeySpec | None = None
         self.counted = 0  # its bytes in the memory model, as the table counted them last
 
     def add_child(self, child_id: int) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 from raftcron.scheduler import limits
 from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.flowspecs import QueueSpec
+from raftcron.scheduler.startlog import record_starts, slice_end
 from raftcron.scheduler.store import JobTable
 
 LOG_RUNS_MAX = 256  # slices of a window a queue's start log tells apart (module docstring)
@@ -134,7 +135,7 @@ def windows_opening(
 ) -> list[int]:
     """When each full window queue with jobs in line may start one again: a Tick then lets
     the claims waiting for it through at the time the window opens, not at the next tick."""
-    times = []
+    times: list[int] = []
     for name, control in controls.items():
         if control.rule == WINDOW and len(ready.get(name, ())):
             opens = window_opens_ms(control, now_ms)
@@ -180,37 +181,12 @@ def spend(control: QueueControl | None, now_ms: int, claimed: int) -> None:
     if control is None or not control.per_ms or not claimed:
         return
     if control.rule == WINDOW:
-        record_starts(control.log, now_ms, claimed, control.per_ms)
+        record_starts(control.log, now_ms, claimed, control.per_ms, LOG_RUNS_MAX)
         return
     units = units_at(control, now_ms) - claimed * control.per_ms
     assert units >= 0, "a claim handed out more than the bucket held"
     control.units = units
     control.refilled_ms = max(control.refilled_ms, now_ms)
-
-
-def record_starts(log: array[int], now_ms: int, count: int, window_ms: int,
-                  runs_max: int = LOG_RUNS_MAX) -> None:
-    """Add `count` starts at now_ms to a start log (time, count, ...), forgetting the runs out
-    of every window from now on. A start is recorded at the end of its slice of window_ms /
-    runs_max ms, so a window holds at most runs_max + 1 runs (module docstring: a start counts
-    a little later than it was, never earlier)."""
-    since_ms = now_ms - window_ms
-    drop = 0
-    while drop < len(log) and log[drop] <= since_ms:
-        drop += 2
-    if drop:
-        del log[:drop]
-    at_ms = _slice_end(now_ms, window_ms, runs_max)
-    if log and log[-2] >= at_ms:  # time never goes back: the same slice
-        log[-1] += count
-    else:
-        log.append(at_ms)
-        log.append(count)
-
-
-def _slice_end(at_ms: int, window_ms: int, runs_max: int) -> int:
-    slice_ms = -(-window_ms // runs_max)  # rounded up: at most runs_max slices in a window
-    return at_ms - at_ms % slice_ms + slice_ms - 1
 
 
 def _resliced(log: array[int], now_ms: int, window_ms: int) -> array[int]:
@@ -220,7 +196,7 @@ def _resliced(log: array[int], now_ms: int, window_ms: int) -> array[int]:
     for i in range(0, len(log), 2):
         if log[i] <= now_ms - window_ms:
             continue
-        at_ms = _slice_end(log[i], window_ms, LOG_RUNS_MAX)
+        at_ms = slice_end(log[i], window_ms, LOG_RUNS_MAX)
         if out and out[-2] >= at_ms:
             out[-1] += log[i + 1]
         else:
@@ -287,7 +263,7 @@ def _carry_rate(old: QueueControl, new: QueueControl, now_ms: int) -> None:
         else:
             spent = max(0, old_rate.max - units_at(old, now_ms) // old_rate.per_ms)
             if spent:
-                record_starts(new.log, now_ms, spent, new.per_ms)
+                record_starts(new.log, now_ms, spent, new.per_ms, LOG_RUNS_MAX)
         return
     if old.rule == BUCKET and old_rate == new_rate:
         new.units, new.refilled_ms = old.units, old.refilled_ms

@@ -128,6 +128,14 @@ def _sections(state: SchedulerState) -> dict[str, Any]:
         sections["held"] = held
     if state.table.keyed_seen:
         sections["keyed"] = True
+    rates = state.table.rates
+    if rates.keys:  # keyed rate limits (scheduler/ratekeys.py): a finalized cluster's only
+        rate_held = rates.held_ids()
+        if rate_held:
+            sections["rate_held"] = rate_held
+        windows = rates.to_list()
+        if windows:
+            sections["rate_windows"] = windows
     if state.notifications.in_use:
         sections["notifications"] = state.notifications.to_list()
     if state.finalized:
@@ -144,7 +152,8 @@ def _sections(state: SchedulerState) -> dict[str, Any]:
 
 
 _SNAPSHOT_FIELDS = {1: 14, 2: 14, 3: 15, 4: 15}
-_SECTIONS = frozenset({"queues", "held", "keyed", "notifications", "settings"})
+_SECTIONS = frozenset({"queues", "held", "keyed", "notifications", "settings", "rate_held",
+                       "rate_windows"})
 
 
 def restore(blob: bytes) -> SchedulerState:
@@ -230,8 +239,11 @@ def _restore(blob: bytes) -> SchedulerState:
     # Rebuild the indexes in canonical orders: active jobs by id, then finished ones in finish
     # order (retention's order); creation order for keys. Held jobs go back where they were.
     held = set(sections.get("held", ()))
+    rate_held = set(sections.get("rate_held", ()))
+    table.now_ms = state.now_ms
     for job in active:
-        table.place_restored(job, held=job.id in held)
+        table.place_restored(job, held=job.id in held, rate_held=job.id in rate_held)
+    table.rates.restore_windows(sections.get("rate_windows", ()))
     frozen_by_queue: dict[str, int] = {}
     for (status, queue), (places, size) in finished.items():
         places.sort()

@@ -14,7 +14,7 @@ from typing import Any
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
-from raftcron.scheduler.flowspecs import ConcurrencySpec, UniqueSpec
+from raftcron.scheduler.flowspecs import ConcurrencySpec, RateKeySpec, UniqueSpec
 from raftcron.scheduler.packing import to_msgpack
 from raftcron.scheduler.value import value
 
@@ -84,6 +84,7 @@ _JOB_FIELDS = (
     "unique",
     "debounce_ms",
     "debounce_max_ms",
+    "rate",
 )
 # Fields that say something of the key: only a job with a key of its own may give them.
 _KEYED_FIELDS = ("unique", "debounce_ms", "debounce_max_ms")
@@ -107,6 +108,7 @@ class JobSpec:
     unique: UniqueSpec | None = None
     debounce_ms: int | None = None
     debounce_max_ms: int | None = None
+    rate: RateKeySpec | None = None  # a keyed rate limit (scheduler/ratekeys.py)
     # The payload as a job stores it (msgpack), packed once: the budget's check of a submit
     # and the job it creates both need it. Not part of the value (compare=False).
     _packed: bytes | None = field(default=None, compare=False, repr=False)
@@ -172,7 +174,7 @@ class JobSpec:
             wire["backoff"] = self.backoff.to_wire()
         if "depends_on" in wire:
             wire["depends_on"] = list(self.depends_on)
-        for name in ("concurrency", "unique"):
+        for name in ("concurrency", "unique", "rate"):
             if name in wire:
                 wire[name] = wire[name].to_wire()
         return wire
@@ -233,10 +235,11 @@ _JOB_PARSERS: dict[str, _FieldParser] = {
     "unique": _parse_optional(UniqueSpec.parse),
     "debounce_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.DELAY_MS_MAX),
     "debounce_max_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.DELAY_MS_MAX),
+    "rate": _parse_optional(RateKeySpec.parse),
 }
 # A schedule's job template: no key (each fire gets `<schedule>@<fire_time_ms>`), so nothing
 # that acts on a key either, no timing of its own (the schedule decides), no dependencies on
-# existing jobs. A concurrency key it may give: each fired job holds it.
+# existing jobs. A concurrency key and a rate key it may give: each fired job holds them.
 _TEMPLATE_PARSERS = {
     name: parser
     for name, parser in _JOB_PARSERS.items()

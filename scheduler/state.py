@@ -113,7 +113,8 @@ class SchedulerState:
     def state_bytes(self) -> int:
         """The state's size in the memory model (scheduler/sizes.py), what the budget bounds."""
         table = self.table
-        return (table.bytes + table.key_bytes + self.schedules_bytes + self.workflows_bytes
+        return (table.bytes + table.key_bytes + table.rates.bytes + self.schedules_bytes
+                + self.workflows_bytes
                 + self.requests.bytes_counted + self.archive_ledger.tombstone_bytes
                 + sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox)))
 
@@ -128,13 +129,11 @@ class SchedulerState:
         until then. The heaps may hold stale entries, so this may be early, never late."""
         if self.retention_pending:
             return self.now_ms  # eviction left for the next Tick: at once
-        heads = [
-            heap[0][0]
-            for heap in (self.schedule_heap, self.table.delayed, self.table.leases)
-            if heap
-        ]
-        if self.queues:  # a window queue with jobs waiting wakes the ticker as it opens
-            heads.extend(queues.windows_opening(self.queues, self.table.ready, self.now_ms))
+        heads = [heap[0][0] for heap in (self.schedule_heap, self.table.delayed,
+                                         self.table.leases) if heap]
+        # A full rate window (a queue's, a key's) with jobs waiting: the Tick as it opens.
+        heads += queues.windows_opening(self.queues, self.table.ready, self.now_ms)
+        heads += self.table.rates.wakes()
         return min(heads) if heads else None
 
     # -- the one entry point -----------------------------------------------------------------
@@ -193,6 +192,8 @@ class SchedulerState:
         return result
 
     def _dispatch(self, command: Command) -> Result:
+        if not self.finalized and (refused := gate.refused_before_finalize(command)):
+            return refused
         match command:
             case Tick():
                 recorded = self.leader[0] if self.leader is not None else None
@@ -324,6 +325,7 @@ class SchedulerState:
         job.fire_time_ms = fire_time_ms
         if spec.concurrency is not None:
             job.concurrency_key, job.concurrency_max = spec.concurrency.key, spec.concurrency.max
+        job.rate = spec.rate
         if run_at_ms is None:
             # A debounced job waits out its quiet period (a spec gives no delay_ms with it).
             delay_ms = spec.delay_ms or spec.debounce_ms or 0
@@ -414,9 +416,8 @@ class SchedulerState:
         assert job.lease_ms is not None and job.lease_until_ms is not None
         # The heap entry stays; pop_expired_leases re-files it when it surfaces early.
         job.lease_until_ms = max(job.lease_until_ms, self.now_ms + job.lease_ms)
-        if command.progress is not None and self.finalized:
-            # Before the gate opens a member of the previous release ignores the field, and so
-            # does this one: both reach the same state (scheduler/progress.py).
+        if command.progress is not None and self.finalized:  # ignored before, as the
+            # previous release does: both reach the same state (scheduler/progress.py).
             job.progress = command.progress.packed(self.now_ms, job.attempts)
             self.table.recount(job)
         return Ok({"lease_until_ms": job.lease_until_ms})
@@ -560,8 +561,9 @@ class SchedulerState:
     # -- time ---------------------------------------------------------------------------------
 
     def _tick(self, now_ms: int) -> Result:
-        self.now_ms = max(self.now_ms, now_ms)
+        self.now_ms = self.table.now_ms = max(self.now_ms, now_ms)
         now_ms = self.now_ms
+        self.table.release_due_rates()  # rate keys' windows that opened: before any claim
         released = 0
         for job in self.table.pop_due_delayed(now_ms):
             self.table.set_status(job, j.QUEUED)

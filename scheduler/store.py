@@ -32,43 +32,9 @@ from raftcron.scheduler import jobs as j
 from raftcron.scheduler.finished import FinishedJobs
 from raftcron.scheduler.frozen import FrozenJob, freeze, readable
 from raftcron.scheduler.jobs import Job
+from raftcron.scheduler.lines import ReadyQueue
+from raftcron.scheduler.ratekeys import RateKeys
 from raftcron.scheduler.sizes import frozen_job_bytes, key_bytes, live_job_bytes
-
-
-class ReadyQueue:
-    """The queued jobs of one queue: a heap for order, a dict for membership and depth.
-
-    `members` maps a job id to its current heap entry; an entry that is not its job's current
-    one (the job left and came back with another due time) is stale and skipped, so the order
-    of claims depends only on the jobs, never on the heap's history.
-    """
-
-    __slots__ = ("heap", "members")
-
-    def __init__(self) -> None:
-        self.heap: list[tuple[int, int, int]] = []  # (-priority, run_at_ms, id)
-        self.members: dict[int, tuple[int, int, int]] = {}
-
-    def __len__(self) -> int:
-        return len(self.members)
-
-    def push(self, job: Job) -> None:
-        entry = (-job.priority, job.run_at_ms, job.id)
-        self.members[job.id] = entry
-        heapq.heappush(self.heap, entry)
-        if len(self.heap) > 64 and len(self.heap) > 4 * len(self.members):
-            self.heap = list(self.members.values())
-            heapq.heapify(self.heap)
-
-    def peek(self) -> tuple[int, int, int] | None:
-        heap, members = self.heap, self.members
-        while heap and members.get(heap[0][2]) != heap[0]:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
-
-    def pop(self) -> int:
-        """Take the head (after `peek`) off the heap; the caller's `set_status` drops membership."""
-        return heapq.heappop(self.heap)[2]
 
 
 class JobTable:
@@ -92,6 +58,9 @@ class JobTable:
         self.key_ready: dict[str, int] = {}  # concurrency key -> its jobs in ready heaps
         self.held: dict[str, ReadyQueue] = {}  # concurrency key -> queued jobs waiting for it
         self.held_by_queue: dict[str, int] = {}  # queue -> its jobs in `held` (for views)
+        # Keyed rate limits (scheduler/ratekeys.py): jobs held for a key's window, its starts.
+        self.rates = RateKeys()
+        self.now_ms = 0  # the state's time, as the state last set it (rate keys' windows)
         # A job was ever given a concurrency key: its record has fields a previous release
         # cannot read, so snapshots are written in the newer format from then on.
         self.keyed_seen = False
@@ -225,6 +194,8 @@ class JobTable:
         key = job.concurrency_key
         if key is not None and key in self.held:  # only held jobs wait for a release
             self._release(key)
+        if job.rate is not None and self.rates.waiting(job.rate.key):
+            self.release_rate(job.rate.key)
 
     def recount(self, job: Job) -> None:
         """Count a live job again after a change that kept its status (a progress report)."""
@@ -244,19 +215,10 @@ class JobTable:
             return
         assert isinstance(job, Job)  # only final jobs are ever frozen
         if status == j.QUEUED:
-            key = job.concurrency_key
-            if key is None:  # _push_ready's plain case, inline: every job comes this way
-                queue = self.ready.get(job.queue)
-                if queue is None:
-                    queue = self.ready[job.queue] = ReadyQueue()
-                queue.push(job)
-            elif key not in self.held and (
-                self.key_running.get(key, 0) + self.key_ready.get(key, 0) < job.concurrency_max
-            ):
-                # What holding it and `_release` would do at once: nobody waits, there is room.
-                self._push_ready(job)
-            else:
-                self._push_held(job)  # `_release` lets it in line when there is room
+            if job.rate is not None and not self.rates.admits(job, self.now_ms):
+                self.rates.hold(job, self.now_ms, self.jobs)  # out of line until its window opens
+                return
+            self._line_up(job)
         elif status == j.SCHEDULED:
             heapq.heappush(self.delayed, (job.run_at_ms, job.id))
         elif status == j.RUNNING:
@@ -268,6 +230,24 @@ class JobTable:
             key = job.concurrency_key
             if key is not None:
                 self.key_running[key] = self.key_running.get(key, 0) + 1
+
+    def _line_up(self, job: Job) -> None:
+        """A queued job goes in its queue's line, or is held for its concurrency key."""
+        key = job.concurrency_key
+        if key is None:  # _push_ready's plain case, inline: every job comes this way
+            queue = self.ready.get(job.queue)
+            if queue is None:
+                queue = self.ready[job.queue] = ReadyQueue()
+            queue.push(job)
+            if job.rate is not None:
+                self.rates.entered_line(job)
+        elif key not in self.held and (
+            self.key_running.get(key, 0) + self.key_ready.get(key, 0) < job.concurrency_max
+        ):
+            # What holding it and `_release` would do at once: nobody waits, there is room.
+            self._push_ready(job)
+        else:
+            self._push_held(job)  # `_release` lets it in line when there is room
 
     def _unindex(self, job: Job) -> None:
         index = self.by_status.get(job.status)
@@ -281,6 +261,10 @@ class JobTable:
             if ready is not None and ready.members.pop(job.id, None) is not None:
                 if key is not None:
                     _drop(self.key_ready, key)
+                if job.rate is not None:
+                    self.rates.left_line(job)
+            elif job.rate is not None and self.rates.unhold(job):
+                pass  # it was held for its rate key's window
             else:
                 assert key is not None, f"queued job {job.id} is in no ready queue"
                 held = self.held[key]
@@ -304,6 +288,8 @@ class JobTable:
         key = job.concurrency_key
         if key is not None:
             self.key_ready[key] = self.key_ready.get(key, 0) + 1
+        if job.rate is not None:
+            self.rates.entered_line(job)
 
     def _push_held(self, job: Job) -> None:
         assert job.concurrency_key is not None
@@ -343,8 +329,35 @@ class JobTable:
         assert job.concurrency_key is not None
         del self.ready[job.queue].members[job.id]
         _add(self.key_ready, job.concurrency_key, -1)
+        if job.rate is not None:
+            self.rates.left_line(job)
         self._push_held(job)
         self._release(job.concurrency_key)
+
+    def hold_back_rate(self, job: Job) -> None:
+        """A ready job (popped off its heap by a claim) whose rate key has no start left in
+        its window: held for the key's window, out of line."""
+        del self.ready[job.queue].members[job.id]
+        key = job.concurrency_key
+        if key is not None:
+            _add(self.key_ready, key, -1)
+        self.rates.left_line(job)
+        self.rates.hold(job, self.now_ms, self.jobs)
+        if key is not None and key in self.held:
+            self._release(key)
+
+    def release_rate(self, key: str) -> None:
+        """Let the jobs held for a rate key's window in line while it has room."""
+        for job in self.rates.release(key, self.now_ms, self.jobs):
+            self._line_up(job)
+
+    def release_due_rates(self) -> None:
+        """At a Tick: the rate keys whose windows opened let their held jobs in line."""
+        if not self.rates.keys:
+            return
+        for key in self.rates.due(self.now_ms):
+            self.release_rate(key)
+        self.rates.forget(self.now_ms)
 
     def held_ids(self) -> list[int]:
         """Ids of the held jobs, in id order: what a snapshot records of the split."""
@@ -363,12 +376,15 @@ class JobTable:
         self.bytes = total
         self.bytes_by_queue = {queue: size for queue, size in by_queue.items() if size}
 
-    def place_restored(self, job: Job, *, held: bool) -> None:
-        """Index a job read from a snapshot where it was: held or in line, never re-decided."""
-        if job.status == j.QUEUED and job.concurrency_key is not None:
+    def place_restored(self, job: Job, *, held: bool, rate_held: bool = False) -> None:
+        """Index a job read from a snapshot where it was: held (for its concurrency key or
+        its rate key's window) or in line, never re-decided."""
+        if job.status == j.QUEUED and (job.concurrency_key is not None or job.rate is not None):
             index = self.by_status[j.QUEUED]
             index[job.id] = None
-            if held:
+            if rate_held:
+                self.rates.hold_restored(job)
+            elif held:
                 self._push_held(job)
             else:
                 self._push_ready(job)

@@ -56,6 +56,7 @@ def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]
         if job.concurrency_key is None
         else {"key": job.concurrency_key, "max": job.concurrency_max},
         "progress": progress.view(job.progress),
+        "rate": None if job.rate is None else job.rate.to_wire(),
     }
     if history:
         view["history"] = [attempt_view(a) for a in job.history]
@@ -154,10 +155,12 @@ def queue_stats(state: SchedulerState) -> dict[str, dict[str, int]]:
     """Per queue: queued (in line or held for a concurrency key) and running."""
     table = state.table
     names = set(table.running_by_queue) | set(table.held_by_queue)
+    names.update(table.rates.held_by_queue)
     names.update(name for name, ready in table.ready.items() if len(ready))
     return {
         name: {
-            "queued": len(table.ready.get(name) or ()) + table.held_by_queue.get(name, 0),
+            "queued": len(table.ready.get(name) or ()) + table.held_by_queue.get(name, 0)
+            + table.rates.held_by_queue.get(name, 0),
             "running": table.running_by_queue.get(name, 0),
         }
         for name in sorted(names)

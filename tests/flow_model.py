@@ -39,6 +39,7 @@ from raftcron.scheduler.specs import JobSpec
 
 FLOW_QUEUES = ("default", "emails")
 KEY_MAX = {"a": 1, "b": 2}  # one max per concurrency key
+RATE_KEYS = {"r1": (1, 1_000), "r2": (2, 300)}  # one (max, per_ms) per rate key
 UNIQUE_KEYS = ("k1", "k2", "u1")
 caps = st.sampled_from([None, 1, 2, 3])
 rates = st.sampled_from([None, (1, 1_000, None), (3, 2_000, None), (2, 500, None),
@@ -96,6 +97,18 @@ class FlowRules:
         spec = JobSpec.parse({"task": "t", "queue": queue, "priority": priority,
                               "delay_ms": delay, "max_attempts": 2, **concurrency_field(key)})
         self.apply(SubmitJobs(self.rid(), (spec,) * count))  # type: ignore[attr-defined]
+
+    @rule(key=st.sampled_from(sorted(RATE_KEYS)), ckey=concurrency,
+          queue=st.sampled_from(FLOW_QUEUES), count=st.integers(1, 4))
+    def submit_with_a_rate_key(self, key: str, ckey: str | None, queue: str, count: int) -> None:
+        limit, per_ms = RATE_KEYS[key]
+        spec = JobSpec.parse({"task": "t", "queue": queue, "max_attempts": 2,
+                              "rate": {"key": key, "max": limit, "per_ms": per_ms},
+                              **concurrency_field(ckey)})
+        finalized = self.state.finalized
+        result = self.apply(SubmitJobs(self.rid(), (spec,) * count))  # type: ignore[attr-defined]
+        if not finalized:  # the previous release knows no rate: refused until finalize
+            assert not isinstance(result, Ok) and result.code == "not_finalized", result
 
     @rule(worker=st.sampled_from(["w1", "w2"]), count=st.integers(1, 5),
           lease=st.sampled_from([1_000, 5_000]))
@@ -236,6 +249,7 @@ class FlowRules:
                 if rate is not None:
                     times.append(state.now_ms)
                     _check_rate(queue, rate, times)
+            _check_rate_keys(state)
 
 
 @dataclass(frozen=True)
@@ -270,6 +284,23 @@ def _check_rate(queue: str, rate_and_rule: Any, times: list[int]) -> None:
         burst = rate.max if rate.burst is None else rate.burst
         bound = burst + (now_ms - start_ms) * rate.max // rate.per_ms
         assert count <= bound, f"queue {queue}: {count} claims in [{start_ms}, {now_ms}]"
+
+
+def _check_rate_keys(state: Any) -> None:
+    """From the records: a rate key's attempts never start more than its max in any window
+    of its per_ms (every attempt of every job of the key, finished ones included)."""
+    starts: dict[str, list[int]] = {}
+    for record in state.table:
+        job = readable(record)
+        if job.rate is not None:
+            starts.setdefault(job.rate.key, []).extend(a.start_ms for a in job.history)
+    for key, times in starts.items():
+        limit, per_ms = RATE_KEYS[key]
+        times.sort()
+        for first, start_ms in enumerate(times):
+            if first + limit < len(times):
+                assert times[first + limit] - start_ms >= per_ms, (
+                    f"rate key {key}: {limit + 1} starts within {per_ms} ms: {times}")
 
 
 def _changed(before: Any, after: Any) -> bool:

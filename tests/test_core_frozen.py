@@ -132,8 +132,9 @@ def test_a_packed_record_holds_every_field_of_a_job(driver):
     from raftcron.scheduler.frozen import job_from_list, job_to_list
     from raftcron.scheduler.jobs import Job
 
-    driver.finalize()  # progress is recorded once finalized
-    driver.submit(concurrency={"key": "acct-1", "max": 2})
+    driver.finalize()  # progress and a job's rate are taken once finalized
+    driver.submit(concurrency={"key": "acct-1", "max": 2},
+                  rate={"key": "cust-1", "max": 5, "per_ms": 1_000})
     [(job_id, token)] = driver.claim()
     driver.heartbeat(job_id, token, progress={"value": 0.5})
     driver.complete(job_id, token)
@@ -146,6 +147,7 @@ def test_a_packed_record_holds_every_field_of_a_job(driver):
     assert job_to_list(copy) == fields
     assert (copy.concurrency_key, copy.concurrency_max) == ("acct-1", 2)
     assert copy.progress == job.progress is not None
+    assert copy.rate == job.rate is not None
 
 
 def test_a_job_without_a_concurrency_key_packs_as_the_first_record_format(driver):
@@ -155,9 +157,10 @@ def test_a_job_without_a_concurrency_key_packs_as_the_first_record_format(driver
     from raftcron.scheduler.jobs import Job
 
     fields = job_to_list(driver.job(finished(driver)))
-    assert len(fields) == len(Job.__slots__) - 4  # no concurrency key, progress, `counted`
+    assert len(fields) == len(Job.__slots__) - 5  # no concurrency key, progress, rate, `counted`
     copy = job_from_list(fields)
-    assert (copy.concurrency_key, copy.concurrency_max, copy.progress) == (None, 0, None)
+    assert (copy.concurrency_key, copy.concurrency_max, copy.progress, copy.rate) == (
+        None, 0, None, None)
 
 
 # -- the compact record format, once finalized (scheduler/gate.py) ------------------------------

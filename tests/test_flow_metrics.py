@@ -112,6 +112,6 @@ def test_a_job_held_for_a_full_key_shows_in_the_view_of_a_queue_without_limits(
     view = queue_view(d.state, "elsewhere")
     assert (view["queued"], view["running"], view["concurrency_max"]) == (1, 0, None)
     assert view["held"] == {"paused": 0, "queue_concurrency": 0, "queue_rate": 0,
-                            "key_concurrency": 1}
+                            "key_concurrency": 1, "key_rate": 0}
     keyed = queue_view(d.state, "keyed")
     assert (keyed["queued"], keyed["running"], keyed["held"]["key_concurrency"]) == (1, 1, 1)

@@ -924,7 +924,7 @@ def test_jobs_held_for_a_full_key_show_in_each_queue_s_view_and_metrics(node: Li
     _, view = call(node, "GET", f"/v1/queues/{queue}?consistent=1")
     assert (view["queued"], view["running"]) == (2, 1)
     assert view["held"] == {"paused": 0, "queue_concurrency": 0, "queue_rate": 0,
-                            "key_concurrency": 2}
+                            "key_concurrency": 2, "key_rate": 0}
     _, elsewhere = call(node, "GET", f"/v1/queues/{other}")  # no limits of its own
     assert (elsewhere["queued"], elsewhere["held"]["key_concurrency"]) == (1, 1)
     metrics = call(node, "GET", "/metrics", role="read")[1].splitlines()

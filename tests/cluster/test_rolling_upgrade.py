@@ -194,6 +194,14 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
                                               {"bytes": 64 << 20}, token=cluster.admin_token)
             assert (status, body["error"]["code"]) == (409, "not_finalized")
             assert rate_rule(cluster, n1) == "bucket"  # its old meaning, on this release too
+            # A job's rate key, mixed: refused by both releases, each in its own words.
+            rated = {"task": "t", "rate": {"key": "cust-1", "max": 1, "per_ms": 1_000}}
+            status, body, _ = cluster.request(n1, "POST", "/v1/jobs", rated,
+                                              token=cluster.admin_token)
+            assert (status, body["error"]["code"]) == (409, "not_finalized"), body
+            status, body, _ = cluster.request(n2, "POST", "/v1/jobs", rated,
+                                              token=cluster.admin_token)
+            assert status == 400 and body["error"]["field"] == "rate", body
             burst = {"rate_limit": {**METERED["rate_limit"], "burst": 10}}
             status, body, _ = cluster.request(n1, "PUT", "/v1/queues/metered", burst,
                                               token=cluster.admin_token)

@@ -159,3 +159,27 @@ def test_a_bulk_cancel_from_the_cli_touches_exactly_the_matching_jobs(
             assert kept == {job["id"] for job in others}
         else:
             assert (cancelled, kept) == (set(), {elsewhere[0]["id"]})
+
+
+def test_a_rate_key_is_kept_across_two_workers_and_holds_up_no_other_key(
+    client: Client, queue: str, start_worker: StartWorker, tmp_path: Path,
+    cluster: LocalCluster,
+) -> None:
+    limited = {"key": f"{queue}-cust-42", "max": 3, "per_ms": 1_000}
+    jobs = client.submit_batch(hold_jobs(queue, tmp_path, 9, 0, rate=limited))
+    others = client.submit_batch(hold_jobs(queue, tmp_path, 6, 0, rate={**limited, "key": f"{queue}-o"}))
+    view = client.request("GET", f"/v1/queues/{queue}")
+    assert view["held"]["key_rate"] == 6 + 3, view  # 3 of each key in line, the rest held
+    metrics = cluster.request(cluster.nodes[0], "GET", "/metrics")[1]
+    assert f'raftcron_queue_held_jobs{{queue="{queue}",reason="key_rate"}}' in metrics
+    for name in ("w-key-rate-1", "w-key-rate-2"):
+        start_worker(queue, name, concurrency=8)
+    done = wait_all(client, jobs)
+    assert done[0]["rate"] == limited
+    starts = sorted(job["history"][0]["start_ms"] for job in done)
+    for first, start_ms in enumerate(starts):
+        assert len([s for s in starts[first:] if s - start_ms < 1_000]) <= 3, starts
+    assert starts[-1] - starts[0] >= 2_000, starts
+    # The other key's jobs went at their own rate beside them, not after them.
+    other_starts = sorted(job["history"][0]["start_ms"] for job in wait_all(client, others))
+    assert other_starts[0] - starts[0] < 1_000, (starts, other_starts)
