@@ -101,9 +101,3 @@ def view(record: bytes | None) -> dict[str, Any] | None:
     return {"value": value, "message": message, "data": data, "at_ms": at_ms,
             "attempt": attempt}
 
-
-def fraction(value: float | int | Mapping[str, int]) -> float:
-    """How far along, in [0, 1], whichever form the value has."""
-    if isinstance(value, Mapping):
-        return value["done"] / value["total"]
-    return float(value)
