@@ -119,12 +119,18 @@ class BoundedRules:
 
 def left_by_rejection(state: SchedulerState, before: bytes, command: Any, result: Any) -> bytes:
     """The snapshot a rejected command may leave: the state as it was, but for a refusal the
-    request table keeps for the request's repeats (`state_full`: scheduler/requests.py)."""
+    request table keeps for the request's repeats (`state_full`: scheduler/requests.py).
+
+    Only the first refusal adds that entry. A repeat of the request is answered from it
+    (`SchedulerState.apply`) and leaves the table as it was: the entry keeps its place and
+    its time, since it lives `REQUEST_WINDOW_MS` from the first answer, as a success's does."""
     request_id = getattr(command, "request_id", None)
     if request_id is None or not requests.remembered(result) or \
             state.requests.get(request_id) is None:
         return before
     expected = restore(before)
+    if expected.requests.get(request_id) is not None:  # a repeat, answered from the table
+        return before
     expected.requests.remember(request_id, command.TAG, command_fingerprint(command),
                                requests.value_of(result), state.now_ms)
     return snapshot(expected)

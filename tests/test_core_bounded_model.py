@@ -27,17 +27,19 @@ from raftcron.scheduler.commands import (
     BackfillSchedule,
     PutSchedule,
     RetryJob,
+    SubmitJobs,
     SubmitWorkflow,
     Tick,
     TriggerSchedule,
 )
+from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.errors import Ok, Rejected
 from raftcron.scheduler.gate import Finalize
 from raftcron.scheduler.invariants import violations
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.settings import Budget, Retention, Settings
 from raftcron.scheduler.snapshot import restore, snapshot
-from raftcron.scheduler.specs import WorkflowSpec
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.state import SchedulerState
 
 T0 = 1_800_000_000_000
@@ -131,3 +133,31 @@ def test_the_state_stays_within_its_budget_under_any_sequence() -> None:
     for reached in ("state_full", "evicted_budget", "evicted_count", "evicted_age",
                     "misfire_state_full"):
         assert SEEN[reached] > 0, f"no run reached {reached}: {dict(SEEN)}"
+
+
+def test_a_repeat_of_a_request_refused_for_space_is_expected_to_change_nothing() -> None:
+    """The models' expectation of a rejection (`left_by_rejection`): the first refusal for
+    space adds its entry to the request table; a repeat is answered from that entry and leaves
+    the table as it was: the entry keeps its place and its time (it lives REQUEST_WINDOW_MS
+    from the first answer), though other requests came between. The core model expected the
+    repeat to remember the refusal again, at the end of the table and at the repeat's time."""
+    d = Driver()
+    d.finalize(budget={"bytes": 1 << 20})
+    d.submit_many(16, payload="q" * 60_000)  # unfinished: never evicted
+    spec = JobSpec.parse({"task": "t", "payload": "z" * 60_000})
+    request_id = d.request_id()
+    command = SubmitJobs(request_id, (spec,) * 2)
+    before = snapshot(d.state)
+    refused = d.apply(command)
+    assert isinstance(refused, Rejected) and refused.code == "state_full"
+    assert d.state.requests.get(request_id) is not None
+    assert snapshot(d.state) == left_by_rejection(d.state, before, command, refused)
+    d.submit(payload="small")  # another request after it in the table
+    d.tick(advance_ms=1_000)
+    before = snapshot(d.state)
+    again = d.apply(command)
+    # The first answer as the table keeps it: its code and message (not its details).
+    assert isinstance(again, Rejected)
+    assert (again.code, again.message) == (refused.code, refused.message)
+    assert snapshot(d.state) == before
+    assert left_by_rejection(d.state, before, command, again) == before

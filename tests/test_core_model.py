@@ -39,6 +39,7 @@ from raftcron.scheduler.commands import (
 )
 from raftcron.scheduler.errors import Ok
 from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.requests import remembered
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.snapshot import restore, snapshot
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
@@ -262,8 +263,14 @@ class CoreModel(BoundedRules, FlowRules, RuleBasedStateMachine):
     def repeat_a_request(self, index):
         command, first, sent_ms = self.sent[index % len(self.sent)]
         again = self.apply(command)
-        if isinstance(first, Ok) and self.state.now_ms - sent_ms < limits.REQUEST_WINDOW_MS:
+        if not remembered(first) or \
+                self.state.now_ms - sent_ms >= limits.REQUEST_WINDOW_MS:
+            return
+        if isinstance(first, Ok):
             assert again == first, "a repeated request id must get its first result"
+        else:  # refused for space: the table keeps the answer's code and message
+            assert (again.code, again.message) == (first.code, first.message), (
+                f"a request refused for space was answered {again} when it came again")
 
     @rule()
     def snapshot_and_restore(self):

@@ -325,7 +325,9 @@ class StepFacts:
     next_job_id: int
     now_ms: int
     held: dict[int, tuple[str, int | None]]  # job id -> (status, token) of the jobs it names
-    remembered: dict[str, Any] | None  # the first result, if answered from the dedupe table
+    # The first result's value as the dedupe table keeps it (a success's, or a refusal for
+    # space: scheduler/requests.py `answer`), if the command is answered from the table.
+    remembered: dict[str, Any] | None
 
     @staticmethod
     def capture(state: SchedulerState, command: Command) -> StepFacts:

@@ -259,6 +259,27 @@ def test_a_repeated_request_tells_the_checker_nothing_but_the_time() -> None:
     ]
 
 
+def test_a_repeat_of_a_request_refused_for_space_is_answered_as_it_was_first() -> None:
+    """The request table keeps a refusal for space (state_full, 507) as well as successes: the
+    model's check of a repeat answered from the table (the refusal again, the state as it was)
+    holds for it, where it took every remembered answer for a success."""
+    machine = ChaosCoreModel()
+    machine.a_new_cluster_starts(early=[], node="n1", barrier_first=False)
+    machine.finalize(budget=1 << 20, retention={})
+    spec = JobSpec.parse({"task": "big", "payload": "p" * 60_000})
+    for _ in range(20):  # 16 fit in 1 MiB
+        command = SubmitJobs(machine.rid(), (spec,) * 2)
+        first = machine.apply(command)
+        if isinstance(first, Rejected):
+            break
+    assert isinstance(first, Rejected) and first.code == "state_full"
+    machine.apply(Tick(machine.state.now_ms + 1_000))
+    again = machine.apply(command)
+    assert isinstance(again, Rejected)
+    assert (again.code, again.message) == (first.code, first.message)
+    assert machine.history.problems == []
+
+
 def test_a_schedule_fire_is_an_event() -> None:
     driver = Driver(now_ms=T0)
     driver.put_schedule("s", every="1s")
