@@ -17,7 +17,7 @@ import pytest
 from raftcron.cluster import config as configuration
 from raftcron.cluster.cliparts import DEFAULT_CONNECT
 from raftcron.cluster.worker import cli as worker_cli
-from tests.kubernetes.manifests import one, rendered
+from tests.kubernetes.manifests import IMAGE_ENTRYPOINT, one, rendered
 
 from .compose import DOCKERFILE, REPO, raw, services
 
@@ -111,6 +111,10 @@ def test_the_image_is_what_the_kubernetes_manifests_expect() -> None:
     (exposed,) = [rest for word, rest in stage if word == "EXPOSE"]
     assert sorted(int(port) for port in exposed.split()) == sorted(
         port["containerPort"] for port in container["ports"])
+    # The pod gives arguments only, which the image's entrypoint runs after tini.
+    assert "command" not in container and container["args"][0] == "node"
+    (entrypoint,) = [json.loads(rest) for word, rest in stage if word == "ENTRYPOINT"]
+    assert entrypoint == ["/usr/bin/tini", "--", *IMAGE_ENTRYPOINT]
     (path,) = [rest for word, rest in stage if word == "ENV" and rest.startswith("PATH=")]
     assert path.split()[0].split("=", 1)[1].split(":")[0] == "/opt/raftcron/bin"  # `raftcron`
 
