@@ -32,6 +32,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -242,6 +243,19 @@ def test_three_nodes_form_a_cluster_the_worker_runs_a_job_and_a_node_stops_on_si
     assert status == 200, view
     assert {member["http_address"] for member in view["members"]} == {
         f"{node}:8080" for node in NODES}
+
+    # The README's ways in: the CLI on the host through the published ports, and the image's
+    # own CLI inside a node's container.
+    connect = ",".join(f"http://127.0.0.1:{project.host_ports[node]}" for node in NODES)
+    on_host = subprocess.run(
+        [sys.executable, "-m", "raftcron.cluster.cli", "cluster", "status", "--json",
+         "--connect", connect], env={**os.environ, "RAFTCRON_API_TOKEN": admin},
+        capture_output=True, text=True, timeout=60, check=False)
+    assert on_host.returncode == 0, on_host.stdout + on_host.stderr
+    assert json.loads(on_host.stdout)["leader"] == leader, on_host.stdout
+    inside = podman("exec", "--env", f"RAFTCRON_API_TOKEN={admin}", project.container("n3"),
+                    "raftcron", "cluster", "status", "--json", "--connect", "http://n3:8080")
+    assert json.loads(inside.stdout)["leader"] == leader, inside.stdout
 
     project.start("worker")
     script = 'echo "hello from $RAFTCRON_JOB_ID"; id -u'
