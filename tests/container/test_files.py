@@ -45,21 +45,21 @@ def clear_raftcron_variables(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name)
 
 
-@pytest.mark.parametrize("node", NODES)
+@pytest.mark.parametrize("node_id", NODES)  # not `node`: a process fixture's name (conftest)
 def test_each_compose_node_loads_as_the_node_its_name_says(
-        node: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    service = services(VARIABLES)[node]
+        node_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = services(VARIABLES)[node_id]
     clear_raftcron_variables(monkeypatch)
     for name, value in service.environment.items():
         monkeypatch.setenv(name, value)
     loaded = configuration.load(None)
     assert (loaded.node_id, loaded.raft_address, loaded.http_address) == (
-        node, f"{node}:7000", f"{node}:8080")
-    assert service.hostname == node  # the name it binds resolves to its own container
-    assert sorted(peer.node_id for peer in loaded.peers) == sorted(set(NODES) - {node})
+        node_id, f"{node_id}:7000", f"{node_id}:8080")
+    assert service.hostname == node_id  # the name it binds resolves to its own container
+    assert sorted(peer.node_id for peer in loaded.peers) == sorted(set(NODES) - {node_id})
     assert {(peer.raft_address, peer.http_address) for peer in loaded.peers} == {
-        (f"{peer}:7000", f"{peer}:8080") for peer in set(NODES) - {node}}
-    assert str(loaded.data_dir) == "/var/lib/raftcron" == service.volumes[f"{node}-data"]
+        (f"{peer}:7000", f"{peer}:8080") for peer in set(NODES) - {node_id}}
+    assert str(loaded.data_dir) == "/var/lib/raftcron" == service.volumes[f"{node_id}-data"]
     assert service.command[0] == "node" and "--rejoin-empty=auto" in service.command
     assert loaded.tokens == {VARIABLES["ADMIN_TOKEN"]: "admin", VARIABLES["WORKER_TOKEN"]: "worker"}
     assert loaded.cluster_password == VARIABLES["CLUSTER_PASSWORD"]

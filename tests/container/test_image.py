@@ -45,11 +45,14 @@ import pytest
 
 from .compose import DOCKERFILE, REPO, Service, run_arguments, services
 
-pytestmark = pytest.mark.processes
+# A cold first test makes the base image and builds (3-4 min here; BUILD_TIMEOUT_S each at
+# most): more than the suite's default timeout.
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(1800)]
 TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}  # command: package
 BASE_IMAGE_SCRIPT = REPO / "deploy" / "container" / "base-image.sh"
 RUNTIME = ["--runtime", "runc"]  # crun, Debian's default, cannot start a container on cgroups v1
-BUILD_TIMEOUT_S = 900.0
+BUILD_TIMEOUT_S = 600.0
+TEST_PREFIX = "rctest"  # names of this test's containers, volumes, networks and image tags
 FORM_TIMEOUT_S = 90.0
 JOB_TIMEOUT_S = 60.0
 STOP_S_MAX = 5.0  # a node stops in well under a second; the stop timeout is 30 s
@@ -82,7 +85,8 @@ def image() -> Iterator[str]:
     made = subprocess.run([str(BASE_IMAGE_SCRIPT)], capture_output=True, text=True,
                           timeout=BUILD_TIMEOUT_S, check=False)
     assert made.returncode == 0, f"base-image.sh failed:\n{made.stdout}\n{made.stderr}"
-    tag = f"localhost/raftcron-test:{uuid.uuid4().hex[:12]}"
+    remove_leftovers()
+    tag = f"localhost/{TEST_PREFIX}:{os.getpid()}-{uuid.uuid4().hex[:6]}"
     secret = []
     bundle = os.environ.get("PIP_CERT") or ssl.get_default_verify_paths().cafile
     if bundle and os.path.exists(bundle):
@@ -187,6 +191,42 @@ class Project:
         podman("network", "rm", "--force", self.network, check=False)
 
 
+def remove_leftovers() -> None:
+    """What a run of this test that was killed left (its containers, volumes, network, image):
+    every name carries the run's pid, so only those of runs whose process is gone."""
+    def gone(pid: str) -> bool:
+        if not pid.isdigit():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, someone else's
+            return False
+        return False
+
+    networks = podman("network", "ls", "--format", "{{.Name}}", "--filter",
+                      "label=raftcron-test", check=False).stdout.split()
+    for network in networks:
+        prefix = network.removesuffix("-net")  # rctest-<pid>-<random>
+        if not (prefix.startswith(f"{TEST_PREFIX}-") and gone(prefix.split("-")[1])):
+            continue
+        containers = podman("ps", "-a", "-q", "--filter", f"label=raftcron-test={prefix}",
+                            check=False).stdout.split()
+        if containers:
+            podman("rm", "--force", "--volumes", "--time", "0", *containers, check=False)
+        volumes = podman("volume", "ls", "-q", "--filter", f"name={prefix}-",
+                         check=False).stdout.split()
+        if volumes:
+            podman("volume", "rm", "--force", *volumes, check=False)
+        podman("network", "rm", "--force", network, check=False)
+    tags = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
+                  f"reference=localhost/{TEST_PREFIX}", check=False).stdout.split()
+    for tag in tags:  # localhost/rctest:<pid>-<random>
+        if gone(tag.rpartition(":")[2].split("-")[0]):
+            podman("image", "rm", tag, check=False)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -211,7 +251,7 @@ def wait_for(what: str, check: Callable[[], T | None], timeout_s: float,
 def project(image: str) -> Iterator[Project]:
     tokens = {name: uuid.uuid4().hex for name in ("CLUSTER_PASSWORD", "ADMIN_TOKEN",
                                                   "WORKER_TOKEN")}
-    made = Project(image, f"rctest-{os.getpid()}-{uuid.uuid4().hex[:6]}", services(tokens),
+    made = Project(image, f"{TEST_PREFIX}-{os.getpid()}-{uuid.uuid4().hex[:6]}", services(tokens),
                    tokens)
     try:
         made.create_network()
