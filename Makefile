@@ -39,7 +39,7 @@ upgrade: $(STAMP)
 # The container image (tests/container) alone, with its figures: builds the Dockerfile with
 # podman (root; podman, runc and debootstrap from apt, as .ci/run installs them) and runs
 # compose.yaml's services from it. The first run makes the base image and downloads the
-# dependencies (3-4 min here); later ones build from podman's layer cache (about 40 s in all).
+# dependencies (2.5-5 min here); later ones build from podman's layer cache (about 40 s in all).
 # make integration (so make test, so CI) runs it too.
 container: $(STAMP)
 	$(BIN)/pytest tests/container --durations=5

@@ -45,7 +45,7 @@ import pytest
 
 from .compose import DOCKERFILE, REPO, Service, run_arguments, services
 
-# A cold first test makes the base image and builds (3-4 min here; BUILD_TIMEOUT_S each at
+# A cold first test makes the base image and builds (2.5-5 min here; BUILD_TIMEOUT_S each at
 # most): more than the suite's default timeout.
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(1800)]
 TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}  # command: package
