@@ -87,7 +87,8 @@ def test_every_raftcron_variable_the_project_reads_is_known():
     known = ({key.variable for key in config.KEYS} | set(configenv.POD_TEMPLATES)
              | set(configenv.OTHER_USES))
     named: dict[str, str] = {}
-    files = [ROOT / "README.md", ROOT / "Makefile", *(ROOT / ".ci").glob("*")]
+    files = [ROOT / "README.md", ROOT / "Makefile", ROOT / "Dockerfile", ROOT / "compose.yaml",
+             *(ROOT / ".ci").glob("*")]
     for room in ("cluster", "scheduler", "chaos", "tests", "configs"):
         files += [path for path in (ROOT / room).rglob("*") if path.suffix in (
             ".py", ".md", ".toml", ".example", ".service", ".sh")]

@@ -16,6 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 KUBERNETES = REPO / "deploy" / "kubernetes"
 KUSTOMIZATION = KUBERNETES / "kustomization.yaml"
 KUSTOMIZE_KEYS = {"apiVersion", "kind", "labels", "resources", "images"}
+# What the image's entrypoint runs after tini (`tini -- raftcron`, the Dockerfile; checked by
+# tests/container/test_files.py): a container without a `command` runs it with its `args`.
+IMAGE_ENTRYPOINT = ["raftcron"]
 
 
 def rendered() -> list[dict[str, Any]]:
@@ -82,5 +85,6 @@ def pod(objects: list[dict[str, Any]], ordinal: int, namespace: str) -> Pod:
             secret = one(objects, "Secret", reference["name"])
             environment[variable["name"]] = secret["stringData"][reference["key"]]
     (mount,) = [mount for mount in container["volumeMounts"] if mount["name"] == "data"]
-    return Pod(name, [*container["command"], *container.get("args", [])], environment,
+    command = container.get("command", IMAGE_ENTRYPOINT)
+    return Pod(name, [*command, *container.get("args", [])], environment,
                mount["mountPath"])

@@ -97,7 +97,10 @@ def test_a_pod_stops_by_sigterm_and_is_configured_from_the_environment_alone(
     assert 10 <= spec["terminationGracePeriodSeconds"] <= 60
     # Service links would give the pods a variable per Service (below): off.
     assert spec["enableServiceLinks"] is False
-    assert container["command"][:3] == ["raftcron", "node", "--rejoin-empty=auto"]
+    # The image's entrypoint (tini, then raftcron) runs the arguments: no `command`, which
+    # would leave the node PID 1, deaf to SIGTERM until its handler is installed.
+    assert "command" not in container
+    assert container["args"][:2] == ["node", "--rejoin-empty=auto"]
     names = {variable["name"] for variable in container["env"]}
     assert "RAFTCRON_CONFIG" not in names
 
