@@ -167,7 +167,8 @@ def test_a_rate_key_is_kept_across_two_workers_and_holds_up_no_other_key(
 ) -> None:
     limited = {"key": f"{queue}-cust-42", "max": 3, "per_ms": 1_000}
     jobs = client.submit_batch(hold_jobs(queue, tmp_path, 9, 0, rate=limited))
-    others = client.submit_batch(hold_jobs(queue, tmp_path, 6, 0, rate={**limited, "key": f"{queue}-o"}))
+    other = {**limited, "key": f"{queue}-cust-7"}
+    others = client.submit_batch(hold_jobs(queue, tmp_path, 6, 0, rate=other))
     view = client.request("GET", f"/v1/queues/{queue}")
     assert view["held"]["key_rate"] == 6 + 3, view  # 3 of each key in line, the rest held
     metrics = cluster.request(cluster.nodes[0], "GET", "/metrics")[1]
