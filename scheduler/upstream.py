@@ -42,7 +42,7 @@ from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.jobs import Job, Workflow
 from raftcron.scheduler.store import JobTable
 
-Entry = tuple[int, int, str, str]  # a retention entry set aside: (finished_ms, id, status, queue)
+AsideEntry = tuple[int, int, str, str]  # set aside: (finished_ms, id, status, queue)
 HEAP_SLACK = 64  # stale entries the oldest-first heap may hold beyond twice the live ones
 
 
@@ -50,14 +50,14 @@ class Sheltered:
     """Finished jobs eviction reached while their workflow still ran, set aside by workflow."""
 
     def __init__(self) -> None:
-        self.by_workflow: dict[int, list[Entry]] = {}
+        self.by_workflow: dict[int, list[AsideEntry]] = {}
         self.workflow_of: dict[int, int] = {}  # job id -> its workflow, while set aside
-        self._heap: list[Entry] = []  # oldest first: the budget's last resort
+        self._heap: list[AsideEntry] = []  # oldest first: the budget's last resort
 
     def __len__(self) -> int:
         return len(self.workflow_of)
 
-    def set_aside(self, workflow_id: int, entry: Entry) -> None:
+    def set_aside(self, workflow_id: int, entry: AsideEntry) -> None:
         self.by_workflow.setdefault(workflow_id, []).append(entry)
         self.workflow_of[entry[1]] = workflow_id
         heap = self._heap
@@ -69,7 +69,7 @@ class Sheltered:
                        if self.workflow_of.get(e[1]) is not None]
             heapq.heapify(heap)
 
-    def release(self, workflow_id: int) -> list[Entry]:
+    def release(self, workflow_id: int) -> list[AsideEntry]:
         """The workflow ended: its entries, to go back in their FIFOs (stale ones included)."""
         entries = self.by_workflow.pop(workflow_id, [])
         for entry in entries:
@@ -77,7 +77,7 @@ class Sheltered:
                 del self.workflow_of[entry[1]]
         return entries
 
-    def oldest(self, is_valid: Callable[[str, int, int], bool]) -> Entry | None:
+    def oldest(self, is_valid: Callable[[str, int, int], bool]) -> AsideEntry | None:
         """The oldest entry still set aside and valid (`JobTable.finished_entry_valid`)."""
         heap = self._heap
         while heap:
