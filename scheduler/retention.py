@@ -122,6 +122,7 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
     finished = state.table.finished
     now_ms = state.now_ms
     removed = 0
+    in_workflows = state.workflow_of  # only their jobs may be sheltered: one lookup for the rest
     overrides = retention.overrides(outcome)
     for queue, rule in overrides.items():
         cutoff_ms = now_ms - rule.max_age_ms
@@ -131,7 +132,7 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
                 break
             if front[0] > cutoff_ms and finished.count(outcome, queue) <= rule.max_count:
                 break
-            if upstream.set_aside(state, front, outcome, queue):
+            if front[1] in in_workflows and upstream.set_aside(state, front, outcome, queue):
                 continue  # before the work bound: a replica that set it aside earlier agrees
             if removed == work:
                 return removed, True
@@ -149,7 +150,8 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
             oldest = finished.oldest((outcome,), skip=overrides)
         if oldest is None or (oldest[0] > cutoff_ms and kept <= rule.max_count):
             break
-        if upstream.set_aside(state, oldest[:2], oldest[2], oldest[3]):
+        if oldest[1] in in_workflows and upstream.set_aside(state, oldest[:2], oldest[2],
+                                                            oldest[3]):
             continue
         if removed == work:
             return removed, True
@@ -193,7 +195,8 @@ def _oldest_for_space(state: RetentionState) -> tuple[int, int, str, str] | None
             oldest = _oldest_of(finished, statuses)
             if oldest is None:
                 break
-            if not upstream.set_aside(state, oldest[:2], oldest[2], oldest[3]):
+            if oldest[1] not in state.workflow_of or not upstream.set_aside(
+                    state, oldest[:2], oldest[2], oldest[3]):
                 return oldest
     return None
 
