@@ -192,14 +192,20 @@ def test_the_unfinished_count_of_a_workflow_is_checked_and_rebuilt_on_restore(d)
         "workflow 1: counts 5 unfinished jobs, the records say 2"]
 
 
-def test_a_retried_job_makes_its_ended_workflow_shelter_again(d):
+def ended_by_a_dead_letter(d: Driver) -> tuple[dict[str, int], int]:
+    """a -> b, a succeeded and b failed for good: the workflow ended, and a Tick passed."""
     d.finalize(retention={"succeeded": {"max_count": 0}, "failed": {"max_count": 10}})
     ids = workflow(d, [{"name": "a"}, {"name": "b", "after": ["a"], "max_attempts": 1}])
-    finish(d, ids["a"], "kept")
+    finish(d, ids["a"], "gone")
     [(b, token)] = d.claim(queues=("flow",))
     d.fail(b, token, retryable=False)
     d.tick(advance_ms=1)
-    assert kept(d) == [b]  # ended: its parent went
+    return ids, b
+
+
+def test_a_workflow_ended_by_a_dead_letter_shelters_its_parent_no_more(d):
+    _, b = ended_by_a_dead_letter(d)
+    assert kept(d) == [b]
     assert_healthy(d)
 
 
@@ -239,12 +245,7 @@ def test_a_job_outside_a_workflow_and_a_root_carry_no_upstream(d):
 
 
 def test_a_parent_that_left_the_state_is_marked_for_reading_from_the_archive(d):
-    d.finalize(retention={"succeeded": {"max_count": 0}, "failed": {"max_count": 10}})
-    ids = workflow(d, [{"name": "a"}, {"name": "b", "after": ["a"], "max_attempts": 1}])
-    finish(d, ids["a"], "gone")
-    [(b, token)] = d.claim(queues=("flow",))
-    d.fail(b, token, retryable=False)
-    d.tick(advance_ms=1)  # the workflow ended: `a` left for the archive
+    ids, b = ended_by_a_dead_letter(d)  # `a` left for the archive
     d.ok(RetryJob(d.request_id(), b))
     [child] = claimed_view(d, queue="flow")
     assert child["upstream"] == {"a": {"job_id": ids["a"], "delivered": False}}
