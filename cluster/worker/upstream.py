@@ -74,6 +74,9 @@ class Upstream(Mapping[str, Any]):
             )
         return self._read(name)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._ids  # a name, not its result: nothing read
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._ids)
 

@@ -87,7 +87,12 @@ def test_a_plain_handler_reads_a_delivered_result_and_fetches_the_rest_once_on_d
 
 def test_a_plain_handler_that_never_reads_a_parent_costs_no_request():
     client = FakeClient({2: "never"})
-    ack = run_job(lambda ctx: ctx.upstream["extract"], client)
+
+    def child(ctx: JobContext) -> Any:
+        assert "big" in ctx.upstream and "load" not in ctx.upstream  # names: nothing read
+        return ctx.upstream["extract"]
+
+    ack = run_job(child, client)
     assert ack["result"] == {"rows": 3} and client.reads == []
 
 
