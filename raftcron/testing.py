@@ -13,6 +13,9 @@
         inline.drain()                       # run what is due, retries included
         assert inline.job(job_id)["status"] == "succeeded"
 
+`submit_workflow` submits a DAG, whose jobs read their parents' results as
+`ctx.upstream["<parent name>"]`, as on a cluster.
+
 What runs is the real thing, in one process: the cluster's core (every command encoded and
 applied as a replica applies it, so the job's states, attempts, backoff, dead letters,
 idempotency keys and schedules behave as in production) and the worker's own execution of a
@@ -39,7 +42,7 @@ from raftcron.cluster.clientparts import ApiError
 from raftcron.cluster.worker.acks import AckBuffer
 from raftcron.cluster.worker.execution import Execution
 from raftcron.cluster.worker.tasks import Task, TaskRegistry, default_registry
-from raftcron.scheduler import codec, views
+from raftcron.scheduler import codec, upstream, views
 from raftcron.scheduler.commands import (
     Ack,
     CancelJob,
@@ -48,13 +51,14 @@ from raftcron.scheduler.commands import (
     Heartbeat,
     PutSchedule,
     SubmitJobs,
+    SubmitWorkflow,
     Tick,
 )
 from raftcron.scheduler.errors import Invalid, Ok, Rejected
 from raftcron.scheduler.gate import Finalize
 from raftcron.scheduler.progress import ProgressReport
 from raftcron.scheduler.schedulespec import ScheduleSpec
-from raftcron.scheduler.specs import JobSpec
+from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.state import SchedulerState
 
 START_MS = 1_893_456_000_000  # 2030-01-01T00:00:00Z: where an Inline's clock starts by default
@@ -131,6 +135,18 @@ class Inline:
         spec = _parsed(lambda: JobSpec.parse(body))
         value = self._ok(SubmitJobs(self._request_id(), (spec,)))
         return int(value["jobs"][0][0])
+
+    def submit_workflow(self, jobs: Iterable[dict[str, Any]], *, key: str | None = None
+                        ) -> dict[str, int]:
+        """Submit a DAG as `POST /v1/workflows` does (each job has a `name` and optional
+        `after`, its parents' names); its job ids by name. A job's handler reads its parents'
+        results as `ctx.upstream[name]`."""
+        body: dict[str, Any] = {"jobs": list(jobs)}
+        if key is not None:
+            body["key"] = key
+        spec = _parsed(lambda: WorkflowSpec.parse(body))
+        value = self._ok(SubmitWorkflow(self._request_id(), spec))
+        return {name: int(job_id) for name, job_id in value["jobs"]}
 
     def put_schedule(self, name: str, **fields: Any) -> dict[str, Any]:
         """Create or replace a schedule as `PUT /v1/schedules/{name}` does (cron or every, job,
@@ -231,10 +247,8 @@ class Inline:
         value = self._ok(ClaimJobs(self._request_id(), self.worker, tuple(ready), 1, self.lease_ms))
         if not value["jobs"]:
             return None
-        [(job_id, token)] = value["jobs"]
-        record = self.state.table.get(job_id)
-        assert record is not None  # just claimed
-        return views.claimed_job_view(record, token)
+        [claimed] = upstream.attach(self.state, views.claimed_jobs(self.state, value["jobs"]))
+        return claimed
 
     def _advance_to_waiting(self, queues: tuple[str, ...] | None) -> bool:
         """Move the time to the earliest job waiting for its time (a backoff, a run_at) in
@@ -313,7 +327,8 @@ class Inline:
 
 
 class _CoreClient:
-    """The one call a running job makes to the cluster, a heartbeat, answered by the core."""
+    """The calls a running job makes to the cluster (a heartbeat, a parent's result read on
+    demand), answered by the core."""
 
     def __init__(self, inline: Inline) -> None:
         self.inline = inline
@@ -335,6 +350,9 @@ class _CoreClient:
             raise ApiError(result.http_status, result.code, result.message, result.field)
         value: dict[str, Any] = result.value
         return value
+
+    async def job(self, job_id: int, *, consistent: bool = False) -> dict[str, Any]:
+        return self.inline.job(job_id)
 
 
 def _parsed(build: Any) -> Any:

@@ -16,6 +16,7 @@ it reads) evicts exactly the jobs a replica that never stopped evicts.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import weakref
 from collections import deque
@@ -170,6 +171,22 @@ class FinishedJobs:
         else:
             del self.fifos[where]
             self._filed.pop(where, None)
+
+    def put_back(self, status: str, queue: str, finished_ms: int, job_id: int) -> None:
+        """An entry taken off a FIFO's front for a job that stays (one set aside while its
+        workflow ran, scheduler/upstream.py) goes back in its place; not counted again. It is
+        older than most of the FIFO: its place is found by bisection from the front."""
+        where = (status, queue)
+        place = (finished_ms, job_id)
+        fifo = self.fifos.get(where)
+        if fifo is None:
+            self.fifos[where] = deque((place,))
+            self._file(where, place)
+            return
+        index = bisect.bisect_left(fifo, place)
+        fifo.insert(index, place)
+        if index == 0:
+            self._file(where, place)
 
     def _file(self, where: Fifo, entry: Place) -> None:
         self._filed[where] = entry

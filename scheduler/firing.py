@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Protocol
 
-from raftcron.scheduler import events, limits, parse, retention, sizes
+from raftcron.scheduler import events, limits, parse, retention, sizes, upstream
 from raftcron.scheduler.calendar import At
 from raftcron.scheduler.commands import (
     BackfillSchedule,
@@ -42,7 +42,7 @@ from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.store import JobTable
 
 
-class FiringState(retention.BudgetState, Protocol):
+class FiringState(retention.BudgetState, upstream.ShelterState, Protocol):
     """What firing needs of the state machine, written out so that this module does not import
     `scheduler.state` (which calls it): `state.SchedulerState` is the one implementation, and
     mypy checks it against this at every call."""
@@ -310,6 +310,8 @@ def job_finished(state: FiringState, job: Job) -> None:
     while len(finished) > schedule.spec.retain:
         old = state.table.get(finished.popleft())
         if old is not None and old.final and old.id != job.id:
+            if state.finalized and upstream.shelter(state, old.id) is not None:
+                continue  # a parent its workflow may still read: left to retention
             state.remove_job(old)
     if not schedule.active and schedule.buffered is not None:
         fire_time_ms, manual = schedule.buffered

@@ -23,6 +23,7 @@ def violations(state: SchedulerState) -> list[str]:
     problems += _flow_rules(state)
     problems += _schedule_rules(state)
     problems += _size_rules(state)
+    problems += _shelter_rules(state)
     return problems
 
 
@@ -296,8 +297,10 @@ def _size_rules(state: SchedulerState) -> list[str]:
             finished_bytes += size
             where = (record.status, record.queue)
             finished_counts[where] = finished_counts.get(where, 0) + 1
-            if (where, (record.finished_ms, record.id)) not in entries:
-                out.append(f"job {record.id}: finished but not in the retention index")
+            if (where, (record.finished_ms, record.id)) not in entries \
+                    and record.id not in state.sheltered.workflow_of:
+                out.append(f"job {record.id}: finished but neither in the retention index "
+                           "nor set aside")
     workflow_of = {record.id: wid for record in table
                    if (wid := readable(record).workflow_id) is not None}
     if workflow_of != state.workflow_of:
@@ -323,4 +326,26 @@ def _size_rules(state: SchedulerState) -> list[str]:
         out.append(f"state of {state.state_bytes()} bytes over its budget "
                    f"{state.settings.budget.bytes} with {table.finished_bytes} bytes of "
                    "finished jobs left to evict")
+    return out
+
+
+def _shelter_rules(state: SchedulerState) -> list[str]:
+    """Each workflow counts its unfinished jobs right, and a job set aside from eviction
+    (scheduler/upstream.py) is a finished job of a workflow that still runs."""
+    out = []
+    unfinished = dict.fromkeys(state.workflows, 0)
+    for job_id, workflow_id in state.workflow_of.items():
+        if not state.table.jobs[job_id].final and workflow_id in unfinished:
+            unfinished[workflow_id] += 1
+    for workflow_id, workflow in state.workflows.items():
+        if workflow.unfinished != unfinished[workflow_id]:
+            out.append(f"workflow {workflow_id}: counts {workflow.unfinished} unfinished jobs, "
+                       f"the records say {unfinished[workflow_id]}")
+    for job_id, workflow_id in state.sheltered.workflow_of.items():
+        job = state.table.get(job_id)
+        if job is None or not job.final:
+            continue  # its entry is stale (evicted by a delete, or retried): dropped lazily
+        if unfinished.get(workflow_id, 0) == 0:
+            out.append(f"job {job_id}: set aside from eviction, but workflow {workflow_id} "
+                       "has ended")
     return out

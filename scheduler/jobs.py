@@ -230,7 +230,9 @@ def stable_hash(text: str) -> int:
 class Workflow:
     """A DAG of jobs submitted together (or fired by one schedule time)."""
 
-    __slots__ = ("created_ms", "fire_time_ms", "id", "job_ids", "key", "remaining", "schedule")
+    __slots__ = (
+        "created_ms", "fire_time_ms", "id", "job_ids", "key", "remaining", "schedule", "unfinished",
+    )
 
     def __init__(self, workflow_id: int, created_ms: int) -> None:
         self.id = workflow_id
@@ -240,3 +242,6 @@ class Workflow:
         self.fire_time_ms: int | None = None
         self.job_ids: dict[str, int] = {}  # node name -> job id, in submit order
         self.remaining = 0  # jobs not yet removed by retention
+        # Jobs not yet final: while any is, its finished jobs are sheltered from eviction
+        # (scheduler/upstream.py). Counted from the jobs, never snapshotted: a restore counts it.
+        self.unfinished = 0

@@ -49,6 +49,11 @@ LEASE_MS_MIN = 100
 LEASE_MS_MAX = 1 * HOUR_MS
 LEASE_MS_DEFAULT = 30 * SECOND_MS
 BACKFILL_FIRES_MAX = 1_000
+# Parents' results one claim answer carries to its worker (`ctx.upstream`, scheduler/upstream.py),
+# summed over its jobs at their stored (msgpack) size: four results of the largest size. The
+# rest the worker reads on demand. A read's bound, not a replicated one: changing it changes no
+# state.
+UPSTREAM_CLAIM_BYTES_MAX = 256 * 1024
 
 # Flow control (DESIGN.md §8.5)
 CONCURRENCY_MAX = 100_000  # a queue's concurrency_max, a concurrency key's max

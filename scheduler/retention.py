@@ -16,6 +16,10 @@ changes. Otherwise it creates its work and `settle` (after every command that ad
 state, acks included) evicts finished jobs, same order as above, until the state is back under
 the budget. Unfinished jobs are never evicted; claims, heartbeats, acks, cancels, deletes and
 settings are never refused.
+
+A finished job of a workflow that still runs is sheltered (scheduler/upstream.py): the rules
+never take it (it is set aside, and eviction goes on behind it), and the budget takes it only
+when nothing else finished is left.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from raftcron.scheduler import jobs as j
-from raftcron.scheduler import limits, sizes
+from raftcron.scheduler import limits, sizes, upstream
 from raftcron.scheduler.archiving import ArchiveLedger
 from raftcron.scheduler.commands import SubmitJobs
 from raftcron.scheduler.errors import Rejected
 from raftcron.scheduler.events import EventLog
+from raftcron.scheduler.finished import FinishedJobs
 from raftcron.scheduler.frozen import FrozenJob
 from raftcron.scheduler.jobs import Job
 from raftcron.scheduler.notifications import Notifications
@@ -60,7 +65,7 @@ class BudgetState(Protocol):
     def state_bytes(self) -> int: ...
 
 
-class RetentionState(BudgetState, Protocol):
+class RetentionState(BudgetState, upstream.ShelterState, Protocol):
     """What eviction needs of the state machine (`state.SchedulerState`, checked by mypy)."""
 
     now_ms: int
@@ -117,6 +122,7 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
     finished = state.table.finished
     now_ms = state.now_ms
     removed = 0
+    in_workflows = state.workflow_of  # only their jobs may be sheltered: one lookup for the rest
     overrides = retention.overrides(outcome)
     for queue, rule in overrides.items():
         cutoff_ms = now_ms - rule.max_age_ms
@@ -126,6 +132,8 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
                 break
             if front[0] > cutoff_ms and finished.count(outcome, queue) <= rule.max_count:
                 break
+            if front[1] in in_workflows and upstream.set_aside(state, front, outcome, queue):
+                continue  # before the work bound: a replica that set it aside earlier agrees
             if removed == work:
                 return removed, True
             _evict(state, front[1], "age" if front[0] <= cutoff_ms else "count", outcome, queue)
@@ -142,6 +150,9 @@ def _by_rules(state: RetentionState, outcome: str, work: int) -> tuple[int, bool
             oldest = finished.oldest((outcome,), skip=overrides)
         if oldest is None or (oldest[0] > cutoff_ms and kept <= rule.max_count):
             break
+        if oldest[1] in in_workflows and upstream.set_aside(state, oldest[:2], oldest[2],
+                                                            oldest[3]):
+            continue
         if removed == work:
             return removed, True
         _evict(state, oldest[1], "age" if oldest[0] <= cutoff_ms else "count", oldest[2],
@@ -157,7 +168,17 @@ def _by_budget(state: RetentionState, work: int) -> tuple[int, bool]:
     while state.state_bytes() > budget:
         oldest = _oldest_for_space(state)
         if oldest is None:
-            return removed, False  # nothing finished is left: new work is refused instead
+            # The last resort: a sheltered job (every finished job left is one, set aside).
+            last = state.sheltered.oldest(state.table.finished_entry_valid)
+            if last is None:
+                return removed, False  # nothing finished is left: new work is refused instead
+            if removed == work:
+                return removed, True
+            state.remove_job(state.table.jobs[last[1]])
+            state.sheltered.evicted(last[1])
+            _count_eviction(state, "budget")
+            removed += 1
+            continue
         if removed == work:
             return removed, True
         _evict(state, oldest[1], "budget", oldest[2], oldest[3])
@@ -166,18 +187,28 @@ def _by_budget(state: RetentionState, work: int) -> tuple[int, bool]:
 
 
 def _oldest_for_space(state: RetentionState) -> tuple[int, int, str, str] | None:
+    """The oldest finished job that is not sheltered, by BUDGET_ORDER (sheltered ones met
+    on the way are set aside)."""
     finished = state.table.finished
     for statuses in BUDGET_ORDER:
-        only = finished.only_fifo(statuses)
-        if only is not None:  # one FIFO: its front is the oldest (the merge, skipped)
-            front = finished.front(*only)
-            if front is not None:
-                return front[0], front[1], only[0], only[1]
-            continue
-        oldest = finished.oldest(statuses)
-        if oldest is not None:
-            return oldest
+        while True:
+            oldest = _oldest_of(finished, statuses)
+            if oldest is None:
+                break
+            if oldest[1] not in state.workflow_of or not upstream.set_aside(
+                    state, oldest[:2], oldest[2], oldest[3]):
+                return oldest
     return None
+
+
+def _oldest_of(
+    finished: FinishedJobs, statuses: tuple[str, ...]
+) -> tuple[int, int, str, str] | None:
+    only = finished.only_fifo(statuses)
+    if only is not None:  # one FIFO: its front is the oldest (the merge, skipped)
+        front = finished.front(*only)
+        return None if front is None else (front[0], front[1], only[0], only[1])
+    return finished.oldest(statuses)
 
 
 def _evict(state: RetentionState, job_id: int, reason: str, status: str, queue: str) -> None:
@@ -185,6 +216,10 @@ def _evict(state: RetentionState, job_id: int, reason: str, status: str, queue: 
     table = state.table
     state.remove_job(table.jobs[job_id])
     table.finished.drop_front(status, queue)
+    _count_eviction(state, reason)
+
+
+def _count_eviction(state: RetentionState, reason: str) -> None:
     evicted = state.counters.get("evicted")
     if evicted is None:
         evicted = state.counters["evicted"] = {}

@@ -272,6 +272,10 @@ def _restore(blob: bytes) -> SchedulerState:
             if job_id in jobs:
                 state.workflow_of[job_id] = workflow.id
         state.workflows_bytes += WORKFLOW_BYTES + WORKFLOW_NODE_BYTES * len(workflow.job_ids)
+    for job in active:  # each workflow's unfinished jobs, counted (scheduler/upstream.py)
+        running = None if job.workflow_id is None else state.workflows.get(job.workflow_id)
+        if running is not None:
+            running.unfinished += 1
     state.events = EventLog.from_list(event_log)
     state.counters = counters
     state.leader = None if leader is None else (leader[0], leader[1])

@@ -29,6 +29,7 @@ from raftcron.scheduler import (
     retention,
     sizes,
     uniqueness,
+    upstream,
     workflows,
 )
 from raftcron.scheduler import jobs as j
@@ -67,6 +68,7 @@ from raftcron.scheduler.schedules import Schedule
 from raftcron.scheduler.settings import Settings
 from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 from raftcron.scheduler.store import JobTable
+from raftcron.scheduler.upstream import Sheltered
 
 
 class SchedulerState:
@@ -83,6 +85,9 @@ class SchedulerState:
         # The workflow of each job that has one (its workflow_id, read without decoding a
         # finished job's record: removing a million finished jobs must not decode them).
         self.workflow_of: dict[int, int] = {}
+        # Finished jobs of running workflows that eviction reached and set aside (an index:
+        # scheduler/upstream.py).
+        self.sheltered = Sheltered()
         self.requests = RequestLog()
         self.events = EventLog()
         self.counters: dict[str, dict[str, int]] = {}  # name -> label (queue, ...) -> count
@@ -336,6 +341,7 @@ class SchedulerState:
             self.workflow_of[job.id] = workflow.id
             job.workflow_node = node_name
             workflow.remaining += 1
+            workflow.unfinished += 1
         doomed = False
         job.waiting_on = blocked_on
         if spec.depends_on:
@@ -465,6 +471,8 @@ class SchedulerState:
             job.cancel_reason = reason
         self.table.set_status(job, status)
         self.count(status, job.queue)
+        if job.workflow_id is not None:
+            upstream.job_moved(self, job.workflow_id, -1)
         self._on_final(job)
 
     def _on_final(self, job: Job) -> None:
@@ -545,6 +553,8 @@ class SchedulerState:
             job.run_at_ms = max(job.run_at_ms, self.now_ms)
             self.table.set_status(job, self._runnable_status(job))
         self.count("revived", job.queue)
+        if job.workflow_id is not None:
+            upstream.job_moved(self, job.workflow_id, 1)
         if job.schedule is not None and job.schedule in self.schedules:
             self.schedules[job.schedule].active[job.id] = None
         for child_id in job.children or ():

@@ -525,14 +525,17 @@ def test_a_workflow_key_stays_taken_after_its_workflow_is_evicted(d):
 
 
 def test_a_workflow_whose_first_job_was_evicted_still_answers_its_key(d):
-    d.finalize(retention={"succeeded": {"max_count": 0}})
+    # a is sheltered while b waits (scheduler/upstream.py): only the budget's last resort
+    # evicts it, when the unfinished jobs leave nothing else to evict.
+    d.finalize(budget={"bytes": 1 << 20})
     spec = WorkflowSpec.parse({"key": "wf-2", "jobs": [{"name": "a", "task": "t"},
                                                       {"name": "b", "task": "t", "after": ["a"]}]})
     first = d.ok(SubmitWorkflow(d.request_id(), spec))
     [(job_id, token)] = d.claim()
-    d.complete(job_id, token)
-    d.tick(advance_ms=1)
+    d.submit_many(17, queue="other", payload="q" * 60_000)
+    d.complete(job_id, token, result="r" * 60_000)
     assert d.state.table.get(job_id) is None  # a is gone, b waits
+    assert d.state.table.get(job_id + 1).status == "queued"
     again = d.ok(SubmitWorkflow(d.request_id(), spec))
     assert (again["workflow_id"], again["created"]) == (first["workflow_id"], False)
 

@@ -38,7 +38,7 @@ from raftcron.cluster.http.common import (
 from raftcron.cluster.proposer import ProposalFailed
 from raftcron.cluster.replica import StateMachine
 from raftcron.cluster.waiters import ClaimWaiters
-from raftcron.scheduler import flowviews, parse, views
+from raftcron.scheduler import flowviews, parse, upstream, views
 from raftcron.scheduler.commands import ClaimJobs
 from raftcron.scheduler.errors import Rejected
 
@@ -84,7 +84,8 @@ async def claim(request: web.Request) -> web.Response:
         claimed = value["jobs"]
         if claimed or command.max == 0 or time.monotonic() >= deadline:
             break
-    jobs = machine.read(lambda state: views.claimed_jobs(state, claimed))
+    # With each workflow job, its parents' results, up to a cap (scheduler/upstream.py).
+    jobs = machine.read(lambda state: upstream.attach(state, views.claimed_jobs(state, claimed)))
     return json_response(
         {"jobs": jobs, "acks": [{"id": job_id, "outcome": outcome} for job_id, outcome in acks]}
     )

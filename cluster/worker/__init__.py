@@ -15,8 +15,8 @@
 
 Modules loaded by `raftcron worker --import myapp.tasks` register with `@task("name")` from
 this package instead (the default registry). Module map: `tasks` (registry, errors), `context`
-(what a handler gets), `execution` (one job's life), `acks` (reports), `runtime` (the loop),
-`shell` (the built-in task), `cli` (the command).
+(what a handler gets), `upstream` (its parents' results), `execution` (one job's life), `acks`
+(reports), `runtime` (the loop), `shell` (the built-in task), `cli` (the command).
 """
 
 from raftcron.cluster.worker.context import JobContext
@@ -30,6 +30,7 @@ from raftcron.cluster.worker.tasks import (
     default_registry,
     task,
 )
+from raftcron.cluster.worker.upstream import UpstreamUnavailable
 
 __all__ = [
     "JobContext",
@@ -38,6 +39,7 @@ __all__ = [
     "PermanentError",
     "Task",
     "TaskRegistry",
+    "UpstreamUnavailable",
     "Worker",
     "default_registry",
     "task",

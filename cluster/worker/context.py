@@ -11,6 +11,9 @@ is reported. Coroutine handlers are also cancelled; threads cannot be, so they m
 
 Pass `key` and `token` to side effects (DESIGN.md section 3): an external system can then
 deduplicate by key and refuse a stale token.
+
+A workflow job reads its parents' results as `ctx.upstream["<parent name>"]`
+(cluster/worker/upstream.py); other jobs see an empty mapping.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raftcron.cluster.worker.progress import Report, checked_report
+from raftcron.cluster.worker.upstream import NO_UPSTREAM, Upstream
 
 HEARTBEAT_WAIT_S_MAX = 30.0
 # Guards the making of a context's Event against `stop` on the loop's thread (rare: only
@@ -54,6 +58,7 @@ class JobContext:
         self.lease_ms: int = int(claimed.get("lease_ms") or lease_ms)
         self.lease_until_ms: int | None = claimed.get("lease_until_ms")
         self.worker = worker
+        self.upstream: Upstream = NO_UPSTREAM  # a workflow job's: set by its Execution
         self.started_monotonic = time.monotonic()
         # Our own conservative idea of when the lease ends: it started no earlier than the
         # claim that obtained it was sent (`claim_sent`, a time.monotonic() value), so

@@ -34,6 +34,7 @@ from raftcron.cluster.worker.acks import exception_text as describe
 from raftcron.cluster.worker.context import JobContext
 from raftcron.cluster.worker.progress import ProgressReporter, Report
 from raftcron.cluster.worker.tasks import LeaseLost, PermanentError, Task
+from raftcron.cluster.worker.upstream import ResultReader, Upstream
 
 log = logging.getLogger("raftcron.worker")
 
@@ -64,13 +65,18 @@ class HeartbeatClient(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class WorkerClient(HeartbeatClient, ResultReader, Protocol):
+    """The worker's calls while a job runs: heartbeats, and reading a parent's result that
+    did not come with the claim (`ctx.upstream`)."""
+
+
 class Execution:
     def __init__(
         self,
         claimed: dict[str, Any],
         *,
         task: Task | None,
-        client: HeartbeatClient,
+        client: WorkerClient,
         worker: str,
         lease_ms: int,
         acks: AckBuffer,
@@ -95,6 +101,8 @@ class Execution:
             claim_sent=claim_sent,
             report=self._report,
         )
+        if "upstream" in claimed:  # a workflow job with parents (scheduler/upstream.py)
+            self.ctx.upstream = Upstream(claimed["upstream"], reader=client, loop=self.loop)
         task_timeout = task.timeout_ms if task is not None else None
         self.timeout_ms: int | None = self.ctx.timeout_ms or task_timeout or default_timeout_ms
         self.outcome: str | None = None  # succeeded | failed | abandoned, once decided
@@ -181,6 +189,9 @@ class Execution:
                 ctx.token,
                 f"no handler for task {ctx.task!r} on worker {ctx.worker} (it has: {known})",
             ), None
+        if self.task.is_async and ctx.upstream.missing:
+            # Read now what the claim left out: inside a coroutine, a read would block the loop.
+            await ctx.upstream.prefetch(max(HEARTBEAT_ATTEMPT_S_MIN, ctx.lease_ms / 3000))
         work = self.work = self._start_handler(self.task)
         if not work.done():  # a coroutine that finished in its first step needs no waiting
             # The heartbeat loop starts only when a third of the lease has passed: most jobs

@@ -34,6 +34,30 @@ def echo(ctx: JobContext) -> dict[str, Any]:
     return {"echo": ctx.payload, **_identity(ctx)}
 
 
+def _parents(ctx: JobContext) -> dict[str, Any]:
+    found = {name: ctx.upstream[name] for name in ctx.upstream}
+    if isinstance(ctx.payload, dict) and ctx.payload.get("lengths"):
+        return {name: len(value) for name, value in found.items()}  # results too big to return
+    return found
+
+
+@task("upstream")
+def upstream(ctx: JobContext) -> dict[str, Any]:
+    """A workflow child: its parents' results, as its handler reads them (`ctx.upstream`)."""
+    return _parents(ctx)
+
+
+@task("upstream-async")
+async def upstream_async(ctx: JobContext) -> dict[str, Any]:
+    return _parents(ctx)
+
+
+@task("sized")
+def sized(ctx: JobContext) -> str:
+    """A result of `payload["bytes"]` characters (past the claim's cap, in numbers)."""
+    return "r" * int(ctx.payload["bytes"])
+
+
 @task("block")
 def block(ctx: JobContext) -> dict[str, Any]:
     """Wait (in a thread) until the payload's `release` file exists; stop if cancelled."""
