@@ -85,8 +85,7 @@ class SchedulerState:
         # The workflow of each job that has one (its workflow_id, read without decoding a
         # finished job's record: removing a million finished jobs must not decode them).
         self.workflow_of: dict[int, int] = {}
-        # Finished jobs of running workflows that eviction reached and set aside (an index:
-        # scheduler/upstream.py).
+        # Finished jobs of running workflows set aside by eviction (scheduler/upstream.py).
         self.sheltered = Sheltered()
         self.requests = RequestLog()
         self.events = EventLog()
@@ -103,8 +102,7 @@ class SchedulerState:
         # used since finalizing): how far back a backfill may reach.
         self.keys_forgotten_ms = 0
         self.retention_pending = False  # the last Tick left eviction work for the next one
-        self.schedules_bytes = 0  # the memory model's count of the schedules and workflows
-        self.workflows_bytes = 0
+        self.schedules_bytes = self.workflows_bytes = 0  # the memory model's counts of them
         self.archive_ledger = ArchiveLedger()  # archive retention (scheduler/archiving.py)
         # Not replicated: a list the shell sets gets every job that leaves (`remove_job`), to
         # take after each entry and archive (cluster/archive); None keeps none.
@@ -119,8 +117,8 @@ class SchedulerState:
         """The state's size in the memory model (scheduler/sizes.py), what the budget bounds."""
         table = self.table
         return (table.bytes + table.key_bytes + table.rates.bytes + self.schedules_bytes
-                + self.workflows_bytes
-                + self.requests.bytes_counted + self.archive_ledger.tombstone_bytes
+                + self.workflows_bytes + self.requests.bytes_counted
+                + self.archive_ledger.tombstone_bytes
                 + sizes.EVENT_BYTES * (len(self.events) + len(self.notifications.outbox)))
 
     @property
@@ -422,8 +420,7 @@ class SchedulerState:
         assert job.lease_ms is not None and job.lease_until_ms is not None
         # The heap entry stays; pop_expired_leases re-files it when it surfaces early.
         job.lease_until_ms = max(job.lease_until_ms, self.now_ms + job.lease_ms)
-        if command.progress is not None and self.finalized:  # ignored before, as the
-            # previous release does: both reach the same state (scheduler/progress.py).
+        if command.progress is not None and self.finalized:  # before: ignored, progress.py
             job.progress = command.progress.packed(self.now_ms, job.attempts)
             self.table.recount(job)
         return Ok({"lease_until_ms": job.lease_until_ms})
@@ -584,16 +581,9 @@ class SchedulerState:
             expired += 1
         fire_times_ms = firing.fire_due(self)
         removed = retention.collect_garbage(self)
-        return Ok(
-            {
-                "now_ms": now_ms,
-                "released": released,
-                "expired": expired,
-                "fired": len(fire_times_ms),
-                "fire_times_ms": fire_times_ms,
-                "removed": removed,
-            }
-        )
+        return Ok({"now_ms": now_ms, "released": released, "expired": expired,
+                   "fired": len(fire_times_ms), "fire_times_ms": fire_times_ms,
+                   "removed": removed})
 
     def remove_job(self, job: Job | FrozenJob, *, archived: bool = True) -> None:
         """`job` leaves the state: to the archive, unless purged (scheduler/purging.py)."""
