@@ -107,6 +107,37 @@ class RateKeySpec:
         return {"key": self.key, "max": self.max, "per_ms": self.per_ms}
 
 
+_FAIRNESS_FIELDS = frozenset({"key", "weight"})
+_FAIRNESS_SEEN: dict[tuple[str, int], FairnessSpec] = {}
+FAIRNESS_WEIGHT_MAX = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class FairnessSpec:
+    """Within its queue and priority, a job takes turns with other keys' jobs: `weight` jobs
+    of this `key` per turn (DESIGN.md §9.4; scheduler/fairness.py)."""
+
+    key: str
+    weight: int = 1
+
+    @classmethod
+    def parse(cls, data: object, where: str = "fairness") -> FairnessSpec:
+        data = parse.as_mapping(data, where)
+        parse.reject_unknown(data, _FAIRNESS_FIELDS, where)
+        key = parse.text(data.get("key"), _within(where, "key"), chars_max=limits.KEY_CHARS_MAX)
+        weight = parse.integer(data.get("weight", 1), _within(where, "weight"), low=1,
+                               high=FAIRNESS_WEIGHT_MAX)
+        known = _FAIRNESS_SEEN.get((key, weight))  # specs are values: a key's jobs share one
+        if known is None:
+            if len(_FAIRNESS_SEEN) >= 4_096:
+                _FAIRNESS_SEEN.clear()
+            known = _FAIRNESS_SEEN[(key, weight)] = cls(key, weight)
+        return known
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"key": self.key, "weight": self.weight}
+
+
 @dataclass(frozen=True, slots=True)
 class UniqueSpec:
     """A submit with the job's `key` conflicts with the job holding that key if that job is in

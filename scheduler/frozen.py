@@ -22,7 +22,7 @@ import msgpack
 
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import packing
-from raftcron.scheduler.flowspecs import RateKeySpec
+from raftcron.scheduler.flowspecs import FairnessSpec, RateKeySpec
 from raftcron.scheduler.jobs import Attempt, Job
 from raftcron.scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
@@ -148,13 +148,17 @@ def job_to_list(job: Job) -> list[Any]:
     # uses none of them packs to the same bytes as before (and older records read as unset).
     # A job's progress and rate exist only in a finalized cluster, whose records are compact:
     # they are written here too, so no format can lose them.
-    if job.concurrency_key is not None or job.progress is not None or job.rate is not None:
-        fields += [job.concurrency_key, job.concurrency_max]
-    if job.progress is not None or job.rate is not None:
-        fields.append(job.progress)
-    if job.rate is not None:
-        fields.append(_rate_wire(job.rate))
+    fields += _since_first(job, job.concurrency_key is not None)
     return fields
+
+
+def _since_first(job: Job, keyed: bool) -> list[Any]:
+    """The fields added since the first record format, up to the last one set (none: [])."""
+    extra = [job.concurrency_key, job.concurrency_max, job.progress,
+             None if job.rate is None else _rate_wire(job.rate),
+             None if job.fairness is None else job.fairness.to_wire()]
+    last = next((i for i in (4, 3, 2) if extra[i] is not None), 1 if keyed else -1)
+    return extra[:last + 1]
 
 
 def _rate_wire(rate: RateKeySpec) -> list[Any]:
@@ -175,7 +179,7 @@ _BASE_FIELDS = 30  # the fields of the first record format; later ones follow wh
 # which msgpack writes in 1-5 bytes where a Unix time in ms takes 9. A finished job's record
 # went from 122 to 79 bytes (a claimed and completed job of a small payload).
 COMPACT_MARK = -2
-_COMPACT_FIELDS = 33  # a compact record's fields; a job's progress and rate follow when set
+_COMPACT_FIELDS = 33  # a compact record's fields; progress, rate, fairness follow when set
 STATUS_CODE = {status: code for code, status in enumerate(j.STATUSES)}
 OUTCOMES = (j.OUTCOME_SUCCEEDED, j.OUTCOME_FAILED, j.OUTCOME_LEASE_EXPIRED, j.OUTCOME_CANCELLED)
 OUTCOME_CODE = {outcome: code for code, outcome in enumerate(OUTCOMES)}
@@ -218,10 +222,7 @@ def job_to_compact_list(job: Job) -> list[Any]:
         job.concurrency_key,
         job.concurrency_max,
     ]
-    if job.progress is not None or job.rate is not None:  # only when set: a record
-        fields.append(job.progress)  # without them keeps its bytes
-    if job.rate is not None:
-        fields.append(_rate_wire(job.rate))
+    fields += _since_first(job, True)[2:]  # only when set: a record without them keeps its bytes
     return fields
 
 
@@ -312,6 +313,7 @@ def job_from_list(item: list[Any]) -> Job:
         job.concurrency_key, job.concurrency_max = None, 0
     job.progress = extra[2] if len(extra) > 2 else None
     job.rate = _rate(extra[3]) if len(extra) > 3 else None
+    job.fairness = FairnessSpec.parse(extra[4]) if len(extra) > 4 and extra[4] else None
     job.counted = 0  # the table counts it when it takes it
     return job
 
@@ -332,7 +334,7 @@ def _job_from_compact_list(item: list[Any]) -> Job:
         _plus(base, fire_time_d), workflow_id, workflow_node, depends_on, waiting_on, children,
         result, error, base, _plus(base, finished_d), token, _plus(base, lease_until_d),
         lease_ms, worker, [_attempt_from_compact(a, base) for a in history], cancel_reason,
-        concurrency_key, concurrency_max, *item[_COMPACT_FIELDS:],  # progress, rate, if any
+        concurrency_key, concurrency_max, *item[_COMPACT_FIELDS:],  # progress, rate, fairness
     ])
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import queues, sizes
+from raftcron.scheduler.fairness import NO_KEY, FairQueue
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.schedules import spec_wire_bytes
 from raftcron.scheduler.state import SchedulerState
@@ -171,6 +172,7 @@ def _flow_rules(state: SchedulerState) -> list[str]:
                 out.append(f"key {key!r}: job {first.id} held while only {taken} of its "
                            f"{first.concurrency_max} slots are taken")
     out += _rate_key_rules(state)
+    out += _fair_rules(state)
     for name, counted, kept in (
         ("running by queue", running, table.running_by_queue),
         ("running by key", key_running, table.key_running),
@@ -222,6 +224,34 @@ def _schedule_rules(state: SchedulerState) -> list[str]:
     for name in state.pending_schedules:
         if name not in state.schedules:
             out.append(f"pending schedule {name!r} does not exist")
+    return out
+
+
+def _fair_rules(state: SchedulerState) -> list[str]:
+    """Fair lines (scheduler/fairness.py): each level's counts are its jobs in line by key,
+    every key with jobs has a place in the turns, and no empty line or level is kept."""
+    out = []
+    for name, line in state.table.ready.items():
+        if not isinstance(line, FairQueue):
+            continue
+        if not line.members:
+            out.append(f"queue {name!r}: an empty fair line is kept")
+        counted: dict[int, dict[str, int]] = {}
+        for job_id, entry in line.members.items():
+            fair = readable(state.table.jobs[job_id]).fairness
+            key = NO_KEY if fair is None else fair.key
+            by_key = counted.setdefault(entry[0], {})
+            by_key[key] = by_key.get(key, 0) + 1
+        kept = {p: dict(lv.counts) for p, lv in line.levels.items()}
+        if kept != counted:
+            out.append(f"queue {name!r}: fair counts {kept}, the jobs in line {counted}")
+        for p, level in line.levels.items():
+            if set(level.ring) != level.ringed or len(level.ring) != len(level.ringed):
+                out.append(f"queue {name!r}: priority {-p}: turns {list(level.ring)} repeat or "
+                           "differ from the keys they name")
+            missing = sorted(set(level.counts) - level.ringed)
+            if missing:
+                out.append(f"queue {name!r}: priority {-p}: keys {missing} have no turn")
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import msgpack
 
 from raftcron.scheduler import limits
-from raftcron.scheduler.flowspecs import RateKeySpec
+from raftcron.scheduler.flowspecs import FairnessSpec, RateKeySpec
 from raftcron.scheduler.packing import to_msgpack
 from raftcron.scheduler.specs import DEFAULT_BACKOFF, BackoffSpec
 
@@ -96,6 +96,7 @@ class Job:
         "created_ms",
         "depends_on",
         "error",
+        "fairness",
         "finished_ms",
         "fire_time_ms",
         "history",
@@ -163,6 +164,8 @@ class Job:
         self.progress: bytes | None = None
         # At most rate.max jobs of rate.key start in any window of rate.per_ms (ratekeys.py).
         self.rate: RateKeySpec | None = None
+        # Its key's turns within its queue and priority (scheduler/fairness.py).
+        self.fairness: FairnessSpec | None = None
         self.counted = 0  # its bytes in the memory model, as the table counted them last
 
     def add_child(self, child_id: int) -> None:

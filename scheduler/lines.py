@@ -41,6 +41,10 @@ class ReadyQueue:
             heapq.heappop(heap)
         return heap[0] if heap else None
 
+    def remove(self, job: Job) -> tuple[int, int, int] | None:
+        """Take a job out of the line (its heap entry goes stale); None: it was not in it."""
+        return self.members.pop(job.id, None)
+
     def pop(self) -> int:
         """Take the head (after `peek`) off the heap; the caller's `set_status` drops membership."""
         return heapq.heappop(self.heap)[2]

@@ -23,6 +23,7 @@ from raftcron.scheduler import jobs as j
 from raftcron.scheduler.archiving import ArchiveLedger
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.events import EventLog
+from raftcron.scheduler.fairness import FairQueue
 from raftcron.scheduler.frozen import STATUS, FrozenJob, job_from_list, row
 from raftcron.scheduler.jobs import Job, Workflow
 from raftcron.scheduler.notifications import Notifications
@@ -128,6 +129,10 @@ def _sections(state: SchedulerState) -> dict[str, Any]:
         sections["held"] = held
     if state.table.keyed_seen:
         sections["keyed"] = True
+    fair = {name: line.turns() for name, line in sorted(state.table.ready.items())
+            if isinstance(line, FairQueue)}
+    if fair:  # the turns of queues with fairness keys (scheduler/fairness.py)
+        sections["fair"] = fair
     rates = state.table.rates
     if rates.keys:  # keyed rate limits (scheduler/ratekeys.py): a finalized cluster's only
         rate_held = rates.held_ids()
@@ -153,7 +158,7 @@ def _sections(state: SchedulerState) -> dict[str, Any]:
 
 _SNAPSHOT_FIELDS = {1: 14, 2: 14, 3: 15, 4: 15}
 _SECTIONS = frozenset({"queues", "held", "keyed", "notifications", "settings", "rate_held",
-                       "rate_windows"})
+                       "rate_windows", "fair"})
 
 
 def restore(blob: bytes) -> SchedulerState:
@@ -241,8 +246,15 @@ def _restore(blob: bytes) -> SchedulerState:
     held = set(sections.get("held", ()))
     rate_held = set(sections.get("rate_held", ()))
     table.now_ms = state.now_ms
+    fair = sections.get("fair", {})
+    for name in fair:
+        table.ready[name] = FairQueue()
     for job in active:
         table.place_restored(job, held=job.id in held, rate_held=job.id in rate_held)
+    for name, turns in fair.items():
+        line = table.ready[name]
+        assert isinstance(line, FairQueue)
+        line.restore_turns(turns)
     table.rates.restore_windows(sections.get("rate_windows", ()))
     frozen_by_queue: dict[str, int] = {}
     for (status, queue), (places, size) in finished.items():

@@ -14,7 +14,12 @@ from typing import Any
 
 from raftcron.scheduler import limits, parse
 from raftcron.scheduler.errors import Invalid
-from raftcron.scheduler.flowspecs import ConcurrencySpec, RateKeySpec, UniqueSpec
+from raftcron.scheduler.flowspecs import (
+    ConcurrencySpec,
+    FairnessSpec,
+    RateKeySpec,
+    UniqueSpec,
+)
 from raftcron.scheduler.packing import to_msgpack
 from raftcron.scheduler.value import value
 
@@ -85,6 +90,7 @@ _JOB_FIELDS = (
     "debounce_ms",
     "debounce_max_ms",
     "rate",
+    "fairness",
 )
 # Fields that say something of the key: only a job with a key of its own may give them.
 _KEYED_FIELDS = ("unique", "debounce_ms", "debounce_max_ms")
@@ -109,6 +115,7 @@ class JobSpec:
     debounce_ms: int | None = None
     debounce_max_ms: int | None = None
     rate: RateKeySpec | None = None  # a keyed rate limit (scheduler/ratekeys.py)
+    fairness: FairnessSpec | None = None  # its key's turns in its queue (scheduler/fairness.py)
     # The payload as a job stores it (msgpack), packed once: the budget's check of a submit
     # and the job it creates both need it. Not part of the value (compare=False).
     _packed: bytes | None = field(default=None, compare=False, repr=False)
@@ -174,7 +181,7 @@ class JobSpec:
             wire["backoff"] = self.backoff.to_wire()
         if "depends_on" in wire:
             wire["depends_on"] = list(self.depends_on)
-        for name in ("concurrency", "unique", "rate"):
+        for name in ("concurrency", "unique", "rate", "fairness"):
             if name in wire:
                 wire[name] = wire[name].to_wire()
         return wire
@@ -236,6 +243,7 @@ _JOB_PARSERS: dict[str, _FieldParser] = {
     "debounce_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.DELAY_MS_MAX),
     "debounce_max_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.DELAY_MS_MAX),
     "rate": _parse_optional(RateKeySpec.parse),
+    "fairness": _parse_optional(FairnessSpec.parse),
 }
 # A schedule's job template: no key (each fire gets `<schedule>@<fire_time_ms>`), so nothing
 # that acts on a key either, no timing of its own (the schedule decides), no dependencies on

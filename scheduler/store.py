@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 from raftcron.scheduler import jobs as j
+from raftcron.scheduler.fairness import FairQueue
 from raftcron.scheduler.finished import FinishedJobs
 from raftcron.scheduler.frozen import FrozenJob, freeze, readable
 from raftcron.scheduler.jobs import Job
@@ -41,7 +42,7 @@ class JobTable:
     def __init__(self) -> None:
         self.jobs: dict[int, Job | FrozenJob] = {}
         self.finished_now: list[Job] = []  # final since the last `freeze_finished`
-        self.ready: dict[str, ReadyQueue] = {}
+        self.ready: dict[str, ReadyQueue | FairQueue] = {}
         self.delayed: list[tuple[int, int]] = []  # (run_at_ms, id) of scheduled jobs
         self.leases: list[tuple[int, int]] = []  # (lease_until_ms, id) of running jobs
         self.finished = FinishedJobs(self.finished_entry_valid)  # retention's order
@@ -236,8 +237,8 @@ class JobTable:
         key = job.concurrency_key
         if key is None:  # _push_ready's plain case, inline: every job comes this way
             queue = self.ready.get(job.queue)
-            if queue is None:
-                queue = self.ready[job.queue] = ReadyQueue()
+            if queue is None or (job.fairness is not None and type(queue) is ReadyQueue):
+                queue = self._new_line(job)
             queue.push(job)
             if job.rate is not None:
                 self.rates.entered_line(job)
@@ -257,8 +258,7 @@ class JobTable:
         if job.status in j.FINAL:  # a retry: its retention entry goes stale
             self.finished.discount(job.status, job.queue)
         elif job.status == j.QUEUED:
-            ready = self.ready.get(job.queue)
-            if ready is not None and ready.members.pop(job.id, None) is not None:
+            if self._leave_line(job):
                 if key is not None:
                     _drop(self.key_ready, key)
                 if job.rate is not None:
@@ -280,10 +280,33 @@ class JobTable:
 
     # -- concurrency keys ----------------------------------------------------------------
 
+    def _new_line(self, job: Job) -> ReadyQueue | FairQueue:
+        """The ready line for `job`'s queue: a plain one, or fair turns from the first job
+        with a fairness key (scheduler/fairness.py), the jobs in line moved over by id."""
+        old = self.ready.get(job.queue)
+        if job.fairness is None and old is None:
+            line: ReadyQueue | FairQueue = ReadyQueue()
+        else:
+            line = FairQueue()
+            for job_id in sorted(old.members if old is not None else ()):
+                line.push(self.jobs[job_id])  # type: ignore[arg-type]
+        self.ready[job.queue] = line
+        return line
+
+    def _leave_line(self, job: Job) -> bool:
+        """Take a job out of its queue's line; False: it was not in it. A fair line left
+        empty is dropped (the queue's next job starts a plain line again)."""
+        line = self.ready.get(job.queue)
+        if line is None or line.remove(job) is None:
+            return False
+        if not line.members and type(line) is FairQueue:
+            del self.ready[job.queue]
+        return True
+
     def _push_ready(self, job: Job) -> None:
         queue = self.ready.get(job.queue)
-        if queue is None:
-            queue = self.ready[job.queue] = ReadyQueue()
+        if queue is None or (job.fairness is not None and type(queue) is ReadyQueue):
+            queue = self._new_line(job)
         queue.push(job)
         key = job.concurrency_key
         if key is not None:
@@ -327,7 +350,7 @@ class JobTable:
     def hold_back(self, job: Job) -> None:
         """A ready job (popped off its heap by a claim) whose key is full: held for a slot."""
         assert job.concurrency_key is not None
-        del self.ready[job.queue].members[job.id]
+        self._leave_line(job)
         _add(self.key_ready, job.concurrency_key, -1)
         if job.rate is not None:
             self.rates.left_line(job)
@@ -337,7 +360,7 @@ class JobTable:
     def hold_back_rate(self, job: Job) -> None:
         """A ready job (popped off its heap by a claim) whose rate key has no start left in
         its window: held for the key's window, out of line."""
-        del self.ready[job.queue].members[job.id]
+        self._leave_line(job)
         key = job.concurrency_key
         if key is not None:
             _add(self.key_ready, key, -1)

@@ -57,6 +57,7 @@ def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]
         else {"key": job.concurrency_key, "max": job.concurrency_max},
         "progress": progress.view(job.progress),
         "rate": None if job.rate is None else job.rate.to_wire(),
+        "fairness": None if job.fairness is None else job.fairness.to_wire(),
     }
     if history:
         view["history"] = [attempt_view(a) for a in job.history]

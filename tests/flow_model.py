@@ -110,6 +110,24 @@ class FlowRules:
         if not finalized:  # the previous release knows no rate: refused until finalize
             assert not isinstance(result, Ok) and result.code == "not_finalized", result
 
+    @rule(key=st.sampled_from(["f1", "f2", "f3"]), weight=st.integers(1, 3),
+          queue=st.sampled_from(FLOW_QUEUES), count=st.integers(1, 4),
+          priority=st.integers(-1, 1), rate=st.sampled_from([None, "r1", "r2"]))
+    def submit_with_a_fairness_key(self, key: str, weight: int, queue: str, count: int,
+                                   priority: int, rate: str | None) -> None:
+        """Fair turns (scheduler/fairness.py), beside the queue's plain jobs, rate keys and
+        concurrency keys: the invariants and the replica's digest judge the lines."""
+        fields: dict[str, Any] = {"task": "t", "queue": queue, "priority": priority,
+                                  "fairness": {"key": key, "weight": weight}}
+        if rate is not None:
+            fields["rate"] = {"key": rate, "max": RATE_KEYS[rate][0],
+                              "per_ms": RATE_KEYS[rate][1]}
+        finalized = self.state.finalized
+        spec = JobSpec.parse(fields)
+        result = self.apply(SubmitJobs(self.rid(), (spec,) * count))  # type: ignore[attr-defined]
+        if not finalized:
+            assert not isinstance(result, Ok) and result.code == "not_finalized", result
+
     @rule(worker=st.sampled_from(["w1", "w2"]), count=st.integers(1, 5),
           lease=st.sampled_from([1_000, 5_000]))
     def claim_many(self, worker: str, count: int, lease: int) -> None:

@@ -184,3 +184,20 @@ def test_a_rate_key_is_kept_across_two_workers_and_holds_up_no_other_key(
     # The other key's jobs went at their own rate beside them, not after them.
     other_starts = sorted(job["history"][0]["start_ms"] for job in wait_all(client, others))
     assert other_starts[0] - starts[0] < 1_000, (starts, other_starts)
+
+
+def test_a_small_customer_is_not_kept_behind_a_big_customers_burst(
+    client: Client, queue: str, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    burst = client.submit_batch(hold_jobs(queue, tmp_path, 300, 5,
+                                          fairness={"key": f"{queue}-A"}))
+    small = client.submit_batch(hold_jobs(queue, tmp_path, 10, 5,
+                                          fairness={"key": f"{queue}-B"}))  # after all of A's
+    start_worker(queue, "w-fair", concurrency=4)
+    small_done = wait_all(client, small)
+    assert small_done[0]["fairness"] == {"key": f"{queue}-B", "weight": 1}
+    b_last_ms = max(job["finished_ms"] for job in small_done)
+    burst_done = wait_all(client, burst)
+    # B's 10 went in turns with A's, not after A's 300: most of the burst was still to run.
+    after = sum(1 for job in burst_done if job["finished_ms"] > b_last_ms)
+    assert after >= 200, (after, b_last_ms)

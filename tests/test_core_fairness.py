@@ -1,0 +1,120 @@
+"""Fair turns within a queue (DESIGN.md §9.4, scheduler/fairness.py): a job's
+`fairness: {key, weight}`; within a queue and priority, claims go round-robin across keys,
+`weight` jobs of a key per turn; jobs without a key form one key together."""
+
+from typing import Any
+
+import pytest
+
+from raftcron.scheduler.commands import CancelJob, ClaimJobs
+from raftcron.scheduler.driver import Driver, Refused
+from raftcron.scheduler.fairness import FairQueue
+from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.lines import ReadyQueue
+from raftcron.scheduler.snapshot import restore, snapshot
+
+
+def finalized() -> Driver:
+    d = Driver()
+    d.finalize()
+    d.tick()
+    return d
+
+
+def fair(key: str, weight: int = 1) -> dict[str, Any]:
+    return {"fairness": {"key": key, "weight": weight}}
+
+
+def keys_of(d: Driver, claimed: list[tuple[int, int]]) -> list[str]:
+    out = []
+    for job_id, _ in claimed:
+        spec = d.job(job_id).fairness
+        out.append("-" if spec is None else spec.key)
+    return out
+
+
+def test_a_burst_of_one_key_does_not_make_another_key_wait_behind_it() -> None:
+    d = finalized()
+    for _ in range(10):
+        d.submit_many(1_000, **fair("A"))
+    d.submit_many(10, **fair("B"))  # submitted after all of A's
+    claimed = d.claim(max=20)
+    assert keys_of(d, claimed) == ["A", "B"] * 10
+    # B's jobs went in their own order, and A's in theirs.
+    assert [job_id for job_id, _ in claimed[1::2]] == sorted(j for j, _ in claimed[1::2])
+    assert keys_of(d, d.claim(max=3)) == ["A", "A", "A"]  # B has none left
+    assert violations(d.state) == []
+
+
+def test_a_claim_of_n_jobs_takes_n_turns_and_weights_give_more_per_turn() -> None:
+    d = finalized()
+    d.submit_many(20, **fair("big", weight=3))
+    d.submit_many(20, **fair("small"))
+    assert keys_of(d, d.claim(max=8)) == ["big"] * 3 + ["small"] + ["big"] * 3 + ["small"]
+    # One job per claim: the turns carry over from claim to claim.
+    assert [keys_of(d, d.claim(max=1))[0] for _ in range(5)] == ["big"] * 3 + ["small", "big"]
+
+
+def test_jobs_without_a_key_take_turns_as_one_key() -> None:
+    d = finalized()
+    d.submit_many(5)  # a plain queue at first
+    assert type(d.state.table.ready["default"]) is ReadyQueue
+    d.submit_many(5, **fair("A"))
+    assert type(d.state.table.ready["default"]) is FairQueue
+    assert keys_of(d, d.claim(max=6)) == ["-", "A", "-", "A", "-", "A"]
+    d.claim(max=10)
+    assert "default" not in d.state.table.ready  # empty: a plain line again next time
+    d.submit_many(2)
+    assert type(d.state.table.ready["default"]) is ReadyQueue
+
+
+def test_priority_goes_first_and_turns_are_kept_per_priority() -> None:
+    d = finalized()
+    d.submit_many(3, **fair("A"))
+    d.submit_many(3, **fair("B"), priority=5)
+    d.submit_many(1, **fair("C"), priority=5)
+    assert keys_of(d, d.claim(max=7)) == ["B", "C", "B", "B", "A", "A", "A"]
+
+
+def test_a_key_whose_jobs_left_loses_its_turn_only_when_the_turns_reach_it() -> None:
+    d = finalized()
+    [a1] = d.submit_many(1, **fair("A"))
+    d.submit_many(2, **fair("B"))
+    d.submit_many(2, **fair("C"))
+    d.ok(CancelJob(d.request_id(), a1))  # A keeps its place in the ring, with no job
+    d.submit_many(1, **fair("A"))  # ... and takes its turn first, as it had it
+    assert keys_of(d, d.claim(max=5)) == ["A", "B", "C", "B", "C"]
+    assert violations(d.state) == []
+
+
+def test_turns_survive_snapshot_and_restore_exactly() -> None:
+    d = finalized()
+    d.submit_many(6, **fair("A", weight=2))
+    d.submit_many(6, **fair("B"))
+    d.submit_many(3)
+    d.claim(max=4)  # in the middle of a turn
+    again = Driver(restore(snapshot(d.state)))
+    assert snapshot(again.state) == snapshot(d.state)
+    claim = ClaimJobs("after-restore", "w1", ("default",), 7, 30_000, ())
+    answers = [replica.ok(claim) for replica in (d, again)]
+    assert answers[0] == answers[1]
+    assert snapshot(again.state) == snapshot(d.state)
+    assert violations(again.state) == []
+
+
+def test_fairness_is_refused_before_finalize() -> None:
+    d = Driver()
+    with pytest.raises(Refused) as refused:
+        d.submit(**fair("A"))
+    assert (refused.value.rejected.code, refused.value.rejected.field) == (
+        "not_finalized", "jobs[0].fairness")
+
+
+def test_a_retried_job_keeps_its_key_and_the_job_view_shows_it() -> None:
+    from raftcron.scheduler.views import job_view
+
+    d = finalized()
+    [job_id] = d.submit_many(1, max_attempts=2, **fair("A", weight=2))
+    [(claimed, token)] = d.claim()
+    d.fail(claimed, token, retryable=True)
+    assert job_view(d.state.table.jobs[job_id])["fairness"] == {"key": "A", "weight": 2}
