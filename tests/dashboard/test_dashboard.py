@@ -235,7 +235,7 @@ def test_a_queue_s_limits_and_held_back_jobs_show_and_the_page_pauses_it(
     page = dashboard.open(follower(shared_cluster))
     row = page.locator(f'#queues tr[data-queue="{queue}"]')
     expect(row).to_contain_text("≤ 1 running")
-    expect(row).to_contain_text("50 per 1 s")
+    expect(row).to_contain_text("50 per 1 s, window")
     expect(row.locator('[data-testid="held"]')).to_have_text("cap 2")
 
     row.get_by_role("button", name="pause").click()

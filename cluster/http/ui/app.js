@@ -928,14 +928,15 @@
 
   // -- rendering: queues ---------------------------------------------------------------------
 
-  const HELD_NAMES = {paused: "paused", queue_concurrency: "cap", queue_rate: "rate", key_concurrency: "key"};
+  const HELD_NAMES = {paused: "paused", queue_concurrency: "cap", queue_rate: "rate", key_concurrency: "key", key_rate: "key rate"};
 
   function describeLimits(queue) {
     const parts = [];
     if (queue.concurrency_max !== null) parts.push(`≤ ${queue.concurrency_max} running`);
     if (queue.rate_limit) {
       const rate = queue.rate_limit;
-      parts.push(`${rate.max} per ${rate.per_ms % 1000 ? `${rate.per_ms} ms` : `${rate.per_ms / 1000} s`} (${queue.tokens} left)`);
+      const rule = rate.burst ? `bucket of ${rate.burst}` : queue.rate_rule === "bucket" ? "bucket" : "window";
+      parts.push(`${rate.max} per ${rate.per_ms % 1000 ? `${rate.per_ms} ms` : `${rate.per_ms / 1000} s`}, ${rule} (${queue.tokens} left)`);
     }
     return parts.length ? parts.join(" · ") : h("span", {class: "muted"}, "none");
   }
