@@ -242,6 +242,12 @@ def _add_job_fields(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--priority", type=int)
     parser.add_argument("--max-attempts", type=int)
     parser.add_argument("--timeout", help="run time limit, e.g. 10m")
+    parser.add_argument("--rate", metavar="KEY=MAX/PERIOD",
+                        help="keyed rate limit: at most MAX jobs of KEY start in any PERIOD, "
+                        "whatever their queue, e.g. cust-42=10/1m")
+    parser.add_argument("--fairness", metavar="KEY[:WEIGHT]",
+                        help="take turns with other keys' jobs in the queue, WEIGHT jobs a "
+                        "turn (default 1), e.g. cust-42 or cust-42:3")
 
 
 # -- the command line into request bodies -------------------------------------------------
@@ -269,6 +275,20 @@ def job_fields(args: argparse.Namespace) -> dict[str, Any]:
             fields[name] = getattr(args, name)
     if args.timeout:
         fields["timeout_ms"] = _duration(args.timeout, "--timeout")
+    if args.rate:
+        key, sep, limit = args.rate.rpartition("=")
+        count, _, period = limit.partition("/")
+        if not sep or not key or not count.isdigit() or not period:
+            raise UsageError(f"--rate takes KEY=MAX/PERIOD, e.g. cust-42=10/1m, not {args.rate!r}")
+        fields["rate"] = {"key": key, "max": int(count), "per_ms": _duration(period, "--rate")}
+    if args.fairness:
+        key, sep, weight = args.fairness.rpartition(":")
+        if not sep:
+            key, weight = args.fairness, "1"
+        if not key or not weight.isdigit():
+            raise UsageError(f"--fairness takes KEY[:WEIGHT], e.g. cust-42:3, not "
+                             f"{args.fairness!r}")
+        fields["fairness"] = {"key": key, "weight": int(weight)}
     return fields
 
 

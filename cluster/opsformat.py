@@ -53,6 +53,11 @@ def progress_text(progress: dict[str, Any]) -> str:
 
 def job_detail(job: dict[str, Any]) -> str:
     lines = []
+    for name, fields in (("concurrency", ("key", "max")), ("rate", ("key", "max", "per_ms")),
+                         ("fairness", ("key", "weight"))):
+        given = job.get(name)
+        if given:
+            lines.append(f"{name}: " + " ".join(f"{f}={given[f]}" for f in fields))
     progress = job.get("progress")
     if progress:
         lines.append(f"progress: {progress_text(progress)}")

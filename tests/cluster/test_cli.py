@@ -41,6 +41,23 @@ def test_submit_prints_the_job_and_json_gives_it_to_scripts(run, unique):
     assert job["created"] is False  # the key returned the first job
 
 
+def test_submit_gives_a_job_a_rate_key_and_a_fairness_key(run, unique):
+    queue = unique("cli-flow")
+    code, out, err = run("submit", "--json", "--queue", queue, "--delay", "1h",
+                         "--rate", "cust-42=10/1m", "--fairness", "cust-42:3", "noop")
+    assert code == 0, err
+    job = json.loads(out)
+    assert job["rate"] == {"key": "cust-42", "max": 10, "per_ms": 60_000}
+    assert job["fairness"] == {"key": "cust-42", "weight": 3}
+    code, out, _ = run("jobs", "show", str(job["id"]))
+    assert code == 0 and "rate: key=cust-42 max=10 per_ms=60000" in out
+    assert "fairness: key=cust-42 weight=3" in out
+    code, _, err = run("submit", "--rate", "cust-42", "noop")
+    assert code == 2 and "--rate takes KEY=MAX/PERIOD" in err
+    code, _, err = run("submit", "--fairness", "cust:x", "noop")
+    assert code == 2 and "--fairness takes KEY[:WEIGHT]" in err
+
+
 def test_jobs_list_show_cancel_and_retry(run, unique):
     queue = unique("cli-queue")
     _, out, _ = run("submit", "--json", "--queue", queue, "--delay", "1h", "noop")
