@@ -43,6 +43,7 @@ from raftcron.cluster.worker.acks import AckBuffer
 from raftcron.cluster.worker.execution import Execution
 from raftcron.cluster.worker.tasks import Task, TaskRegistry, default_registry
 from raftcron.scheduler import codec, upstream, views
+from raftcron.scheduler import queues as corequeues
 from raftcron.scheduler.commands import (
     Ack,
     CancelJob,
@@ -251,17 +252,23 @@ class Inline:
         return claimed
 
     def _advance_to_waiting(self, queues: tuple[str, ...] | None) -> bool:
-        """Move the time to the earliest job waiting for its time (a backoff, a run_at) in
-        the queues asked for; False when no such job waits."""
+        """Move the time to the earliest job waiting for its time (a backoff, a run_at, a
+        rate limit's window: a queue's or a key's) in the queues asked for; False when no
+        such job waits."""
+        table = self.state.table
         waiting = (
             [
                 due_ms
-                for due_ms, job_id in self.state.table.delayed
-                if queues is None or self.state.table.jobs[job_id].queue in queues
+                for due_ms, job_id in table.delayed
+                if queues is None or table.jobs[job_id].queue in queues
             ]
-            if self.state.table.delayed
+            if table.delayed
             else []
         )
+        asked = {n: line for n, line in table.ready.items() if queues is None or n in queues}
+        waiting += corequeues.windows_opening(self.state.queues, asked, self.now_ms)
+        if any(queues is None or name in queues for name in table.rates.held_by_queue):
+            waiting += table.rates.wakes()
         if not waiting:
             return False
         self.advance(to_ms=max(self.now_ms, min(waiting)))
