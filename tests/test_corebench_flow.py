@@ -12,5 +12,6 @@ def test_the_flow_comparison_reports_every_mode_against_off(capsys):
     for batch in ("batch_1", "batch_100"):
         assert set(figures[batch]) == set(corebench.FLOW_MODES)
         assert figures[batch]["off"]["of_off"] == 1.0
+        assert figures[batch]["final"]["cpu_of_final"] == 1.0
         assert all(mode["median_per_s"] > 0 and mode["cpu_median_per_s"] > 0
                    for mode in figures[batch].values())

@@ -33,7 +33,8 @@ from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Ack, ClaimJobs, PutSchedule, SubmitJobs, Tick
 from raftcron.scheduler.errors import Ok
 from raftcron.scheduler.flowcommands import PutQueue
-from raftcron.scheduler.flowspecs import ConcurrencySpec, QueueSpec, RateLimit
+from raftcron.scheduler.flowspecs import ConcurrencySpec, FairnessSpec, QueueSpec, RateLimit
+from raftcron.scheduler.gate import Finalize
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.snapshot import restore, snapshot
 from raftcron.scheduler.specs import JobSpec
@@ -46,7 +47,7 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-FLOW_MODES = ("off", "queue", "keys", "both")
+FLOW_MODES = ("off", "queue", "keys", "both", "final", "fair", "fair_2")
 
 
 def lifecycles_per_s(batch: int, total: int, flow: str = "off") -> float:
@@ -60,11 +61,18 @@ def lifecycle_rates(batch: int, total: int, flow: str = "off") -> tuple[float, f
     `flow`: "queue" gives the queue a concurrency cap and a rate limit, "keys" gives every job
     one of 1,000 concurrency keys, "both" both; none of them holds a job back (the cap and the
     bucket are larger than the run, a key's max larger than its jobs at once): the cost
-    measured is the bookkeeping every claim pays."""
+    measured is the bookkeeping every claim pays. "fair" gives every job one of 1,000 fairness
+    keys and "fair_2" one of 2 (scheduler/fairness.py: the claims take turns across keys), in
+    a finalized state (as a new cluster is); "final" is their baseline: finalized, no flow
+    control (the other modes run as a cluster before finalize)."""
     state = SchedulerState()
     state.apply(Tick(T0))
     scratch = SchedulerState()
     scratch.apply(Tick(T0))
+    if flow.startswith("fair") or flow == "final":
+        for replica in (state, scratch):
+            replica.apply(Finalize(None))
+            replica.apply(Tick(T0))
     if flow in ("queue", "both"):
         limited = QueueSpec(concurrency_max=100_000, rate_limit=RateLimit(1_000_000, 1_000))
         for replica in (state, scratch):
@@ -75,6 +83,10 @@ def lifecycle_rates(batch: int, total: int, flow: str = "off") -> tuple[float, f
             JobSpec(task="noop", concurrency=ConcurrencySpec(f"acct-{n % 1_000}", 1_000))
             for n in range(batch)
         ]
+    if flow.startswith("fair"):
+        keys = 2 if flow == "fair_2" else 1_000
+        specs = [JobSpec(task="noop", fairness=FairnessSpec(f"cust-{n % keys}"))
+                 for n in range(batch)]
     pending: tuple[Ack, ...] = ()
     entries: list[bytes] = []
     # Build the log first (that is the client's and leader's work), then time the replica.
@@ -118,6 +130,8 @@ def flow_figures(rounds: int, scale: int) -> dict[str, Any]:
                    "of_off": round(medians[mode] / medians["off"], 3),
                    "cpu_median_per_s": round(cpu_medians[mode]),
                    "cpu_of_off": round(cpu_medians[mode] / cpu_medians["off"], 3),
+                   # fair turns against their finalized baseline (`lifecycle_rates`)
+                   "cpu_of_final": round(cpu_medians[mode] / cpu_medians["final"], 3),
                    "runs": [round(v) for v in wall[mode]]}
             for mode in FLOW_MODES
         }
