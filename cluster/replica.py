@@ -312,7 +312,7 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         with gc_paused():
             yield from snapshot_pieces(self.state)
 
-    def load_snapshot(self, blob: bytes) -> None:
+    def load_snapshot(self, blob: bytes | bytearray) -> None:
         self._deserialize({"snapshot": blob})
 
     def _serialize(self) -> dict[str, Any]:
@@ -323,7 +323,7 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         (readers meanwhile get `StateUnavailable`), then the new one built; if that fails, there
         stays no state to read (the storage stops the node: cluster/storage/hooks.py)."""
         blob = data.get("snapshot")
-        if not isinstance(blob, bytes):
+        if not isinstance(blob, bytes | bytearray):
             raise ValueError("full dump holds no raftcron snapshot")
         self._release_state()
         with gc_paused():
