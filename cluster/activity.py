@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftcron.cluster.histogram import Histogram
+from raftcron.cluster.replica import StateUnavailable
 
 log = logging.getLogger("raftcron.activity")
 SAMPLE_S = 5.0
@@ -184,6 +185,8 @@ class ActivitySampler:
         while True:
             try:
                 self.take()
+            except StateUnavailable:  # a snapshot install is replacing the state: no sample
+                pass
             except Exception:  # a bug here must not stop the sampling, nor the node
                 log.exception("activity sample failed", extra={"action": "activity_failed"})
             await asyncio.sleep(SAMPLE_S)

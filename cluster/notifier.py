@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 import aiohttp
 
 from raftcron.cluster.proposer import ProposalFailed, Proposer
-from raftcron.cluster.replica import RaftNode
+from raftcron.cluster.replica import RaftNode, StateUnavailable
 from raftcron.scheduler.notifications import (
     AckNotification,
     Entry,
@@ -156,6 +156,8 @@ class Notifier:
                 last_seq = await self._step(last_seq)
             except asyncio.CancelledError:
                 raise
+            except StateUnavailable:  # a snapshot install is replacing the state: next round
+                pass
             except Exception:
                 log.exception("notifier step failed")
             await asyncio.sleep(self.poll_s)
@@ -195,9 +197,12 @@ class Notifier:
         try:
             while True:
                 changed = self.changed
-                batch: list[Entry] = self.node.machine.read(
-                    lambda state: state.notifications.pending(target.name, progress.posted, BATCH)
-                )
+                try:
+                    batch: list[Entry] = self.node.machine.read(
+                        lambda state: state.notifications.pending(target.name, progress.posted,
+                                                                  BATCH))
+                except StateUnavailable:  # a snapshot install: as if nothing were pending
+                    batch = []
                 if not batch:
                     progress.ack_soon(self.proposer)  # an ack that did not commit: again
                     with contextlib.suppress(TimeoutError):

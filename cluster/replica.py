@@ -17,6 +17,12 @@ run under `lock`, which the Raft thread holds while applying (PySyncObj mutates 
 its own thread, and an unlocked reader can see a dict change size mid-walk). Queries return
 plain data, so nothing outside this module holds the lock or a live record.
 
+A snapshot install (from the leader, or a restart's load) lets go of the state it replaces
+before it builds the new one: two whole states side by side were the install's peak, and the
+allocator kept that high-water mark (a follower's memory rose in steps at its installs). In
+between there is no state: `read` raises `StateUnavailable` (the API answers 503, retry),
+never an empty or half-built state; an install that fails leaves it so (the node stops).
+
 Beside the core's state the replica keeps the member book (`cluster.membership.book`): its
 commands travel in the same entries (tags from 1001, which the core does not know), its record
 goes into the storage's snapshot under its own key, and once it holds anything the audit
@@ -31,6 +37,7 @@ import hashlib
 import logging
 import os
 import threading
+import weakref
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -61,6 +68,11 @@ AUDITS_KEPT = 64
 EXIT_BUG = 70  # EX_SOFTWARE: a bug in apply; the supervisor restarts, the log says why
 
 T = TypeVar("T")
+
+
+class StateUnavailable(Exception):
+    """No state to read: a snapshot is being installed in place of the one this node had (or
+    failed to be, and the node is stopping). Answered 503: retry shortly."""
 
 
 class _SnapshotOnPickle:
@@ -99,10 +111,10 @@ _MALLOC_TRIM = _malloc_trim()
 
 
 def release_freed_memory() -> None:
-    """Give the C allocator's free pages back to the OS after a snapshot install freed the
-    state it replaced; otherwise a node keeps the install's high-water mark (old and new state
-    side by side). Measured on a 69 MiB state after four installs: 168 MiB resident without,
-    105 MiB with (built by applying: 91 MiB)."""
+    """Give the C allocator's free pages back to the OS once a snapshot install is done (the
+    pages the replaced state and the restore's garbage left free); otherwise a node keeps what
+    it ever held. Measured on an 89 MiB state restored after another one's garbage, then
+    installed four times: 252 MiB resident with, 325 MiB without."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
@@ -138,8 +150,23 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         # Takes the jobs each entry removed from the state, to archive them (`attach_archive`).
         self.archive: ArchiveWriter | None = None
         super().__init__()
-        self.state = SchedulerState()
+        # None only while a snapshot install replaces it (`_deserialize`).
+        self._state: SchedulerState | None = SchedulerState()
+        # The replaced state's tombstones, for `_purged` while there is no state.
+        self._tombstones_between: dict[int, int] = {}
         self.members = member_book.MemberBook()  # immutable: replaced whole by each change
+
+    @property
+    def state(self) -> SchedulerState:
+        """The state, for the Raft thread (which alone replaces it) and under `lock`."""
+        state = self._state
+        if state is None:
+            raise StateUnavailable("this node's state is being replaced by a snapshot")
+        return state
+
+    @state.setter
+    def state(self, state: SchedulerState) -> None:
+        self._state = state
 
     @replicated  # type: ignore[untyped-decorator]
     def apply(self, payload: bytes) -> list[Result] | Rejected:
@@ -150,6 +177,7 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                 return frames
             results: list[Result] = []
             with self.lock:
+                state = self.state  # none during an install that failed: a bug, below
                 for frame in frames:
                     own = self._proposed.pop(frame, None) if self._proposed else None
                     if own is not None:
@@ -160,27 +188,27 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
                         except Invalid as error:
                             results.append(self._apply_member_frame(frame, error))
                             continue
-                    results.append(self.state.apply(command, fingerprint))
+                    results.append(state.apply(command, fingerprint))
                     if isinstance(command, Barrier) and (command.request_id or "").startswith(
                         AUDIT_PREFIX
                     ):
                         self._record_audit(command.request_id or "")
-                leaving = self.state.leaving
-                ledger = self.state.archive_ledger
+                leaving = state.leaving
+                ledger = state.archive_ledger
                 purging = ledger.purging
                 if (leaving or purging) and self.archive is not None:
                     # Under the lock: a reader finds each job in the state or the hand-over.
-                    self.state.leaving = []
+                    state.leaving = []
                     ledger.purging = []
                     self.archive.put(self._applying_index(), leaving or (), purging or ())
             if self.archive is not None:
-                self.archive.set_floor(self.state.archive_ledger.floor)
-                self.archive.set_attributes(self.state.settings.search_attributes.paths,
+                self.archive.set_floor(state.archive_ledger.floor)
+                self.archive.set_attributes(state.settings.search_attributes.paths,
                                             self._applying_index())
                 if leaving or purging:  # outside the lock: the archive's disk sets the pace
                     self.archive.wait_for_room()
             if self.on_applied is not None:
-                self.on_applied(self.state)
+                self.on_applied(state)
             return results
         except BaseException:
             # Never let PySyncObj see an exception: it would re-apply this entry forever.
@@ -213,15 +241,17 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         return result
 
     def read(self, query: Callable[[SchedulerState], T]) -> T:
-        """The answer of a pure query of the state, run between two applied entries."""
+        """The answer of a pure query of the state, run between two applied entries;
+        `StateUnavailable` while a snapshot install replaces the state."""
         with self.lock:
             return query(self.state)
 
     @property
     def clock_started(self) -> bool:
         """Read without the lock: one attribute, for health checks that must not wait out a
-        long apply (a stale answer is at most one entry old)."""
-        return bool(self.state.clock_started)
+        long apply (a stale answer is at most one entry old); False during an install."""
+        state = self._state
+        return state is not None and bool(state.clock_started)
 
     def audit(self, audit_id: str) -> tuple[int, str] | None:
         """(log index, digest) of an audit checkpoint applied here, or None."""
@@ -235,7 +265,15 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         self.state.leaving = []
         self.state.archive_ledger.purging = []
         # A fill from a peer never writes a purged job's row (cluster/archive/writer.py).
-        archive.purged = lambda job_id: job_id in self.state.archive_ledger.tombstones
+        archive.purged = self._purged
+
+    def _purged(self, job_id: int) -> bool:
+        """Read without the lock (the archive's thread). During an install, by the replaced
+        state's tombstones, as before it let go of them; the archive deletes the new state's
+        rows once it is in place (`ArchiveWriter.restored`)."""
+        state = self._state
+        tombstones = self._tombstones_between if state is None else state.archive_ledger.tombstones
+        return job_id in tombstones
 
     def _applying_index(self) -> int:
         """The log index of the entry being applied (PySyncObj counts it applied after)."""
@@ -274,19 +312,20 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
         with gc_paused():
             yield from snapshot_pieces(self.state)
 
-    def load_snapshot(self, blob: bytes) -> None:
+    def load_snapshot(self, blob: bytes | bytearray) -> None:
         self._deserialize({"snapshot": blob})
 
     def _serialize(self) -> dict[str, Any]:
         return {"snapshot": _SnapshotOnPickle(self.state)}
 
     def _deserialize(self, data: dict[str, Any]) -> None:
+        """Replace the state by a snapshot's, on the Raft thread: the old one let go of first
+        (readers meanwhile get `StateUnavailable`), then the new one built; if that fails, there
+        stays no state to read (the storage stops the node: cluster/storage/hooks.py)."""
         blob = data.get("snapshot")
-        if not isinstance(blob, bytes):
+        if not isinstance(blob, bytes | bytearray):
             raise ValueError("full dump holds no raftcron snapshot")
-        # Garbage waiting for the cyclic GC now would be frozen with the new state below, and
-        # never freed: collected first, while the state in use is frozen (a cheap pass).
-        gc.collect()
+        self._release_state()
         with gc_paused():
             state = restore(blob)
         state.leaving = [] if self.archive is not None else None
@@ -296,14 +335,33 @@ class StateMachine(SyncObjConsumer):  # type: ignore[misc]
             self.archive.restored(ledger.next_seq, ledger.floor, list(ledger.tombstones))
             self.archive.set_floor(state.archive_ledger.floor)
         with self.lock:
-            self.state = state
-        # The replaced state is freed by reference counting as it goes (the core keeps no
-        # cycle: a frozen one would never be collected, tests/test_core_determinism.py). The
-        # restored records are long-lived: keep them out of every future GC pass; and give
-        # the pages the old state held back to the OS.
+            self._state = state
+        self._tombstones_between = {}
+        # The restored records are long-lived: keep them out of every future GC pass (taken
+        # out again at the next install: `_release_state`). Then the pages the old state and
+        # the restore's own garbage left free go back to the OS.
         gc.freeze()
         release_freed_memory()
         log.info("restored snapshot: %d jobs, now_ms=%d", len(state.table), state.now_ms)
+
+    def _release_state(self) -> None:
+        """Let go of the state (the Raft thread's and the readers' last references to it), so
+        that the new one is built in the memory it held."""
+        with self.lock:  # a reader inside a query finishes it first
+            old, self._state = self._state, None
+        if old is None:
+            return  # an earlier install failed here: the storage is stopping the node
+        self._tombstones_between = old.archive_ledger.tombstones
+        gone = weakref.ref(old)
+        del old  # freed by reference counting: the core keeps no cycle (test_core_determinism)
+        # What the last install froze and has since become cyclic garbage (a request in
+        # flight then, say) would stay frozen for good: unfrozen and collected, while no
+        # state is there to be walked.
+        gc.unfreeze()
+        gc.collect()
+        if gone() is not None:
+            log.warning("the state replaced by a snapshot is still referenced: it stays in "
+                        "memory beside the new one", extra={"action": "state_not_released"})
 
 
 DNS_CACHE_S = 5.0

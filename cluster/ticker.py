@@ -32,7 +32,7 @@ from collections.abc import Callable
 from raftcron.cluster.clocks import ClockBook, ClockView, TickBound, TickDecision, decide_tick
 from raftcron.cluster.histogram import Histogram
 from raftcron.cluster.proposer import ProposalFailed, Proposer
-from raftcron.cluster.replica import RaftNode
+from raftcron.cluster.replica import RaftNode, StateUnavailable
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import BeginLeadership, Command, Tick
 from raftcron.scheduler.errors import Ok
@@ -114,6 +114,8 @@ class Ticker:
                 raise
             except ProposalFailed as error:
                 log.debug("tick not committed: %s", error)
+                await asyncio.sleep(self.tick_ms / 1000)
+            except StateUnavailable:  # a snapshot install is replacing the state: shortly back
                 await asyncio.sleep(self.tick_ms / 1000)
             except Exception:
                 log.exception("ticker step failed")

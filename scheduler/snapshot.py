@@ -161,7 +161,7 @@ _SECTIONS = frozenset({"queues", "held", "keyed", "notifications", "settings", "
                        "rate_windows", "fair"})
 
 
-def restore(blob: bytes) -> SchedulerState:
+def restore(blob: bytes | bytearray) -> SchedulerState:
     """The state a snapshot holds; ValueError if the blob is not a whole snapshot of ours."""
     try:
         return _restore(blob)
@@ -173,7 +173,7 @@ def restore(blob: bytes) -> SchedulerState:
         raise ValueError(f"the snapshot's settings section is not valid: {error}") from None
 
 
-def _restore(blob: bytes) -> SchedulerState:
+def _restore(blob: bytes | bytearray) -> SchedulerState:
     # Streamed: the jobs array is read one job at a time, so a million jobs never exist twice
     # over (as msgpack lists and as Jobs). Unpacking it whole doubled a restoring node's RSS.
     unpacker = msgpack.Unpacker(
@@ -314,7 +314,7 @@ class _Chunks:
     """The blob as a file-like object for msgpack's Unpacker, which then holds one chunk of it
     at a time rather than a copy of all of it."""
 
-    def __init__(self, blob: bytes) -> None:
+    def __init__(self, blob: bytes | bytearray) -> None:
         self._view = memoryview(blob)
         self._at = 0
 

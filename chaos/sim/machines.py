@@ -90,7 +90,7 @@ class Keys(SyncObjConsumer):  # type: ignore[misc]  # pysyncobj is untyped
     def snapshot_bytes(self) -> bytes:
         return json.dumps(self.keys).encode()
 
-    def load_snapshot(self, blob: bytes) -> None:
+    def load_snapshot(self, blob: bytes | bytearray) -> None:
         self.keys = json.loads(blob)
 
 

@@ -37,8 +37,10 @@ from raftcron.cluster.http.common import (
     Services,
     check_token,
     leader_url,
+    unavailable,
 )
 from raftcron.cluster.http.trail import AUDITED_ACTIONS
+from raftcron.cluster.replica import StateUnavailable
 
 log = logging.getLogger("raftcron.http")
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/"})
@@ -55,6 +57,9 @@ async def api_middleware(request: web.Request, handler: RouteHandler) -> web.Str
         response = error.response()
         if error.code in ("stale_token", "job_cancelled"):
             svc.stats.stale_writes_rejected += 1
+    except StateUnavailable:  # for the moment a snapshot install replaces the state
+        response = unavailable(f"node {svc.config.node_id} is installing a snapshot of the "
+                               "state; retry").response()
     except web.HTTPRequestEntityTooLarge:
         response = HttpError(
             413, "too_large", f"request body over {BODY_BYTES_MAX} bytes"
