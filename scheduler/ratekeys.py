@@ -138,32 +138,29 @@ class RateKeys:
         entry = self.keys.get(key)
         return entry is not None and entry.held is not None
 
-    def release(self, key: str, now_ms: int, jobs: dict[int, Any]) -> list[Job]:
-        """The held jobs of `key` that may go in line now, best first, taken off its held
-        line (the caller lines them up); the wake time set again for those still held."""
+    def release_one(self, key: str, now_ms: int, jobs: dict[int, Any]) -> Job | None:
+        """The best held job of `key` if it may go in line now, taken off its held line (the
+        caller lines it up: in line, it takes the key's room; held for its concurrency key,
+        not); None when there is none or no room, the wake time then set for those held."""
         entry = self.keys.get(key)
-        out: list[Job] = []
         if entry is None or entry.held is None:
-            return out
+            return None
         held = entry.held
-        while True:
-            head = held.peek()
-            if head is None:
-                break
-            job = jobs[head[2]]
-            rate = job.rate
-            if entry.in_window(now_ms, rate.per_ms) + entry.in_line + len(out) >= rate.max:
-                break
-            held.pop()
-            del held.members[job.id]
-            self._count_held(job.queue, -1)
-            out.append(job)
+        head = held.peek()
+        assert head is not None, "an empty held line is dropped"
+        job: Job = jobs[head[2]]
+        rate = job.rate
+        assert rate is not None
+        if entry.in_window(now_ms, rate.per_ms) + entry.in_line >= rate.max:
+            self._set_wake(key, entry, now_ms, jobs)
+            return None
+        held.pop()
+        del held.members[job.id]
+        self._count_held(job.queue, -1)
         if not held.members:
             entry.held = None
             entry.wake_ms = None
-        else:
-            self._set_wake(key, entry, now_ms, jobs)
-        return out
+        return job
 
     def _set_wake(self, key: str, entry: KeyRate, now_ms: int, jobs: dict[int, Any]) -> None:
         """When the held head of `key` may find room: the oldest start in its window leaves

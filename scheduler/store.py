@@ -356,6 +356,8 @@ class JobTable:
             self.rates.left_line(job)
         self._push_held(job)
         self._release(job.concurrency_key)
+        if job.rate is not None and self.rates.waiting(job.rate.key):
+            self.release_rate(job.rate.key)  # it left its rate key's room to a held job
 
     def hold_back_rate(self, job: Job) -> None:
         """A ready job (popped off its heap by a claim) whose rate key has no start left in
@@ -368,10 +370,15 @@ class JobTable:
         self.rates.hold(job, self.now_ms, self.jobs)
         if key is not None and key in self.held:
             self._release(key)
+        assert job.rate is not None
+        self.release_rate(job.rate.key)  # a head of a looser limit may have room now
 
     def release_rate(self, key: str) -> None:
         """Let the jobs held for a rate key's window in line while it has room."""
-        for job in self.rates.release(key, self.now_ms, self.jobs):
+        for _ in range(len(self.jobs)):  # bounded: each turn takes a job off the held line
+            job = self.rates.release_one(key, self.now_ms, self.jobs)
+            if job is None:
+                return
             self._line_up(job)
 
     def release_due_rates(self) -> None:

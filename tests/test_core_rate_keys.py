@@ -164,3 +164,22 @@ def test_the_job_view_shows_its_rate() -> None:
 
     assert job_view(d.state.table.jobs[job_id])["rate"] == RATE
     assert dataclasses.asdict(d.job(job_id).rate) == RATE
+
+
+def test_a_job_let_out_of_its_rate_line_into_a_concurrency_hold_leaves_the_room_to_others() -> None:
+    """Found by the tier-0 model: the job a rate key lets go may wait on its concurrency key
+    instead of going in line; the key's room is then still free for the next held job, and
+    none is left held with nothing to wake it."""
+    d = finalized()
+    both = {"rate": {**RATE, "max": 1}, "concurrency": {"key": "acct", "max": 1}}
+    keyed = rated(d, 4, **{k: v for k, v in both.items() if k != "rate"},
+                  rate=both["rate"])
+    [(first, token)] = d.claim(max=5)
+    assert first == keyed[0]
+    d.tick(advance_ms=250)  # the window opens while the first still holds the concurrency key
+    assert violations(d.state) == []
+    assert d.claim(max=5) == []
+    d.complete(first, token)
+    assert violations(d.state) == []
+    [(second, _)] = d.claim(max=5)
+    assert second == keyed[1]
