@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 
 import pytest
+from kubernetes.manifests import IMAGE_ENTRYPOINT, one, rendered
 
 from raftcron.cluster import config as configuration
 from raftcron.cluster.cliparts import DEFAULT_CONNECT
 from raftcron.cluster.worker import cli as worker_cli
-from tests.kubernetes.manifests import IMAGE_ENTRYPOINT, one, rendered
 
 from .compose import DOCKERFILE, REPO, raw, services
 
