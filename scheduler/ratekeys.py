@@ -160,6 +160,7 @@ class RateKeys:
         if not held.members:
             entry.held = None
             entry.wake_ms = None
+            self._drop_if_empty(key, entry)  # kept again if the job goes in line
         return job
 
     def _set_wake(self, key: str, entry: KeyRate, now_ms: int, jobs: dict[int, Any]) -> None:

@@ -183,3 +183,23 @@ def test_a_job_let_out_of_its_rate_line_into_a_concurrency_hold_leaves_the_room_
     assert violations(d.state) == []
     [(second, _)] = d.claim(max=5)
     assert second == keyed[1]
+
+
+def test_a_key_whose_last_held_job_went_to_a_concurrency_hold_is_not_kept_for_nothing() -> None:
+    """Found by the core model: the last held job of a key let go into its concurrency key's
+    hold leaves the key with no start, no job held and none in line: it is forgotten (and
+    kept again when a job of it goes in line)."""
+    d = finalized()
+    blocker = d.submit(concurrency={"key": "acct", "max": 1})
+    [(running, token)] = d.claim()
+    assert running == blocker
+    limit = {**RATE, "max": 1}
+    [first] = rated(d, 1, rate=limit, concurrency={"key": "acct", "max": 2})  # in line
+    [second] = rated(d, 1, rate=limit, concurrency={"key": "acct", "max": 1})  # rate-held
+    assert d.state.table.rates.held_ids() == [second]
+    d.ok(CancelJob(d.request_id(), first))  # the second is let go, into acct's hold
+    assert violations(d.state) == []
+    assert "cust-42" not in d.state.table.rates.keys
+    d.complete(running, token)
+    assert [job_id for job_id, _ in d.claim()] == [second]
+    assert violations(d.state) == []
