@@ -58,6 +58,7 @@ def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]
         "progress": progress.view(job.progress),
         "rate": None if job.rate is None else job.rate.to_wire(),
         "fairness": None if job.fairness is None else job.fairness.to_wire(),
+        "traceparent": job.traceparent,
     }
     if history:
         view["history"] = [attempt_view(a) for a in job.history]
@@ -80,7 +81,7 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
 def claimed_job_view(record: Job | FrozenJob, token: int) -> dict[str, Any]:
     """What a worker needs to run a job it just claimed."""
     job = readable(record)  # finished (and frozen) already, if it was cancelled meanwhile
-    return {
+    view = {
         "id": job.id,
         "key": job.key,
         "task": job.task,
@@ -94,6 +95,9 @@ def claimed_job_view(record: Job | FrozenJob, token: int) -> dict[str, Any]:
         "schedule": job.schedule,
         "fire_time_ms": job.fire_time_ms,
     }
+    if job.traceparent is not None:  # the worker's run span continues the submitter's trace
+        view["traceparent"] = job.traceparent
+    return view
 
 
 def schedule_view(state: SchedulerState, schedule: Schedule) -> dict[str, Any]:
