@@ -100,6 +100,17 @@ def claimed_job_view(record: Job | FrozenJob, token: int) -> dict[str, Any]:
     return view
 
 
+def traceparents(state: SchedulerState, job_ids: list[int]) -> dict[int, str]:
+    """The traceparent of each of these jobs that has one (a node's spans of their acks)."""
+    found = {}
+    for job_id in job_ids:
+        record = state.table.jobs.get(job_id)
+        traceparent = None if record is None else readable(record).traceparent
+        if traceparent is not None:
+            found[job_id] = traceparent
+    return found
+
+
 def schedule_view(state: SchedulerState, schedule: Schedule) -> dict[str, Any]:
     spec = schedule.spec
     upcoming = schedule.next_fire_ms
