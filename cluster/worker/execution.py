@@ -151,6 +151,9 @@ class Execution:
                 await self.progress.finish()  # the last report lands before the outcome
                 if ctx.stop_reason in ABANDONED:
                     ack = None
+        except BaseException as error:  # the runtime's own failure (logged by the worker)
+            tracing.end(self.span, {"raftcron.outcome": "abandoned"}, error=error)
+            raise
         finally:
             if self._first_beat is not None:
                 self._first_beat.cancel()
