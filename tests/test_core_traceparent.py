@@ -5,7 +5,7 @@ upgrade gate, carried in both record formats, counted in the state budget."""
 import pytest
 
 from raftcron.scheduler import limits, sizes
-from raftcron.scheduler.commands import SubmitWorkflow
+from raftcron.scheduler.commands import SubmitJobs, SubmitWorkflow
 from raftcron.scheduler.driver import Driver, Refused
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.frozen import FrozenJob, job_from_list, job_to_compact_list, job_to_list
@@ -118,3 +118,18 @@ def test_a_live_jobs_traceparent_counts_in_the_state_budget() -> None:
     assert d.job(traced).counted == sizes.live_job_bytes(d.job(traced))
     assert sizes.new_job_bytes(None, None, TRACEPARENT) - sizes.new_job_bytes(None, None) == len(
         TRACEPARENT)
+
+
+def test_a_retry_under_the_same_request_id_from_another_span_is_the_same_request() -> None:
+    d = finalized()
+    other = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b8-01"
+    first = d.ok(SubmitJobs("r1", (JobSpec.parse({"task": "t", "traceparent": TRACEPARENT}),)))
+    again = d.ok(SubmitJobs("r1", (JobSpec.parse({"task": "t", "traceparent": other}),)))
+    assert again == first and len(d.state.table.jobs) == 1
+    workflow = {"jobs": [{"name": "a", "task": "t", "traceparent": TRACEPARENT}]}
+    first = d.ok(SubmitWorkflow("r2", WorkflowSpec.parse(workflow)))
+    workflow["jobs"][0]["traceparent"] = other
+    assert d.ok(SubmitWorkflow("r2", WorkflowSpec.parse(workflow))) == first
+    with pytest.raises(Refused) as refused:  # what it asks for still counts
+        d.ok(SubmitJobs("r1", (JobSpec.parse({"task": "u", "traceparent": TRACEPARENT}),)))
+    assert refused.value.code == "request_id_reused"
