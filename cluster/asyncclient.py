@@ -28,7 +28,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from raftcron.cluster import tls
+from raftcron.cluster import tls, tracing
 from raftcron.cluster.clientparts import (
     ApiError,
     RaftcronError,
@@ -172,6 +172,8 @@ class AsyncClient:
         data = None if body is None else _encode(body, plain_json)  # once, not per attempt
         if write or request_id is not None:
             headers["X-Request-Id"] = request_id or new_request_id()
+        if (traceparent := tracing.outgoing_traceparent()) is not None:  # cluster/tracing.py
+            headers["traceparent"] = traceparent
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
         if self.consistent_reads and method == "GET" and path.startswith(CONSISTENT_READS):
             query.setdefault("consistent", "1")

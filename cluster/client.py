@@ -16,6 +16,7 @@ import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from raftcron.cluster import tracing
 from raftcron.cluster.asyncclient import (
     ATTEMPT_S_MIN,
     ATTEMPTS_MAX,
@@ -78,6 +79,9 @@ class Client:
         if self._closed:
             coroutine.close()
             raise RaftcronError("this Client is closed")
+        traceparent = tracing.current_traceparent()  # the caller's span, if it has one
+        if traceparent is not None:
+            coroutine = tracing.carrying(traceparent, coroutine)
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         try:
             return future.result()

@@ -127,6 +127,14 @@ class MembershipSettings:
 
 
 @dataclass(frozen=True)
+class TracingSettings:
+    """Traces (README "Traces", cluster/tracing.py): off unless ``otlp_endpoint`` names an
+    OTLP/HTTP collector (``http://collector:4318``; spans go to its ``/v1/traces``)."""
+
+    otlp_endpoint: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     node_id: str
     raft_address: str
@@ -154,6 +162,7 @@ class NodeConfig:
     # first leader, or `raftcron cluster finalize`, seeds the replicated settings from the
     # config of the node that proposes it, once; later they change through the API.
     settings: Settings = DEFAULT_SETTINGS
+    tracing: TracingSettings = TracingSettings()
 
     @property
     def members(self) -> tuple[Peer, ...]:
@@ -179,6 +188,7 @@ KEYS: tuple[ConfigKey, ...] = (
     *dataclass_keys("storage", StorageSettings),
     *dataclass_keys("clock", ClockSettings),
     *dataclass_keys("membership", MembershipSettings),
+    *dataclass_keys("tracing", TracingSettings),
     ConfigKey("cluster.name", "string", DEFAULT_CLUSTER_NAME),
     *(ConfigKey(f"settings.{name}", "table") for name in SECTIONS),
 )
@@ -281,6 +291,7 @@ def parse(raw: dict[str, Any], *, base_dir: Path, source: Path | None = None,
         membership=_membership(raw.get("membership", {})),
         cluster_name=_cluster(raw.get("cluster", {})),
         settings=_settings(raw.get("settings", {})),
+        tracing=_tracing(raw.get("tracing", {})),
     )
 
 
@@ -478,6 +489,18 @@ def _settings(value: object) -> Settings:
         return Settings.parse(value)
     except Invalid as error:
         raise ConfigError(error.field, error.message) from None
+
+
+def _tracing(value: object) -> TracingSettings:
+    if not isinstance(value, dict):
+        raise ConfigError("tracing", "must be a table")
+    _no_unknown(value, known_keys("tracing"), "tracing.")
+    endpoint = value.get("otlp_endpoint")
+    if endpoint is not None and (not isinstance(endpoint, str)
+                                 or not re.match(r"https?://[^/\s]+", endpoint)):
+        raise ConfigError("tracing.otlp_endpoint", "must be an http:// or https:// URL of an "
+                          f"OTLP/HTTP collector (e.g. http://collector:4318), not {endpoint!r}")
+    return TracingSettings(otlp_endpoint=endpoint)
 
 
 def _membership(value: object) -> MembershipSettings:

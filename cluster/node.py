@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from raftcron.cluster import config as configuration
-from raftcron.cluster import logs
+from raftcron.cluster import logs, tracing
 from raftcron.cluster.activity import ActivityRing, ActivitySampler, counter_totals
 from raftcron.cluster.archive.fill import ArchiveFiller
 from raftcron.cluster.clockpoll import ClockPoller
@@ -252,8 +252,13 @@ def run(
     try:
         config = configuration.load(config_path)
         dialer = peer_dialer(config)  # reads the TLS files (RAFTCRON_CA_FILE too) now
+        tracing.start(config.tracing.otlp_endpoint, "raftcron-node", config.node_id,
+                      where="tracing.otlp_endpoint")
     except configuration.ConfigError as error:
         print(f"raftcron node: config error: {error}", file=sys.stderr, flush=True)
+        return 2
+    except tracing.TracingUnavailable as error:
+        print(f"raftcron node: cannot start: {error}", file=sys.stderr, flush=True)
         return 2
     logs.setup(config.log_level, config.node_id)
     # The state is a large heap that lives as long as the node: with the default thresholds
@@ -292,4 +297,6 @@ def run(
     except OSError as error:
         log.critical("cannot start: %s", error, extra={"action": "node_start_failed"})
         return 1
+    finally:
+        tracing.shutdown()  # the spans still batched go out
     return 0

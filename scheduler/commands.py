@@ -569,4 +569,23 @@ def wire_fingerprint(tag: int, wire: Mapping[str, Any]) -> int:
     (the same bytes, since encoding a decoded command gives back its fields; a model test
     holds the two equal for every command it makes)."""
     kept = {k: v for k, v in wire.items() if k not in ("request_id", "node")}
+    if tag == SubmitJobs.TAG or tag == SubmitWorkflow.TAG:
+        kept = _without_traceparents(kept)
     return zlib.crc32(to_msgpack([tag, kept]))
+
+
+def _without_traceparents(kept: dict[str, Any]) -> dict[str, Any]:
+    """A submit's fields without its jobs' traceparents: the trace a request was sent from is
+    not what it asks for, so a retry under the same request_id from another span (a client's
+    own retry of a lost answer) is the same request. A submit without any fingerprints as it
+    always did, so a mixed cluster agrees (none has one before finalize: scheduler/gate.py)."""
+    holder = kept.get("workflow", kept)
+    jobs = holder.get("jobs") if isinstance(holder, dict) else None
+    if not isinstance(jobs, list) or not any(
+            isinstance(job, dict) and "traceparent" in job for job in jobs):
+        return kept
+    stripped = [{k: v for k, v in job.items() if k != "traceparent"}
+                if isinstance(job, dict) else job for job in jobs]
+    if holder is kept:
+        return {**kept, "jobs": stripped}
+    return {**kept, "workflow": {**holder, "jobs": stripped}}

@@ -156,8 +156,8 @@ def _since_first(job: Job, keyed: bool) -> list[Any]:
     """The fields added since the first record format, up to the last one set (none: [])."""
     extra = [job.concurrency_key, job.concurrency_max, job.progress,
              None if job.rate is None else _rate_wire(job.rate),
-             None if job.fairness is None else job.fairness.to_wire()]
-    last = next((i for i in (4, 3, 2) if extra[i] is not None), 1 if keyed else -1)
+             None if job.fairness is None else job.fairness.to_wire(), job.traceparent]
+    last = next((i for i in (5, 4, 3, 2) if extra[i] is not None), 1 if keyed else -1)
     return extra[:last + 1]
 
 
@@ -179,7 +179,8 @@ _BASE_FIELDS = 30  # the fields of the first record format; later ones follow wh
 # which msgpack writes in 1-5 bytes where a Unix time in ms takes 9. A finished job's record
 # went from 122 to 79 bytes (a claimed and completed job of a small payload).
 COMPACT_MARK = -2
-_COMPACT_FIELDS = 33  # a compact record's fields; progress, rate, fairness follow when set
+_COMPACT_FIELDS = 33  # a compact record's fields; progress, rate, fairness, traceparent follow
+# when set
 STATUS_CODE = {status: code for code, status in enumerate(j.STATUSES)}
 OUTCOMES = (j.OUTCOME_SUCCEEDED, j.OUTCOME_FAILED, j.OUTCOME_LEASE_EXPIRED, j.OUTCOME_CANCELLED)
 OUTCOME_CODE = {outcome: code for code, outcome in enumerate(OUTCOMES)}
@@ -314,6 +315,7 @@ def job_from_list(item: list[Any]) -> Job:
     job.progress = extra[2] if len(extra) > 2 else None
     job.rate = _rate(extra[3]) if len(extra) > 3 else None
     job.fairness = FairnessSpec.parse(extra[4]) if len(extra) > 4 and extra[4] else None
+    job.traceparent = extra[5] if len(extra) > 5 else None
     job.counted = 0  # the table counts it when it takes it
     return job
 
@@ -334,7 +336,7 @@ def _job_from_compact_list(item: list[Any]) -> Job:
         _plus(base, fire_time_d), workflow_id, workflow_node, depends_on, waiting_on, children,
         result, error, base, _plus(base, finished_d), token, _plus(base, lease_until_d),
         lease_ms, worker, [_attempt_from_compact(a, base) for a in history], cancel_reason,
-        concurrency_key, concurrency_max, *item[_COMPACT_FIELDS:],  # progress, rate, fairness
+        concurrency_key, concurrency_max, *item[_COMPACT_FIELDS:],  # progress, rate, ...
     ])
 
 

@@ -39,10 +39,10 @@ def _request_id(data: Mapping[str, Any]) -> str | None:
 
 
 def refused_before_finalize(command: object) -> Rejected | None:
-    """A job's keyed `rate` or `fairness` (in a submit, a workflow or a schedule's template)
-    is a field the previous release does not know: its parse refuses the command, and before
-    the gate opens this release refuses it too (DESIGN.md §9.4): both leave the state as it
-    was."""
+    """A job's keyed `rate`, `fairness` or `traceparent` (in a submit, a workflow or a
+    schedule's template) is a field the previous release does not know: its parse refuses the
+    command, and before the gate opens this release refuses it too (DESIGN.md §9.4): both leave
+    the state as it was."""
     specs: list[tuple[str, JobSpec]] = []
     jobs, workflow = getattr(command, "jobs", None), getattr(command, "workflow", None)
     spec = getattr(command, "spec", None)
@@ -57,7 +57,7 @@ def refused_before_finalize(command: object) -> Rejected | None:
             specs = [(f"spec.workflow.jobs[{i}]", node.job)
                      for i, node in enumerate(spec.workflow.nodes)]
     for where, job in specs:
-        for name in ("rate", "fairness"):
+        for name in ("rate", "fairness", "traceparent"):
             if getattr(job, name) is not None:
                 return Rejected("not_finalized", f"a job's {name} takes effect once the cluster "
                                 "is finalized (raftcron cluster finalize)", f"{where}.{name}")

@@ -117,6 +117,7 @@ class Job:
         "task",
         "timeout_ms",
         "token",
+        "traceparent",
         "waiting_on",
         "worker",
         "workflow_id",
@@ -166,6 +167,7 @@ class Job:
         self.rate: RateKeySpec | None = None
         # Its key's turns within its queue and priority (scheduler/fairness.py).
         self.fairness: FairnessSpec | None = None
+        self.traceparent: str | None = None  # the submitter's W3C trace context
         self.counted = 0  # its bytes in the memory model, as the table counted them last
 
     def add_child(self, child_id: int) -> None:

@@ -22,6 +22,7 @@ RESULT_BYTES_MAX = 64 * 1024  # msgpack size of a job's result
 ERROR_CHARS_MAX = 4_096  # longer error texts are cut, never rejected: a worker's failure must land
 NAME_CHARS_MAX = 128  # task, queue, schedule, worker and workflow-node names
 KEY_CHARS_MAX = 512  # idempotency keys and request ids
+TRACEPARENT_CHARS = 55  # a W3C traceparent of version 00: 00-<32 hex>-<16 hex>-<2 hex>
 PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 ATTEMPTS_MAX = 100
 HISTORY_ATTEMPTS_MAX = 20  # attempts kept per job (the newest); `attempts` still counts all

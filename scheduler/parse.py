@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from raftcron.scheduler import limits
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.packing import to_msgpack
 
@@ -25,6 +26,7 @@ NAMES_MET: dict[str, None] = {}
 # The shape of a schedule's fire keys (below): a client key of that shape would share the key
 # table with a fire and swallow it.
 _FIRE_KEY_RE = re.compile(_NAME_RE.pattern + r"@(?:manual-)?-?[0-9]+")
+_TRACEPARENT_RE = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 def fire_key(schedule: str, fire_time_ms: int) -> str:
@@ -116,6 +118,15 @@ def text(value: object, field: str, *, chars_max: int, allow_empty: bool = False
 
 def optional_text(value: object, field: str, *, chars_max: int) -> str | None:
     return None if value is None else text(value, field, chars_max=chars_max)
+
+
+def traceparent(value: object, field: str) -> str:
+    """A W3C trace context `traceparent` of version 00 (lower-case hex, ids not all zeros)."""
+    text_ = text(value, field, chars_max=limits.TRACEPARENT_CHARS)
+    if not _TRACEPARENT_RE.fullmatch(text_):
+        raise Invalid(field, "must be a W3C traceparent: 00-<32 hex trace id>-<16 hex parent "
+                      "id>-<2 hex flags>, lower case, ids not all zeros")
+    return text_
 
 
 def client_key(value: object, field: str, *, chars_max: int) -> str | None:

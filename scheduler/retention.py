@@ -234,7 +234,7 @@ def check_submit(state: BudgetState, command: SubmitJobs) -> Rejected | None:
     for spec in command.jobs:
         if (spec.key is None or spec.unique is not None or spec.debounce_ms is not None
                 or not table.remembers_key(spec.key)):
-            need_bytes += new_job_bytes(spec.packed_payload(), spec.key)
+            need_bytes += new_job_bytes(spec.packed_payload(), spec.key, spec.traceparent)
     if not need_bytes:
         return None
     return check_room(state, need_bytes + answer_bytes(command.request_id, len(command.jobs)))

@@ -57,6 +57,8 @@ def live_job_bytes(job: Job) -> int:
     progress = job.progress
     if progress is not None:
         size += PROGRESS_BYTES + len(progress)
+    if job.traceparent is not None:
+        size += len(job.traceparent)
     return size
 
 
@@ -72,9 +74,11 @@ def key_bytes(key: str) -> int:
     return KEY_BYTES + len(key)
 
 
-def new_job_bytes(payload: bytes | None, key: str | None) -> int:
+def new_job_bytes(payload: bytes | None, key: str | None, traceparent: str | None = None) -> int:
     """What a job about to be created will count (its key entry included)."""
     size = JOB_BYTES + (0 if payload is None else len(payload))
+    if traceparent is not None:
+        size += len(traceparent)
     if key is not None:
         size += len(key) + key_bytes(key)
     return size
@@ -85,7 +89,8 @@ def new_workflow_bytes(spec: WorkflowSpec, key: str | None) -> int:
     workflow's key) and its own record."""
     size = WORKFLOW_BYTES + WORKFLOW_NODE_BYTES * len(spec.nodes)
     for index, node in enumerate(spec.nodes):
-        size += new_job_bytes(node.job.packed_payload(), key if index == 0 else None)
+        size += new_job_bytes(node.job.packed_payload(), key if index == 0 else None,
+                              node.job.traceparent)
     return size
 
 

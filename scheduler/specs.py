@@ -91,6 +91,7 @@ _JOB_FIELDS = (
     "debounce_max_ms",
     "rate",
     "fairness",
+    "traceparent",
 )
 # Fields that say something of the key: only a job with a key of its own may give them.
 _KEYED_FIELDS = ("unique", "debounce_ms", "debounce_max_ms")
@@ -116,6 +117,7 @@ class JobSpec:
     debounce_max_ms: int | None = None
     rate: RateKeySpec | None = None  # a keyed rate limit (scheduler/ratekeys.py)
     fairness: FairnessSpec | None = None  # its key's turns in its queue (scheduler/fairness.py)
+    traceparent: str | None = None  # the submitter's trace: the worker's spans continue it
     # The payload as a job stores it (msgpack), packed once: the budget's check of a submit
     # and the job it creates both need it. Not part of the value (compare=False).
     _packed: bytes | None = field(default=None, compare=False, repr=False)
@@ -244,14 +246,16 @@ _JOB_PARSERS: dict[str, _FieldParser] = {
     "debounce_max_ms": lambda v, n: parse.optional_integer(v, n, low=1, high=limits.DELAY_MS_MAX),
     "rate": _parse_optional(RateKeySpec.parse),
     "fairness": _parse_optional(FairnessSpec.parse),
+    "traceparent": _parse_optional(parse.traceparent),
 }
 # A schedule's job template: no key (each fire gets `<schedule>@<fire_time_ms>`), so nothing
 # that acts on a key either, no timing of its own (the schedule decides), no dependencies on
-# existing jobs. A concurrency key and a rate key it may give: each fired job holds them.
+# existing jobs. A concurrency key and a rate key it may give: each fired job holds them. No
+# traceparent: each fire starts a trace of its own.
 _TEMPLATE_PARSERS = {
     name: parser
     for name, parser in _JOB_PARSERS.items()
-    if name not in ("key", "run_at_ms", "delay_ms", "depends_on", *_KEYED_FIELDS)
+    if name not in ("key", "run_at_ms", "delay_ms", "depends_on", "traceparent", *_KEYED_FIELDS)
 }
 
 

@@ -328,7 +328,7 @@ class SchedulerState:
         job.fire_time_ms = fire_time_ms
         if spec.concurrency is not None:
             job.concurrency_key, job.concurrency_max = spec.concurrency.key, spec.concurrency.max
-        job.rate, job.fairness = spec.rate, spec.fairness
+        job.rate, job.fairness, job.traceparent = spec.rate, spec.fairness, spec.traceparent
         if run_at_ms is None:
             # A debounced job waits out its quiet period (a spec gives no delay_ms with it).
             delay_ms = spec.delay_ms or spec.debounce_ms or 0

@@ -58,6 +58,7 @@ def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]
         "progress": progress.view(job.progress),
         "rate": None if job.rate is None else job.rate.to_wire(),
         "fairness": None if job.fairness is None else job.fairness.to_wire(),
+        "traceparent": job.traceparent,
     }
     if history:
         view["history"] = [attempt_view(a) for a in job.history]
@@ -80,7 +81,7 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
 def claimed_job_view(record: Job | FrozenJob, token: int) -> dict[str, Any]:
     """What a worker needs to run a job it just claimed."""
     job = readable(record)  # finished (and frozen) already, if it was cancelled meanwhile
-    return {
+    view = {
         "id": job.id,
         "key": job.key,
         "task": job.task,
@@ -94,6 +95,20 @@ def claimed_job_view(record: Job | FrozenJob, token: int) -> dict[str, Any]:
         "schedule": job.schedule,
         "fire_time_ms": job.fire_time_ms,
     }
+    if job.traceparent is not None:  # the worker's run span continues the submitter's trace
+        view["traceparent"] = job.traceparent
+    return view
+
+
+def traceparents(state: SchedulerState, job_ids: list[int]) -> dict[int, str]:
+    """The traceparent of each of these jobs that has one (a node's spans of their acks)."""
+    found = {}
+    for job_id in job_ids:
+        record = state.table.jobs.get(job_id)
+        traceparent = None if record is None else readable(record).traceparent
+        if traceparent is not None:
+            found[job_id] = traceparent
+    return found
 
 
 def schedule_view(state: SchedulerState, schedule: Schedule) -> dict[str, Any]:

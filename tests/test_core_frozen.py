@@ -135,7 +135,8 @@ def test_a_packed_record_holds_every_field_of_a_job(driver):
     driver.finalize()  # progress and a job's rate are taken once finalized
     driver.submit(concurrency={"key": "acct-1", "max": 2},
                   rate={"key": "cust-1", "max": 5, "per_ms": 1_000},
-                  fairness={"key": "cust-1", "weight": 2})
+                  fairness={"key": "cust-1", "weight": 2},
+                  traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
     [(job_id, token)] = driver.claim()
     driver.heartbeat(job_id, token, progress={"value": 0.5})
     driver.complete(job_id, token)
@@ -150,6 +151,7 @@ def test_a_packed_record_holds_every_field_of_a_job(driver):
     assert copy.progress == job.progress is not None
     assert copy.rate == job.rate is not None
     assert copy.fairness == job.fairness is not None
+    assert copy.traceparent == job.traceparent is not None
 
 
 def test_a_job_without_a_concurrency_key_packs_as_the_first_record_format(driver):
@@ -159,11 +161,11 @@ def test_a_job_without_a_concurrency_key_packs_as_the_first_record_format(driver
     from raftcron.scheduler.jobs import Job
 
     fields = job_to_list(driver.job(finished(driver)))
-    # No concurrency key (2 fields), progress, rate, fairness; and `counted`.
-    assert len(fields) == len(Job.__slots__) - 6
+    # No concurrency key (2 fields), progress, rate, fairness, traceparent; and `counted`.
+    assert len(fields) == len(Job.__slots__) - 7
     copy = job_from_list(fields)
     assert (copy.concurrency_key, copy.concurrency_max, copy.progress, copy.rate,
-            copy.fairness) == (None, 0, None, None, None)
+            copy.fairness, copy.traceparent) == (None, 0, None, None, None, None)
 
 
 # -- the compact record format, once finalized (scheduler/gate.py) ------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from raftcron.cluster.http import bounds
+from raftcron.cluster.http import bounds, traces
 from raftcron.cluster.http.common import (
     Services,
     commit,
@@ -45,6 +45,15 @@ from raftcron.scheduler.errors import Rejected
 
 @requires("work")
 async def claim(request: web.Request) -> web.Response:
+    with traces.server_span(request, "claim") as span:
+        response = await _claim(request)
+        if span is not None:
+            span.set_attributes({"raftcron.jobs": response[0], "raftcron.acks": response[1]})
+        return response[2]
+
+
+async def _claim(request: web.Request) -> tuple[int, int, web.Response]:
+    """(jobs claimed, acks, the answer)."""
     body = only(
         object_body(await read_json(request)),
         {"request_id", "worker", "queues", "max", "lease_ms", "wait_ms", "acks"},
@@ -77,16 +86,22 @@ async def claim(request: web.Request) -> web.Response:
         if round_number:  # a later round claims under its own id and acks nothing again
             command = dataclasses.replace(command, request_id=round_id, acks=())
         started = time.monotonic()
-        value = await _commit_claim(request, svc, command)
+        spans = traces.ack_spans(request, ((ack.job_id, ack.outcome) for ack in command.acks))
+        try:
+            value = await _commit_claim(request, svc, command)
+        except BaseException as error:
+            traces.acked(spans, (), error)
+            raise
         svc.stats.claim_latency.observe(time.monotonic() - started)
         if round_number == 0:
             acks = value["acks"]
+            traces.acked(spans, acks)
         claimed = value["jobs"]
         if claimed or command.max == 0 or time.monotonic() >= deadline:
             break
     # With each workflow job, its parents' results, up to a cap (scheduler/upstream.py).
     jobs = machine.read(lambda state: upstream.attach(state, views.claimed_jobs(state, claimed)))
-    return json_response(
+    return len(jobs), len(acks), json_response(
         {"jobs": jobs, "acks": [{"id": job_id, "outcome": outcome} for job_id, outcome in acks]}
     )
 

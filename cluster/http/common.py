@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from raftcron.cluster import tracing
 from raftcron.cluster.activity import ActivityRing
 from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.http import bounds
@@ -219,7 +220,11 @@ async def commit(request: web.Request, command: Command) -> dict[str, Any]:
 async def commit_result(request: web.Request, command: Command) -> Result:
     svc = services(request)
     try:
-        result = await svc.proposer.submit(command)
+        with tracing.span("commit") as span:  # the Raft proposal, within the request's span
+            result = await svc.proposer.submit(command)
+            if span is not None:
+                span.set_attributes({"raftcron.command": type(command).__name__,
+                                     "raftcron.rejected": getattr(result, "code", "")})
         if isinstance(result, Rejected) and result.code == "state_full":
             refusals = svc.stats.refusals
             refusals[result.code] = refusals.get(result.code, 0) + 1

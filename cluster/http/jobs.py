@@ -3,12 +3,13 @@ worker's per-job calls (heartbeat, complete, fail)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from aiohttp import web
 
 from raftcron.cluster.archive.fill import COMPLETE_HEADER, LOCAL_HEADER, forward_read
-from raftcron.cluster.http import bounds
+from raftcron.cluster.http import bounds, traces
 from raftcron.cluster.http.common import (
     HttpError,
     commit,
@@ -62,40 +63,57 @@ def _as_single_job(error: HttpError) -> HttpError:
 
 @requires("submit")
 async def submit_job(request: web.Request) -> web.Response:
-    body = object_body(await read_json(request))
-    request_id = take_request_id(body, request)
-    spec = parse_or_400(lambda: JobSpec.parse(body))
-    try:
-        value = await commit(request, SubmitJobs(request_id, (spec,)))
-    except HttpError as error:
-        raise _as_single_job(error) from None
-    [view] = render_jobs(request, value["jobs"], value)
-    return json_response(view, status=201 if view["created"] else 200)
+    with traces.server_span(request, "submit") as span:
+        body = object_body(await read_json(request))
+        request_id = take_request_id(body, request)
+        spec = parse_or_400(lambda: JobSpec.parse(body))
+        traces.submitted(span, (spec,))
+        try:
+            value = await commit(request, SubmitJobs(request_id, traces.traced(request, (spec,))))
+        except HttpError as error:
+            raise _as_single_job(error) from None
+        [view] = render_jobs(request, value["jobs"], value)
+        return json_response(view, status=201 if view["created"] else 200)
 
 
 @requires("submit")
 async def submit_batch(request: web.Request) -> web.Response:
-    body = object_body(await read_json(request))
-    request_id = take_request_id(body, request)
-    if set(body) - {"jobs"}:
-        raise HttpError(
-            400,
-            "invalid",
-            "unknown field (known: jobs, request_id)",
-            sorted(set(body) - {"jobs"})[0],
-        )
-    command = parse_or_400(lambda: SubmitJobs.from_wire({"jobs": body.get("jobs")}))
-    value = await commit(request, SubmitJobs(request_id, command.jobs))
-    jobs = render_jobs(request, value["jobs"], value)
-    created = any(view["created"] for view in jobs)
-    return json_response({"jobs": jobs}, status=201 if created else 200)
+    with traces.server_span(request, "submit") as span:
+        body = object_body(await read_json(request))
+        request_id = take_request_id(body, request)
+        if set(body) - {"jobs"}:
+            raise HttpError(
+                400,
+                "invalid",
+                "unknown field (known: jobs, request_id)",
+                sorted(set(body) - {"jobs"})[0],
+            )
+        command = parse_or_400(lambda: SubmitJobs.from_wire({"jobs": body.get("jobs")}))
+        traces.submitted(span, command.jobs)
+        value = await commit(request, SubmitJobs(request_id, traces.traced(request, command.jobs)))
+        jobs = render_jobs(request, value["jobs"], value)
+        created = any(view["created"] for view in jobs)
+        return json_response({"jobs": jobs}, status=201 if created else 200)
 
 
 @requires("submit")
 async def submit_workflow(request: web.Request) -> web.Response:
-    body = object_body(await read_json(request))
-    request_id = take_request_id(body, request)
-    spec = parse_or_400(lambda: WorkflowSpec.parse(body))
+    with traces.server_span(request, "submit") as span:
+        body = object_body(await read_json(request))
+        request_id = take_request_id(body, request)
+        spec = parse_or_400(lambda: WorkflowSpec.parse(body))
+        traces.submitted(span, [node.job for node in spec.nodes])
+        return await _submit_workflow(request, request_id, spec)
+
+
+async def _submit_workflow(
+    request: web.Request, request_id: str, spec: WorkflowSpec
+) -> web.Response:
+    jobs_traced = traces.traced(request, tuple(node.job for node in spec.nodes))
+    if jobs_traced != tuple(node.job for node in spec.nodes):
+        spec = dataclasses.replace(spec, nodes=tuple(
+            dataclasses.replace(node, job=job) for node, job in zip(spec.nodes, jobs_traced,
+                                                                   strict=True)))
     value = await commit(request, SubmitWorkflow(request_id, spec))
     names = {job_id: name for name, job_id in value["jobs"]}
     jobs = render_jobs(request, [[job_id, value["created"]] for job_id in names])
@@ -250,7 +268,7 @@ async def complete(request: web.Request) -> web.Response:
     command = parse_or_400(
         lambda: CompleteJob.from_wire({**body, "job_id": job_id, "request_id": request_id})
     )
-    value = await commit(request, command)
+    value = await _commit_ack(request, command, job_id, "succeeded")
     return json_response({"id": job_id, **value})
 
 
@@ -264,8 +282,22 @@ async def fail(request: web.Request) -> web.Response:
     command = parse_or_400(
         lambda: FailJob.from_wire({**body, "job_id": job_id, "request_id": request_id})
     )
-    value = await commit(request, command)
+    value = await _commit_ack(request, command, job_id, "failed")
     return json_response({"id": job_id, **value})
+
+
+async def _commit_ack(
+    request: web.Request, command: CompleteJob | FailJob, job_id: int, outcome: str
+) -> dict[str, Any]:
+    """`commit`, within the job's trace as its `complete` span when it has one."""
+    spans = traces.ack_spans(request, [(job_id, outcome)])
+    try:
+        value = await commit(request, command)
+    except BaseException as error:
+        traces.acked(spans, (), error)
+        raise
+    traces.acked(spans, [(job_id, "ok")])
+    return value
 
 
 def routes() -> list[web.RouteDef]:

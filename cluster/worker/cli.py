@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftcron.cluster import logs, tls
+from raftcron.cluster import logs, tls, tracing
 from raftcron.cluster.worker.runtime import Worker
 from raftcron.cluster.worker.tasks import default_registry
 from raftcron.scheduler import limits
@@ -221,7 +221,11 @@ def run(args: argparse.Namespace) -> int:
     except (ImportError, ValueError) as error:
         print(f"raftcron worker: {type(error).__name__}: {error}")
         return 2
-    code = worker.run()
+    try:
+        code = worker.run()
+    except tracing.TracingUnavailable as error:
+        print(f"raftcron worker: cannot start: {error}", file=sys.stderr)
+        return 2
     threads = [t for t in threading.enumerate() if t.name.startswith("raftcron-job")]
     for thread in threads:
         thread.join(timeout=0.2)  # idle pool threads end as soon as they see the shutdown

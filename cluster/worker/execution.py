@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
 
+from raftcron.cluster import tracing
 from raftcron.cluster.clientparts import ApiError, Unavailable
 from raftcron.cluster.worker.acks import AckBuffer, failure_ack, success_ack
 from raftcron.cluster.worker.acks import exception_text as describe
@@ -113,6 +114,14 @@ class Execution:
         # Made at the job's first progress report: most jobs make none.
         self.progress: ProgressReporter | None = None
         self.record_progress = record_progress  # keep every report (raftcron.testing)
+        # The attempt's span (None when traces are off), in the submitter's trace if the job
+        # carries one (its traceparent), else a trace of its own.
+        self.span = tracing.start_span(
+            "run", kind="consumer", traceparent=claimed.get("traceparent"), root=True,
+            attributes={"raftcron.job_id": self.ctx.job_id, "raftcron.task": self.ctx.task,
+                        "raftcron.queue": self.ctx.queue or "",
+                        "raftcron.attempt": self.ctx.attempt},
+        ) if tracing.enabled() else None
 
     @property
     def job_id(self) -> int:
@@ -142,6 +151,9 @@ class Execution:
                 await self.progress.finish()  # the last report lands before the outcome
                 if ctx.stop_reason in ABANDONED:
                     ack = None
+        except BaseException as error:  # the runtime's own failure (logged by the worker)
+            tracing.end(self.span, {"raftcron.outcome": "abandoned"}, error=error)
+            raise
         finally:
             if self._first_beat is not None:
                 self._first_beat.cancel()
@@ -153,6 +165,10 @@ class Execution:
                 await self.progress.abandon()  # nothing left after `finish`
         if ack is not None and not await self._still_leased():
             ack = None
+        if self.span is not None:
+            tracing.end(self.span, {"raftcron.outcome": "abandoned" if ack is None
+                                    else ack["outcome"]},
+                        error=None if ack is None or "error" not in ack else ack["error"])
         if ack is None:
             self.outcome = "abandoned"
             _log(
@@ -220,8 +236,15 @@ class Execution:
         return failure_ack(ctx.job_id, ctx.token, message), work
 
     def _start_handler(self, task: Task) -> asyncio.Future[Any]:
+        # With traces on, the handler runs in a context whose current span is the run span, so
+        # its own spans are children of it (and the tasks it starts copy that context).
+        within = tracing.context_of(self.span)
         if task.is_async:
+            if within is not None:
+                return within.run(eager, task.handler(self.ctx), self.loop)
             return eager(task.handler(self.ctx), self.loop)
+        if within is not None:
+            return self.loop.run_in_executor(self.executor, within.run, task.handler, self.ctx)
         return self.loop.run_in_executor(self.executor, task.handler, self.ctx)
 
     def _ack_from(self, work: asyncio.Future[Any]) -> dict[str, Any] | None:
@@ -231,6 +254,8 @@ class Execution:
         error = work.exception()
         if error is None:
             return success_ack(ctx.job_id, ctx.token, work.result())
+        if self.span is not None:
+            self.span.record_exception(error)
         if isinstance(error, LeaseLost):
             ctx.stop(LEASE_LOST)
             return None

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftcron.cluster import tls
+from raftcron.cluster import tls, tracing
 from raftcron.cluster.asyncclient import AsyncClient
 from raftcron.cluster.clientparts import ApiError, Unavailable, new_request_id, normalize_urls
 from raftcron.cluster.worker.acks import AckBuffer, AckWire, failure_ack
@@ -165,6 +165,10 @@ class Worker:
 
     async def serve(self, *, handle_signals: bool = False) -> None:
         """Run until `stop()`; every job started was reported, abandoned or stopped."""
+        # Traces on when OTEL_EXPORTER_OTLP_ENDPOINT is set (and the process has not turned
+        # them on itself); TracingUnavailable before anything starts when the extra is missing.
+        traced_here = not tracing.enabled() and tracing.start_from_environment(
+            "raftcron-worker", self.name)
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._draining, self._stop_now = asyncio.Event(), asyncio.Event()
@@ -221,6 +225,8 @@ class Worker:
                 "worker stopped",
                 extra={"action": "worker_stopped", "worker": self.name, **self.counts},
             )
+            if traced_here:
+                await asyncio.to_thread(tracing.shutdown)  # sends the spans still batched
 
     # -- claiming ----------------------------------------------------------------------------
 
@@ -235,15 +241,19 @@ class Worker:
             acks = self.acks.take()
             sent = time.monotonic()
             try:
-                answer = await self.client.claim(
-                    self.name,
-                    self.queues,
-                    max=free,
-                    lease_ms=self.lease_ms,
-                    wait_ms=self.wait_ms,
-                    acks=acks,
-                    request_id=new_request_id(),
-                )
+                with tracing.span("claim", kind="client", root=True) as span:
+                    answer = await self.client.claim(
+                        self.name,
+                        self.queues,
+                        max=free,
+                        lease_ms=self.lease_ms,
+                        wait_ms=self.wait_ms,
+                        acks=acks,
+                        request_id=new_request_id(),
+                    )
+                    if span is not None:
+                        span.set_attributes({"raftcron.jobs": len(answer.get("jobs") or ()),
+                                             "raftcron.acks": len(acks)})
             except (Unavailable, ApiError) as error:
                 await self._claim_failed(error, acks)
                 await self._sleep_unless_draining(retry_s)

@@ -132,6 +132,7 @@ def refuse_to_rejoin_with_the_previous_release(cluster: MixedCluster, node: Loca
 
 
 METERED = {"rate_limit": {"max": 5, "per_ms": 1_000}}
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def rate_rule(cluster: LocalCluster, node: LocalNode) -> Any:
@@ -164,6 +165,13 @@ def progress_on(cluster: LocalCluster, node: LocalNode, job_id: int) -> Any:
                                       token=cluster.admin_token)
     assert status == 200, body
     return body.get("progress")
+
+
+def traceparent_on(cluster: LocalCluster, node: LocalNode, job_id: int) -> Any:
+    status, body, _ = cluster.request(node, "GET", f"/v1/jobs/{job_id}?consistent=1",
+                                      token=cluster.admin_token)
+    assert status == 200, body
+    return body.get("traceparent")
 
 
 def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
@@ -202,6 +210,16 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
             status, body, _ = cluster.request(n2, "POST", "/v1/jobs", rated,
                                               token=cluster.admin_token)
             assert status == 400 and body["error"]["field"] == "rate", body
+            # A job's traceparent, mixed: refused in the body as rate is; from the header of
+            # the client's trace, not recorded (the previous release would refuse the field).
+            status, body, _ = cluster.request(n1, "POST", "/v1/jobs",
+                                              {"task": "t", "traceparent": TRACEPARENT},
+                                              token=cluster.admin_token)
+            assert (status, body["error"]["code"]) == (409, "not_finalized"), body
+            status, body, _ = cluster.request(n1, "POST", "/v1/jobs", {"task": "t"},
+                                              token=cluster.admin_token,
+                                              headers={"traceparent": TRACEPARENT})
+            assert status == 201 and body["traceparent"] is None, body
             burst = {"rate_limit": {**METERED["rate_limit"], "burst": 10}}
             status, body, _ = cluster.request(n1, "PUT", "/v1/queues/metered", burst,
                                               token=cluster.admin_token)
@@ -245,6 +263,14 @@ def test_a_rolling_upgrade_from_the_previous_release_under_writes_loses_nothing(
             for node in cluster.nodes:
                 cluster.wait_for(lambda node=node: rate_rule(cluster, node) == "window", 30,
                                  f"{node.node_id} counts the limit in the window")
+            # Finalized: the client's trace is recorded with its job, on every member.
+            status, body, _ = cluster.request(n3, "POST", "/v1/jobs", {"task": "t"},
+                                              token=cluster.admin_token,
+                                              headers={"traceparent": TRACEPARENT})
+            assert status == 201 and body["traceparent"] == TRACEPARENT, body
+            for node in cluster.nodes:
+                cluster.wait_for(lambda node=node: traceparent_on(cluster, node, body["id"])
+                                 == TRACEPARENT, 30, f"{node.node_id} has the traceparent")
             # Finalized: every member records a heartbeat's progress.
             finalized = claimed_job(cluster, n2, "progress-finalized")
             assert report_progress(cluster, n3, finalized, "progress-finalized")[0] == 200

@@ -128,3 +128,13 @@ def report_progress(ctx: JobContext) -> dict[str, Any]:
     for done in range(2, total + 1):
         ctx.progress({"done": done, "total": total}, f"step {done}")
     return {"steps": total}
+
+
+@task("traced")
+def traced(ctx: JobContext) -> dict[str, Any]:
+    """A handler with a span of its own (tests/worker/test_traces_cluster.py): the worker runs
+    it within the attempt's run span, so this one is that span's child."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("sample_tasks").start_as_current_span("handler-work"):
+        return _identity(ctx)
