@@ -38,8 +38,10 @@ def budget_without(limit: str) -> Callable[..., int | None]:
         spec = control.spec
         fields = {"paused": spec.paused, "concurrency_max": spec.concurrency_max,
                   "rate_limit": spec.rate_limit, limit: None if limit != "paused" else False}
-        shadow = queues.QueueControl(queues.QueueSpec(**fields), control.refilled_ms)
+        shadow = queues.QueueControl(queues.QueueSpec(**fields), control.refilled_ms,
+                                     control.rule)
         shadow.units, shadow.refilled_ms = control.units, control.refilled_ms
+        shadow.log = control.log  # a window's starts, as they are
         return original_budget(shadow, table, name, now_ms)
 
     return broken
@@ -80,7 +82,7 @@ MUTATIONS: dict[str, tuple[Any, str, Any, str | None]] = {
                           "over its cap"),
     # Caught by the model's window check, or first by the core's own assertion in `spend`.
     "rate limit ignored": (queues, "claim_budget", budget_without("rate_limit"),
-                           "claims in|more than the bucket held"),
+                           "claims in|starts within|more than the bucket held"),
     "pause ignored": (queues, "claim_budget", budget_without("paused"), "paused .* handed out"),
     "key let in line without room": (JobTable, "_release", release_without_room,
                                      "running or in line"),

@@ -49,8 +49,9 @@ def submitted(span: Any, specs: Sequence[JobSpec]) -> None:
     if span is None:
         return
     queues = sorted({spec.queue for spec in specs})[:QUEUES_NAMED_MAX]
+    only = queues[0] if queues and not queues[1:] else None  # one queue: named plainly
     tracing.set_attributes(span, {"raftcron.jobs": len(specs),
-                                  "raftcron.queue": queues[0] if len(queues) == 1 else queues})
+                                  "raftcron.queue": queues if only is None else only})
 
 
 def traced(request: web.Request, specs: tuple[JobSpec, ...]) -> tuple[JobSpec, ...]:

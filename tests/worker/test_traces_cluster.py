@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from raftcron.cluster.client import Client
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
-from tests.worker.conftest import HERE, REPO_ROOT, eventually
+
+from .conftest import HERE, REPO_ROOT, eventually
 
 pytestmark = pytest.mark.processes  # starts processes: make integration
 
