@@ -356,7 +356,10 @@ def test_one_jobs_attempts_and_output_show_in_its_detail(
     shared_cluster: LocalCluster, dashboard: Any
 ) -> None:
     queue = unique("output")
-    status, job, _ = shared_cluster.call("POST", "/v1/jobs", {"task": "shell", "queue": queue})
+    flow = {"rate": {"key": "cust-42", "max": 10, "per_ms": 60_000},
+            "fairness": {"key": "cust-42", "weight": 2}}
+    status, job, _ = shared_cluster.call("POST", "/v1/jobs",
+                                         {"task": "shell", "queue": queue, **flow})
     assert status == 201, job
     claim = {"worker": "w-out", "queues": [queue], "max": 1, "request_id": unique("claim")}
     _, claimed, _ = shared_cluster.call("POST", "/v1/claims", claim)
@@ -379,6 +382,8 @@ def test_one_jobs_attempts_and_output_show_in_its_detail(
     expect(attempts).to_have_count(1)
     expect(attempts.first).to_contain_text("w-out")
     expect(attempts.first).to_contain_text("succeeded")
+    expect(detail).to_contain_text("key cust-42, at most 10 starts per 60 s")
+    expect(detail).to_contain_text("key cust-42, 2 a turn")
 
 
 def test_a_running_jobs_progress_shows_as_a_bar_that_follows_its_reports(

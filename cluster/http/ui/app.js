@@ -1375,6 +1375,10 @@
       ["worker", job.worker],
       ["lease until", job.lease_until_ms ? when(job.lease_until_ms) : null],
       ["timeout", job.timeout_ms ? `${job.timeout_ms / 1000} s` : null],
+      ["concurrency", job.concurrency ? `key ${job.concurrency.key}, at most ${job.concurrency.max} running` : null],
+      ["rate", job.rate ? `key ${job.rate.key}, at most ${job.rate.max} starts per ${job.rate.per_ms % 1000 ? `${job.rate.per_ms} ms` : `${job.rate.per_ms / 1000} s`}` : null],
+      ["fairness", job.fairness ? `key ${job.fairness.key}, ${job.fairness.weight} a turn` : null],
+      ["trace", job.traceparent ? job.traceparent.split("-")[1] : null],
       ["cancelled", job.cancel_reason],
     ].filter(([, value]) => value !== null && value !== undefined && value !== "");
     const history = job.history || [];
