@@ -42,7 +42,7 @@ from raftcron.cluster.clientparts import ApiError
 from raftcron.cluster.worker.acks import AckBuffer
 from raftcron.cluster.worker.execution import Execution
 from raftcron.cluster.worker.tasks import Task, TaskRegistry, default_registry
-from raftcron.scheduler import codec, upstream, views
+from raftcron.scheduler import codec, flowviews, upstream, views
 from raftcron.scheduler import queues as corequeues
 from raftcron.scheduler.commands import (
     Ack,
@@ -56,6 +56,8 @@ from raftcron.scheduler.commands import (
     Tick,
 )
 from raftcron.scheduler.errors import Invalid, Ok, Rejected
+from raftcron.scheduler.flowcommands import PutQueue
+from raftcron.scheduler.flowspecs import QueueSpec
 from raftcron.scheduler.gate import Finalize
 from raftcron.scheduler.progress import ProgressReport
 from raftcron.scheduler.schedulespec import ScheduleSpec
@@ -154,6 +156,13 @@ class Inline:
         misfire...). It starts at the next `advance`."""
         spec = _parsed(lambda: ScheduleSpec.parse(fields))
         return self._ok(PutSchedule(self._request_id(), name, spec))
+
+    def put_queue(self, name: str, **limits: Any) -> dict[str, Any]:
+        """Set a queue's limits as `PUT /v1/queues/{name}` does (paused, concurrency_max,
+        rate_limit); the queue's view, as `GET /v1/queues/{name}` answers it."""
+        spec = _parsed(lambda: QueueSpec.parse(limits))
+        self._ok(PutQueue(self._request_id(), name, spec))
+        return flowviews.queue_view(self.state, name)
 
     def cancel(self, job_id: int, reason: str | None = None) -> dict[str, Any]:
         """Cancel a job as `POST /v1/jobs/{id}/cancel` does (its descendants too)."""

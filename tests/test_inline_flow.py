@@ -27,6 +27,26 @@ def test_a_rate_key_spreads_the_starts_and_the_time_moves_to_each_window() -> No
     assert 2_000 <= started[-1] - begin < 2_100, started  # 2, 2, 1: two windows waited
 
 
+def test_a_queue_rate_limit_is_an_exact_window_inline() -> None:
+    tasks = TaskRegistry()
+    started: list[int] = []
+
+    @tasks.task("call-api")
+    def call_api(ctx):
+        started.append(inline.now_ms)
+
+    inline = Inline(tasks)
+    view = inline.put_queue("metered", rate_limit={"max": 5, "per_ms": 1_000})
+    assert view["rate_rule"] == "window"
+    for _ in range(15):
+        inline.submit("call-api", queue="metered")
+    inline.drain()
+    assert len(started) == 15
+    for first, at in enumerate(started):  # 5, 5 a second later, 5 a second after that
+        assert len([t for t in started[first:] if t - at < 1_000]) <= 5, started
+    assert started[-1] - started[0] >= 2_000
+
+
 def test_fairness_keys_take_turns() -> None:
     tasks = TaskRegistry()
     order: list[str] = []
