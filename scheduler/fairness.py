@@ -4,7 +4,7 @@ a key per turn, so one customer's 100,000-job burst does not make another's 10 j
 behind it: with K keys in line a job waits at most the others' turns, not their backlogs.
 
 `FairQueue` is the ready line of a queue that has ever had a job with a fairness key in it
-(scheduler/store.py turns the queue's plain line into one, and back once it empties); jobs
+(scheduler/store.py turns the queue's plain line into one with its first keyed job); jobs
 without a key form one key together (""). It answers what a plain `ReadyQueue` does (`push`,
 `peek`, `pop`, `remove`, `members`), so a claim and the views read both alike:
 
@@ -45,11 +45,17 @@ class Level:
 
 
 class FairQueue:
-    __slots__ = ("levels", "members")
+    __slots__ = ("levels", "members", "next", "spare")
 
     def __init__(self) -> None:
         self.members: dict[int, tuple[int, int, int]] = {}  # id -> (-priority, run_at_ms, id)
         self.levels: dict[int, Level] = {}  # -priority -> its level
+        # A level emptied last, cleared, for the next new one (a queue that empties at every
+        # claim would otherwise build a level per job): the same as a new one, cheaper.
+        self.spare: Level | None = None
+        # What `peek` found (the level, the key, the entry), for the `pop` a claim makes next;
+        # checked again there (a change between them drops it). Not state: an answer cached.
+        self.next: tuple[Level, str, tuple[int, int, int]] | None = None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -59,7 +65,9 @@ class FairQueue:
         self.members[job.id] = entry
         level = self.levels.get(entry[0])
         if level is None:
-            level = self.levels[entry[0]] = Level()
+            level = self.spare or Level()
+            self.spare = None
+            self.levels[entry[0]] = level
         fair = job.fairness
         key, weight = (NO_KEY, 1) if fair is None else (fair.key, fair.weight)
         line = level.lines.get(key)
@@ -86,8 +94,12 @@ class FairQueue:
         else:
             del level.counts[key]
             del level.lines[key]  # its stale entries with it; the ring keeps the key's place
-        if not level.counts:
+        if not level.counts:  # no job left at this priority: its turns start afresh
             del self.levels[entry[0]]
+            level.ring.clear()
+            level.ringed.clear()
+            level.credit = 0
+            self.spare = level
         return entry
 
     def _head(self, level: Level, key: str) -> tuple[int, int, int] | None:
@@ -113,6 +125,7 @@ class FairQueue:
         for key in level.ring:
             head = self._head(level, key)
             if head is not None:
+                self.next = (level, key, head)
                 return (neg_priority, head[0], head[1])
         return None  # unreachable: a level is dropped when its last job leaves
 
@@ -121,13 +134,19 @@ class FairQueue:
         `set_status` or hold then `remove`s the job)."""
         level = self.levels[min(self.levels)]
         ring = level.ring
-        while True:
-            key = ring[0]
-            head = self._head(level, key)
-            if head is not None:
-                break
-            level.ringed.discard(ring.popleft())  # no job of it left here: its place goes
-            level.credit = 0
+        found, self.next = self.next, None
+        if found is not None and found[0] is level and found[1] == ring[0] \
+                and (line := level.lines.get(found[1])) and line[0] is found[2]:
+            key, head = found[1], found[2]  # what peek answered, still the first key's head
+        else:
+            while True:
+                key = ring[0]
+                first = self._head(level, key)
+                if first is not None:
+                    head = first
+                    break
+                level.ringed.discard(ring.popleft())  # no job of it left here: its place goes
+                level.credit = 0
         heapq.heappop(level.lines[key])
         level.credit += 1
         if level.credit >= head[2]:  # its weight of jobs taken: the next key's turn

@@ -85,6 +85,12 @@ class RateKeySpec:
 
     @classmethod
     def parse(cls, data: object, where: str = "rate") -> RateKeySpec:
+        if type(data) is dict and _RATE_KEY_FIELDS.issuperset(data):  # a spec met before
+            key, limit, per_ms = data.get("key"), data.get("max"), data.get("per_ms")
+            if type(key) is str and type(limit) is int and type(per_ms) is int:
+                known = _RATE_KEY_SEEN.get((key, limit, per_ms))
+                if known is not None:
+                    return known
         data = parse.as_mapping(data, where)
         parse.reject_unknown(data, _RATE_KEY_FIELDS, where)
         spec = cls(
@@ -122,6 +128,15 @@ class FairnessSpec:
 
     @classmethod
     def parse(cls, data: object, where: str = "fairness") -> FairnessSpec:
+        # Every replica parses this for every job that has one: a spec met before is taken
+        # from the memo (`type(...) is`: True == 1, and a bool is no weight); anything else
+        # goes the long way, which names what is wrong.
+        if type(data) is dict and _FAIRNESS_FIELDS.issuperset(data):
+            key, weight = data.get("key"), data.get("weight", 1)
+            if type(key) is str and type(weight) is int:
+                known = _FAIRNESS_SEEN.get((key, weight))
+                if known is not None:
+                    return known
         data = parse.as_mapping(data, where)
         parse.reject_unknown(data, _FAIRNESS_FIELDS, where)
         key = parse.text(data.get("key"), _within(where, "key"), chars_max=limits.KEY_CHARS_MAX)

@@ -157,7 +157,11 @@ def _since_first(job: Job, keyed: bool) -> list[Any]:
     extra = [job.concurrency_key, job.concurrency_max, job.progress,
              None if job.rate is None else _rate_wire(job.rate),
              None if job.fairness is None else job.fairness.to_wire(), job.traceparent]
-    last = next((i for i in (5, 4, 3, 2) if extra[i] is not None), 1 if keyed else -1)
+    last = 5  # the last one set (a loop, not a generator: this runs for every job frozen)
+    while last > 1 and extra[last] is None:
+        last -= 1
+    if last == 1 and not keyed:
+        return []
     return extra[:last + 1]
 
 

@@ -229,13 +229,11 @@ def _schedule_rules(state: SchedulerState) -> list[str]:
 
 def _fair_rules(state: SchedulerState) -> list[str]:
     """Fair lines (scheduler/fairness.py): each level's counts are its jobs in line by key,
-    every key with jobs has a place in the turns, and no empty line or level is kept."""
+    every key with jobs has a place in the turns, and no empty level is kept."""
     out = []
     for name, line in state.table.ready.items():
         if not isinstance(line, FairQueue):
             continue
-        if not line.members:
-            out.append(f"queue {name!r}: an empty fair line is kept")
         counted: dict[int, dict[str, int]] = {}
         for job_id, entry in line.members.items():
             fair = readable(state.table.jobs[job_id]).fairness

@@ -294,14 +294,9 @@ class JobTable:
         return line
 
     def _leave_line(self, job: Job) -> bool:
-        """Take a job out of its queue's line; False: it was not in it. A fair line left
-        empty is dropped (the queue's next job starts a plain line again)."""
+        """Take a job out of its queue's line; False: it was not in it."""
         line = self.ready.get(job.queue)
-        if line is None or line.remove(job) is None:
-            return False
-        if not line.members and type(line) is FairQueue:
-            del self.ready[job.queue]
-        return True
+        return line is not None and line.remove(job) is not None
 
     def _push_ready(self, job: Job) -> None:
         queue = self.ready.get(job.queue)

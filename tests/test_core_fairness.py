@@ -63,9 +63,9 @@ def test_jobs_without_a_key_take_turns_as_one_key() -> None:
     assert type(d.state.table.ready["default"]) is FairQueue
     assert keys_of(d, d.claim(max=6)) == ["-", "A", "-", "A", "-", "A"]
     d.claim(max=10)
-    assert "default" not in d.state.table.ready  # empty: a plain line again next time
-    d.submit_many(2)
-    assert type(d.state.table.ready["default"]) is ReadyQueue
+    d.submit_many(2)  # the queue keeps its fair line, empty or not: one object a queue
+    assert type(d.state.table.ready["default"]) is FairQueue
+    assert keys_of(d, d.claim(max=2)) == ["-", "-"]
 
 
 def test_priority_goes_first_and_turns_are_kept_per_priority() -> None:
@@ -118,3 +118,29 @@ def test_a_retried_job_keeps_its_key_and_the_job_view_shows_it() -> None:
     [(claimed, token)] = d.claim()
     d.fail(claimed, token, retryable=True)
     assert job_view(d.state.table.jobs[job_id])["fairness"] == {"key": "A", "weight": 2}
+
+
+@pytest.mark.parametrize("data", [
+    {"key": "A"}, {"key": "A", "weight": 1}, {"key": "A", "weight": True},
+    {"key": ["A"], "weight": 1}, {"key": "A", "weight": 1.0}, {"key": "", "weight": 2},
+    {"key": "A", "weight": 0}, {"key": "A", "weight": 1, "extra": 1},
+])
+def test_a_spec_met_before_parses_as_the_first_time(data: dict[str, Any]) -> None:
+    """The memo's short path answers only what the long one did: the same spec, or the
+    same refusal naming the field."""
+    from raftcron.scheduler.errors import Invalid
+    from raftcron.scheduler.flowspecs import FairnessSpec, RateKeySpec
+
+    FairnessSpec.parse({"key": "A", "weight": 1})  # in the memo
+    RateKeySpec.parse({"key": "A", "max": 1, "per_ms": 1})
+    rate = {"key": data.get("key"), "max": data.get("weight", 1), "per_ms": 1}
+    for spec_type, value in ((FairnessSpec, data), (RateKeySpec, rate)):
+        answers = []
+        for _ in range(2):
+            try:
+                answers.append(spec_type.parse(value))
+            except Invalid as error:
+                answers.append((error.field, str(error)))
+        assert answers[0] == answers[1]
+        if type(value.get("weight", value.get("max"))) is bool:
+            assert isinstance(answers[0], tuple)  # True is no number

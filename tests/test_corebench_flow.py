@@ -15,3 +15,11 @@ def test_the_flow_comparison_reports_every_mode_against_off(capsys):
         assert figures[batch]["final"]["cpu_of_final"] == 1.0
         assert all(mode["median_per_s"] > 0 and mode["cpu_median_per_s"] > 0
                    for mode in figures[batch].values())
+
+
+def test_the_fair_claims_comparison_reports_each_key_count_against_plain(capsys):
+    assert corebench.main(["--fair-claims", "1", "--quick"]) == 0
+    figures = json.loads(capsys.readouterr().out)["fair_claims"]
+    assert set(figures) == {"keys_0", "keys_2", "keys_1000"}
+    assert figures["keys_0"]["of_plain"] == 1.0
+    assert all(entry["claim_us_median"] > 0 for entry in figures.values())

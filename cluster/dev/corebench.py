@@ -14,6 +14,8 @@ what every replica does per command: decode the log entry and apply it.
   concurrency key, both), in interleaved rounds (the machine is shared: A and B run in the
   same minutes), medians and their ratio to off, by wall clock and by this process's CPU time
   (the steadier figure on a shared machine);
+- with `--fair-claims`: the CPU per job of claims alone on a queue whose jobs have no
+  fairness key, one of 2, one of 1,000 (scheduler/fairness.py), interleaved;
 - snapshot bytes and seconds, and restore seconds, for 1,000,000 retained jobs; RSS.
 """
 
@@ -108,6 +110,45 @@ def lifecycle_rates(batch: int, total: int, flow: str = "off") -> tuple[float, f
     assert state.table.count_by_status["succeeded"] == total
     # (wall, CPU): on a shared machine the CPU time of this process is the steadier figure.
     return total / elapsed, total / elapsed_cpu
+
+
+def fair_claim_us(keys: int, total: int, batch: int = 100) -> float:
+    """CPU per job of the claims alone (each with the acks of the one before), in a finalized
+    state holding `total` queued jobs, every one with one of `keys` fairness keys (0: none):
+    what fair turns cost a claim, the submits' own work (parsing the field) left out."""
+    state = SchedulerState()
+    for command in (Tick(T0), Finalize(None), Tick(T0)):
+        state.apply(command)
+    for seq in range(0, total, 1_000):
+        specs = tuple(JobSpec(task="noop") if not keys else
+                      JobSpec(task="noop", fairness=FairnessSpec(f"cust-{n % keys}"))
+                      for n in range(min(1_000, total - seq)))
+        state.apply(*codec.decode_request(codec.encode(SubmitJobs(f"s{seq}", specs))))
+    pending: tuple[Ack, ...] = ()
+    gc.collect()
+    spent = 0.0
+    for seq in range(total // batch + 1):
+        data = codec.encode(ClaimJobs(f"c{seq}", "w1", ("default",), batch, 30_000, pending))
+        started = time.process_time()
+        result = state.apply(*codec.decode_request(data))
+        spent += time.process_time() - started
+        assert isinstance(result, Ok)
+        pending = tuple(Ack(job_id, token, "succeeded") for job_id, token in result.value["jobs"])
+    assert state.table.count_by_status["succeeded"] == total
+    return spent / total * 1e6
+
+
+def fair_claim_figures(rounds: int, scale: int) -> dict[str, Any]:
+    """`fair_claim_us` with no key, 2 and 1,000, interleaved rounds: medians and ratios."""
+    runs: dict[int, list[float]] = {0: [], 2: [], 1_000: []}
+    for _ in range(rounds):
+        for keys, values in runs.items():
+            values.append(fair_claim_us(keys, 50_000 // scale))
+    plain = statistics.median(runs[0])
+    return {f"keys_{keys}": {"claim_us_median": round(statistics.median(values), 2),
+                             "of_plain": round(statistics.median(values) / plain, 3),
+                             "runs": [round(v, 2) for v in values]}
+            for keys, values in runs.items()}
 
 
 def flow_figures(rounds: int, scale: int) -> dict[str, Any]:
@@ -233,10 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--catch-up", type=int, metavar="SCHEDULES",
                         help="only the catch-up after a day down, with this many schedules")
+    parser.add_argument("--fair-claims", type=int, metavar="ROUNDS",
+                        help="only the CPU of claims on a queue with fairness keys (none, 2, "
+                        "1,000), interleaved ROUNDS times")
     parser.add_argument("--flow", type=int, metavar="ROUNDS",
                         help="only claim throughput with flow control off and on, interleaved "
                         "ROUNDS times")
     args = parser.parse_args(argv)
+    if args.fair_claims is not None:
+        if not 1 <= args.fair_claims <= 100:
+            parser.error("--fair-claims must be from 1 to 100 rounds")
+        scale = 100 if args.quick else 1
+        print(json.dumps({"fair_claims": fair_claim_figures(args.fair_claims, scale)}))
+        return 0
     if args.flow is not None:
         if not 1 <= args.flow <= 100:
             parser.error("--flow must be from 1 to 100 rounds")
