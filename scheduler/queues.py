@@ -200,7 +200,7 @@ def _resliced(log: array[int], now_ms: int, window_ms: int) -> array[int]:
         if out and out[-2] >= at_ms:
             out[-1] += log[i + 1]
         else:
-            out.append(max(at_ms, out[-2] if out else at_ms))
+            out.append(at_ms)  # later than the run before (the test above)
             out.append(log[i + 1])
     return out
 

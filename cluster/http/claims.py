@@ -112,10 +112,12 @@ async def _commit_claim(request: web.Request, svc: Services, command: ClaimJobs)
     time they happen, not the last Tick's (up to a tick interval earlier), which is what a
     metered API on the other side counts. A stamped proposal that fails goes the plain way,
     whose retries under the same request id answer what the first one did if it committed."""
-    tick = None if svc.stamp is None else svc.stamp()
-    if tick is not None and svc.node.machine.read(
+    # The state first (one read): most claims name no window queue and need no clock.
+    windowed = svc.stamp is not None and svc.node.machine.read(
         lambda state: flowviews.names_a_window_queue(state, command.queues)
-    ):
+    )
+    tick = svc.stamp() if windowed and svc.stamp is not None else None
+    if tick is not None:
         try:
             _, result = await svc.proposer.propose_together([tick, command])
         except ProposalFailed:
