@@ -193,3 +193,19 @@ def test_no_window_ever_holds_more_than_max_and_none_opens_a_slice_late(
         for s in starts:
             assert sum(1 for t in starts if s <= t < s + per_ms) <= limit
     assert len(control.log) // 2 <= queues.LOG_RUNS_MAX + 1
+
+
+def test_a_start_log_stays_within_its_slices_however_many_starts_it_records() -> None:
+    """The memory bound of a window (4 KiB a queue, 33 runs a key) pushed past: 20,000 starts
+    at distinct milliseconds of one minute's window keep at most slices + 1 runs."""
+    from array import array
+
+    from raftcron.scheduler.ratekeys import KEY_RUNS_MAX
+    from raftcron.scheduler.startlog import record_starts
+
+    for runs_max in (queues.LOG_RUNS_MAX, KEY_RUNS_MAX):
+        log = array("q")
+        for at in range(20_000):
+            record_starts(log, 1_000_000 + at * 3, 1, 60_000, runs_max)
+            assert len(log) // 2 <= runs_max + 1
+        assert sum(log[1::2]) == 20_000  # every start still counted (all within the window)

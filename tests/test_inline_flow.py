@@ -6,7 +6,8 @@ from raftcron.cluster.worker import TaskRegistry
 from raftcron.testing import Inline
 
 
-def test_a_rate_key_spreads_the_starts_and_the_time_moves_to_each_window() -> None:
+def recording() -> tuple[Inline, list[int]]:
+    """An Inline whose `call-api` task notes the cluster's time it starts at."""
     tasks = TaskRegistry()
     started: list[int] = []
 
@@ -15,6 +16,11 @@ def test_a_rate_key_spreads_the_starts_and_the_time_moves_to_each_window() -> No
         started.append(inline.now_ms)
 
     inline = Inline(tasks)
+    return inline, started
+
+
+def test_a_rate_key_spreads_the_starts_and_the_time_moves_to_each_window() -> None:
+    inline, started = recording()
     begin = inline.now_ms
     rate = {"key": "cust-42", "max": 2, "per_ms": 1_000}
     for _ in range(5):
@@ -28,14 +34,7 @@ def test_a_rate_key_spreads_the_starts_and_the_time_moves_to_each_window() -> No
 
 
 def test_a_queue_rate_limit_is_an_exact_window_inline() -> None:
-    tasks = TaskRegistry()
-    started: list[int] = []
-
-    @tasks.task("call-api")
-    def call_api(ctx):
-        started.append(inline.now_ms)
-
-    inline = Inline(tasks)
+    inline, started = recording()
     view = inline.put_queue("metered", rate_limit={"max": 5, "per_ms": 1_000})
     assert view["rate_rule"] == "window"
     for _ in range(15):
