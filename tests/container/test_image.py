@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pytest
+from kubernetes.manifests import agreed_leader
 
 from .compose import DOCKERFILE, REPO, Service, run_arguments, services
 
@@ -262,13 +263,7 @@ def project(image: str) -> Iterator[Project]:
 
 def ready_with_leader(project: Project, nodes: tuple[str, ...]) -> str | None:
     """The leader every one of `nodes` names while ready, or None."""
-    leaders = set()
-    for node in nodes:
-        status, body = project.request(node, "GET", "/readyz")
-        if status != 200 or body.get("ready") is not True:
-            return None
-        leaders.add(body["leader"])
-    return leaders.pop() if len(leaders) == 1 else None
+    return agreed_leader(project.request(node, "GET", "/readyz") for node in nodes)
 
 
 def test_three_nodes_form_a_cluster_the_worker_runs_a_job_and_a_node_stops_on_sigterm(

@@ -6,6 +6,7 @@ downward API's values and the Secret's filled in."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,15 @@ def pod(objects: list[dict[str, Any]], ordinal: int, namespace: str) -> Pod:
     command = container.get("command", IMAGE_ENTRYPOINT)
     return Pod(name, [*command, *container.get("args", [])], environment,
                mount["mountPath"])
+
+
+def agreed_leader(answers: Iterable[tuple[int, dict[str, Any]]]) -> str | None:
+    """The leader every `/readyz` answer (status, body) names while ready, or None: what the
+    pod test and the container test wait for before they use a cluster."""
+    leaders = set()
+    for status, body in answers:
+        if status != 200 or body.get("ready") is not True:
+            return None
+        leaders.add(body["leader"])
+    return leaders.pop() if len(leaders) == 1 else None
+

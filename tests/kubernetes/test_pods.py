@@ -41,7 +41,7 @@ import pytest
 
 from raftcron.chaos.tier2.netns import Namespaces, _setns, run
 
-from .manifests import REPO, Pod, one, pod, rendered
+from .manifests import REPO, Pod, agreed_leader, one, pod, rendered
 
 pytestmark = pytest.mark.processes
 NAMESPACE = "prod"  # the Kubernetes namespace the pods think they are in
@@ -205,13 +205,7 @@ def probe_port(pods: Pods, probe: str) -> int:
 
 def ready_with_leader(pods: Pods, ordinals: list[int], port: int) -> str | None:
     """The leader every one of `ordinals` names while ready, or None."""
-    leaders = set()
-    for ordinal in ordinals:
-        status, body = pods.get(ordinal, "/readyz", port)
-        if status != 200 or body.get("ready") is not True:
-            return None
-        leaders.add(body["leader"])
-    return leaders.pop() if len(leaders) == 1 else None
+    return agreed_leader(pods.get(ordinal, "/readyz", port) for ordinal in ordinals)
 
 
 def test_the_statefulset_forms_a_cluster_and_a_pod_that_lost_its_volume_rejoins(
