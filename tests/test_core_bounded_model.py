@@ -161,3 +161,23 @@ def test_a_repeat_of_a_request_refused_for_space_is_expected_to_change_nothing()
     assert (again.code, again.message) == (refused.code, refused.message)
     assert snapshot(d.state) == before
     assert left_by_rejection(d.state, before, command, again) == before
+
+
+def test_a_submit_that_creates_no_job_is_not_held_to_a_budget_lowered_below_the_state() -> None:
+    """The models' budget check (`check_bounded`): a budget lowered below what unfinished jobs
+    take leaves the state over it, and a submit whose key answers an existing job creates
+    nothing: accepted, and not a breach. The check held it to the budget anyway (found by a
+    saved example of the core model)."""
+    import types
+
+    d = Driver()
+    d.finalize(budget={"bytes": 4 << 20})
+    [keyed] = d.submit_many(1, key="k1")
+    d.submit_many(32, payload="q" * 60_000)  # unfinished: never evicted
+    d.put_settings("budget", {"bytes": 1 << 20})
+    assert d.state.state_bytes() > 1 << 20
+    before = {job.id: job.final for job in d.state.table}
+    command = SubmitJobs(d.request_id(), (JobSpec.parse({"task": "t", "key": "k1"}),))
+    answered = d.apply(command)
+    assert isinstance(answered, Ok) and answered.value["jobs"] == [[keyed, False]]
+    BoundedRules.check_bounded(types.SimpleNamespace(state=d.state), command, answered, before)
