@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -469,6 +470,40 @@ def test_the_token_is_asked_once_and_kept_for_the_session(
     expect(page.locator("#errors")).to_contain_text("403 forbidden")
     status, schedule, _ = cluster.call("GET", f"/v1/schedules/{name}", token=ADMIN)
     assert status == 200 and schedule["paused"] is False
+
+
+def test_a_refusal_of_a_request_sent_before_the_token_does_not_undo_the_token(
+    fresh_clusters: Any, dashboard: Any
+) -> None:
+    # One refresh asks several things at once. The first 401 opens the dialog; the others come
+    # back after the token was given, and they were refused for having no token, not for this one.
+    cluster = fresh_clusters.open(tokens=TOKENS)
+    held: list[Any] = []
+
+    def hold_first_unauthorized_events(route: Any) -> None:
+        if not held and "authorization" not in route.request.headers:
+            held.append(route)  # answered below, after the token is given
+        else:
+            route.continue_()
+
+    page = dashboard.page
+    page.route(re.compile(r"/v1/events\?"), hold_first_unauthorized_events)
+    page = dashboard.open(cluster.nodes[0], wait=False)
+    dialog = page.locator("#token-dialog")
+    expect(dialog).to_be_visible()
+    deadline = time.monotonic() + 15
+    while not held and time.monotonic() < deadline:  # route handlers run while Playwright waits
+        page.wait_for_timeout(50)
+    assert held, "the page never asked for /v1/events without a token"
+    page.locator("#token-input").fill(READ)
+    page.locator("#token-input").press("Enter")
+    expect(dialog).to_be_hidden()
+    held[0].continue_()  # the server answers it 401: no token was sent with it
+
+    expect(page.locator("#members tbody tr")).to_have_count(3)
+    expect(page.locator("#this-node")).to_contain_text(cluster.nodes[0].node_id)
+    expect(dialog).to_be_hidden()
+    assert page.evaluate("sessionStorage.getItem('raftcron.token')") == READ
 
 
 def test_without_the_manage_grant_a_notification_shows_its_figures_and_says_why_not_more(

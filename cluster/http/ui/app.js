@@ -308,7 +308,8 @@
    */
   async function api(method, path, {body, base = "", timeoutMs = REQUEST_TIMEOUT_MS, requestId} = {}) {
     const headers = {Accept: "application/json"};
-    if (state.token) headers.Authorization = `Bearer ${state.token}`;
+    const sentToken = state.token;
+    if (sentToken) headers.Authorization = `Bearer ${sentToken}`;
     if (body !== undefined) headers["Content-Type"] = "application/json";
     if (requestId) headers["X-Request-Id"] = requestId;
     const controller = new AbortController();
@@ -349,7 +350,9 @@
       detail.field,
     );
     error.retryAfterS = Number(response.headers.get("Retry-After")) || 1;
-    if (response.status === 401 && !base) askForToken(error);
+    // A 401 speaks of the token this request carried: one sent before a token was given (a
+    // refresh asks several things at once) must not reopen the dialog or drop the new token.
+    if (response.status === 401 && !base && sentToken === state.token) askForToken(error);
     throw error;
   }
 
