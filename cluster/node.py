@@ -30,6 +30,7 @@ from raftcron.cluster.config import NodeConfig
 from raftcron.cluster.http.app import build_app
 from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
+from raftcron.cluster.http.stamps import LeaderStamps
 from raftcron.cluster.http.trail import AuditTrail
 from raftcron.cluster.membership import raftconfig, startmode
 from raftcron.cluster.membership.driver import MembershipDriver
@@ -114,13 +115,24 @@ class Node:
             claim_latency=self.stats.claim_latency,
             ready=lambda: self.raft.leader_id() is not None and bool(self.raft.sync.isReady()),
         )
+        # A follower's claim on a rate-window queue asks the leader for its time.
+        self.leader_stamps = LeaderStamps(dialer, self._leader_address)
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
             trail=AuditTrail(config.data_dir, config.node_id), dialer=dialer,
             activity=self.activity_sampler.ring, stamp=self.ticker.stamp,
+            leader_stamp=self.leader_stamps.ask,
         )
         self.runner: web.AppRunner | None = None
         self.listener: HttpListener | None = None
+
+    def _leader_address(self) -> tuple[str, str] | None:
+        """The leader's (node id, HTTP address), when another member leads."""
+        leader = self.raft.leader_id()
+        for node_id, address in self.raft.peer_addresses():
+            if node_id == leader:
+                return node_id, address
+        return None
 
     def _on_state_changed(self, old: int, new: int) -> None:  # on the Raft thread
         if 2 in (old, new):
@@ -201,6 +213,7 @@ class Node:
         self.waiters.close()  # long-polling claims answer now instead of at their deadline
         if self.runner is not None:
             await self.runner.cleanup()
+        await self.leader_stamps.close()
         done("http")
         if self.listener is not None:
             await self.listener.wait_closed()

@@ -442,7 +442,9 @@ class Tick:
 
     `leader` names the node whose clock this is. A Tick from a node other than the leader of
     the last committed BeginLeadership is ignored: a deposed leader's ticker (or one forwarded
-    by a follower) must not move the state's time. None (tests, tools) always applies.
+    by a follower) must not move the state's time. A follower may propose the leader's own
+    Tick, which it asked the leader for (a claim's stamp, cluster/http/stamps.py): it names the
+    leader, so it applies while that node leads. None (tests, tools) always applies.
     """
 
     TAG: ClassVar[int] = 15

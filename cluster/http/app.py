@@ -27,6 +27,7 @@ from raftcron.cluster.http import (
     ops,
     schedules,
     settings,
+    stamps,
 )
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX
 from raftcron.cluster.http.common import (
@@ -107,6 +108,6 @@ def build_app(svc: Services) -> web.Application:
     app.add_routes(
         jobs.routes() + schedules.routes() + claims.routes() + ops.routes() + backup.routes()
         + flow.routes() + dashboard.routes() + notifications.routes() + members.routes()
-        + settings.routes() + archive.routes() + activity.routes()
+        + settings.routes() + archive.routes() + activity.routes() + stamps.routes()
     )
     return app

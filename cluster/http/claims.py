@@ -107,16 +107,21 @@ async def _claim(request: web.Request) -> tuple[int, int, web.Response]:
 
 
 async def _commit_claim(request: web.Request, svc: Services, command: ClaimJobs) -> Any:
-    """`commit`; on the leader, a claim counted by a rate window goes with a Tick of the
-    leader's time in the same log entry (DESIGN.md §9.4), so its starts are stamped with the
-    time they happen, not the last Tick's (up to a tick interval earlier), which is what a
-    metered API on the other side counts. A stamped proposal that fails goes the plain way,
-    whose retries under the same request id answer what the first one did if it committed."""
+    """`commit`; a claim counted by a rate window goes with a Tick of the leader's time in the
+    same log entry (DESIGN.md §9.4), so its starts are stamped with the time they happen, not
+    the last Tick's (up to a tick interval earlier), which is what a metered API on the other
+    side counts. The leader builds the Tick; a follower asks the leader for it
+    (cluster/http/stamps.py). A stamped proposal that fails goes the plain way, whose retries
+    under the same request id answer what the first one did if it committed."""
     # The state first (one read): most claims name no window queue and need no clock.
-    windowed = svc.stamp is not None and svc.node.machine.read(
+    windowed = (svc.stamp is not None or svc.leader_stamp is not None) and svc.node.machine.read(
         lambda state: flowviews.names_a_window_queue(state, command.queues)
     )
-    tick = svc.stamp() if windowed and svc.stamp is not None else None
+    tick = None
+    if windowed and svc.stamp is not None:
+        tick = svc.stamp()
+    if windowed and tick is None and svc.leader_stamp is not None and not svc.node.is_leader():
+        tick = await svc.leader_stamp()
     if tick is not None:
         try:
             _, result = await svc.proposer.propose_together([tick, command])

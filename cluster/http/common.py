@@ -39,14 +39,16 @@ RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # cluster view (GET /v1/cluster), the one thing nodes ask each other over HTTP: the "peer"
 # role is the nodes' own credential (cluster/peerhttp.py's peer_token, from the cluster password),
 # never a user's token, and may do nothing else but copy archived rows ("archive": a member
-# filling its archive from a peer, cluster/archive/fill.py).
+# filling its archive from a peer, cluster/archive/fill.py) and ask the leader for its time
+# ("stamp": a follower's claim on a rate-window queue, cluster/http/stamps.py).
 PEER_ROLE = "peer"
 ROLE_GRANTS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "status", "submit", "work", "manage", "audit", "archive"}),
+    "admin": frozenset({"read", "status", "submit", "work", "manage", "audit", "archive",
+                        "stamp"}),
     "submit": frozenset({"read", "status", "submit"}),
     "worker": frozenset({"read", "status", "work"}),
     "read": frozenset({"read", "status"}),
-    PEER_ROLE: frozenset({"status", "archive"}),
+    PEER_ROLE: frozenset({"status", "archive", "stamp"}),
 }
 
 
@@ -73,6 +75,9 @@ class Services:
     activity: ActivityRing | None = None  # the dashboard charts' samples (None: none kept)
     # The leader's Tick to stamp a command with (cluster/ticker.py `Ticker.stamp`).
     stamp: Callable[[], Tick | None] | None = None
+    # On a follower, the leader's Tick for the same purpose (cluster/http/stamps.py); None:
+    # a follower's claims go unstamped.
+    leader_stamp: Callable[[], Awaitable[Tick | None]] | None = None
     # Set when the node stops: a request that waits for something else answers at once.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 

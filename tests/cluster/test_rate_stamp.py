@@ -1,21 +1,26 @@
 """A claim on a queue counted by a rate window is stamped with the leader's clock (a Tick in the
 same log entry, DESIGN.md §9.4): its start time is when it happened, not the last Tick's, which
-may be a whole tick interval earlier. Seen with Ticks a second apart."""
+may be a whole tick interval earlier. Seen with Ticks a second apart, for a claim made through
+the leader and one made through a follower (which asks the leader for the Tick,
+cluster/http/stamps.py)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import pytest
 from conftest import ClusterKeeper
 
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 
+@pytest.mark.parametrize("through", ["leader", "follower"])
 def test_a_claim_on_a_window_queue_starts_at_the_leaders_time(
-        cluster_factory: ClusterKeeper) -> None:
+        cluster_factory: ClusterKeeper, through: str) -> None:
     cluster: LocalCluster = cluster_factory.open(raft={**FAST_RAFT, "tick_ms": 1_000})
     leader = cluster.leader()
+    claimer = leader if through == "leader" else cluster.followers()[0]
     limit = {"rate_limit": {"max": 1_000, "per_ms": 1_000}}
     assert cluster.call("PUT", "/v1/queues/metered", limit, token=cluster.admin_token)[0] == 200
     lags: list[int] = []
@@ -30,10 +35,10 @@ def test_a_claim_on_a_window_queue_starts_at_the_leaders_time(
         before_ms = time.time() * 1000
         claim: dict[str, Any] = {"worker": "w", "queues": ["metered"], "max": 1,
                                  "request_id": f"c{n}"}
-        status, claimed, _ = cluster.request(leader, "POST", "/v1/claims", claim,
+        status, claimed, _ = cluster.request(claimer, "POST", "/v1/claims", claim,
                                              token=cluster.admin_token)
         assert status == 200 and claimed["jobs"], claimed
-        status, view, _ = cluster.request(leader, "GET", f"/v1/jobs/{claimed['jobs'][0]['id']}",
+        status, view, _ = cluster.request(claimer, "GET", f"/v1/jobs/{claimed['jobs'][0]['id']}",
                                           token=cluster.admin_token)
         lags.append(round(before_ms - view["history"][0]["start_ms"]))
     assert len(lags) >= 20, lags

@@ -55,6 +55,7 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/cluster/backup"): "manage",
     ("GET", "/v1/cluster/backup/archive"): "manage",
     ("GET", "/v1/cluster/archive/rows"): "archive",
+    ("POST", "/v1/cluster/stamp"): "stamp",
     ("GET", "/v1/cluster/members"): "status",
     ("POST", "/v1/cluster/members"): "manage",
     ("DELETE", "/v1/cluster/members/{node_id}"): "manage",
@@ -76,11 +77,13 @@ GRANTS: dict[tuple[str, str], str | None] = {
     ("GET", "/ui/{name}"): OPEN,
 }
 MAY: dict[str, set[str]] = {
-    "admin": {"read", "status", "submit", "work", "manage", "audit", "archive"},
+    "admin": {"read", "status", "submit", "work", "manage", "audit", "archive", "stamp"},
     "submit": {"read", "status", "submit"},
     "worker": {"read", "status", "work"},
     "read": {"read", "status"},
-    "peer": {"status", "archive"},  # a member filling its archive copies a peer's rows
+    # A member filling its archive copies a peer's rows; a follower's claim on a rate-window
+    # queue asks the leader for its time.
+    "peer": {"status", "archive", "stamp"},
 }
 TOKENS = {"admin-token-0123": "admin", "submit-token-0123": "submit",
           "worker-token-0123": "worker", "read-token-012345": "read"}
