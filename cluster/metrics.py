@@ -41,6 +41,9 @@ class NodeStats:
     fire_lateness: Histogram = field(default_factory=Histogram)  # applied on the leader - fire time
     claim_latency: Histogram = field(default_factory=Histogram)  # claim proposed -> applied here
     refusals: dict[str, int] = field(default_factory=dict)  # requests refused, by code
+    # A follower's claims on rate-window queues by how the leader's stamp went
+    # (cluster/http/stamps.py): stamped, failed, skipped.
+    claim_stamps: dict[str, int] = field(default_factory=dict)
     clocks: ClockBook | None = None  # the peers' clocks (cluster/clocks.py), set by the node
     notifier: NotifierStats | None = None  # this node's POSTs to notification receivers
     reach: ReachBook | None = None  # whom this node reaches over Raft, set by the node
@@ -155,6 +158,15 @@ def render(
             ({"node": node_id, "reason": reason}, count)
             for reason, count in sorted(proposal_failures.items())
         ],
+    )
+    out.metric(
+        "raftcron_claim_stamps_total",
+        "counter",
+        "Claims on rate-window queues made through this follower, by how the leader's time was "
+        "asked for: stamped, failed (no Tick came back: claimed at the last Tick's time), "
+        "skipped (no leader known, or within a second of a failure)",
+        [({"node": node_id, "outcome": outcome}, count)
+         for outcome, count in sorted(stats.claim_stamps.items())],
     )
     out.metric(
         "raftcron_claims_waiting",

@@ -116,7 +116,8 @@ class Node:
             ready=lambda: self.raft.leader_id() is not None and bool(self.raft.sync.isReady()),
         )
         # A follower's claim on a rate-window queue asks the leader for its time.
-        self.leader_stamps = LeaderStamps(dialer, self._leader_address)
+        self.leader_stamps = LeaderStamps(dialer, self._leader_address,
+                                          outcomes=self.stats.claim_stamps)
         self.services = Services(
             config, self.raft, self.proposer, self.waiters, self.stats,
             trail=AuditTrail(config.data_dir, config.node_id), dialer=dialer,

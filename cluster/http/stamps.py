@@ -54,24 +54,27 @@ class LeaderStamps:
     quiet second after a failure."""
 
     def __init__(self, dialer: PeerDialer, leader: Callable[[], tuple[str, str] | None],
-                 *, clock: Callable[[], float] = time.monotonic) -> None:
+                 *, outcomes: dict[str, int] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._dialer = dialer
         self._leader = leader  # (node id, HTTP address) of the leader this node knows
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._quiet_until = 0.0
-        self.asked = 0
-        self.failed = 0
+        # Claims by outcome (raftcron_claim_stamps_total): "stamped"; "failed", asked and no
+        # Tick came back; "skipped", not asked (no leader known, or the quiet second).
+        self.outcomes = {} if outcomes is None else outcomes
+
+    def _count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
     async def ask(self) -> Tick | None:
         """The leader's Tick, or None (claim unstamped)."""
-        if self._clock() < self._quiet_until:
-            return None
         leader = self._leader()
-        if leader is None:
+        if leader is None or self._clock() < self._quiet_until:
+            self._count("skipped")
             return None
         node_id, address = leader
-        self.asked += 1
         try:
             tick = await self._ask(address)
         except (aiohttp.ClientError, TimeoutError, ValueError, Invalid) as error:
@@ -79,9 +82,10 @@ class LeaderStamps:
             log.debug("no stamp from %s: %s", node_id, error)
         if tick is None or tick.leader != node_id:
             # No answer, a refusal, or an answer for another leader than the one asked.
-            self.failed += 1
+            self._count("failed")
             self._quiet_until = self._clock() + QUIET_AFTER_FAILURE_S
             return None
+        self._count("stamped")
         return tick
 
     async def _ask(self, address: str) -> Tick | None:

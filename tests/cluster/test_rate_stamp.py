@@ -42,6 +42,13 @@ def test_a_claim_on_a_window_queue_starts_at_the_leaders_time(
                                           token=cluster.admin_token)
         lags.append(round(before_ms - view["history"][0]["start_ms"]))
     assert len(lags) >= 20, lags
+    status, text, _ = cluster.request(claimer, "GET", "/metrics", token=cluster.admin_token)
+    assert status == 200
+    stamped = [line for line in str(text).splitlines()
+               if line.startswith("raftcron_claim_stamps_total{") and 'outcome="stamped"' in line]
+    # A follower counts each claim it asked the leader's time for; the leader asks nobody.
+    assert [float(line.rsplit(" ", 1)[1]) for line in stamped] == (
+        [float(len(lags))] if through == "follower" else []), stamped
     # Stamped: within a few ms of when it was asked (the clocks are one machine's). Unstamped,
     # a start is the last Tick's time: on average half a tick interval (500 ms) earlier.
     assert max(lags) < 150, sorted(lags)[-10:]
