@@ -42,16 +42,19 @@ def claim(state: FlowState, command: ClaimJobs) -> Result:
         name = table.best_ready(open_queues)
         if name is None:
             break
-        job = table.jobs[table.ready[name].pop()]
+        line = table.ready[name]
+        job = table.jobs[line.pop()]
         assert isinstance(job, Job)  # queued: never frozen
         if job.concurrency_key is not None and not table.key_has_room(job):
             table.hold_back(job)
+            line.give_back()  # it did not start: its fairness key keeps the turn
             held_back += 1
             if held_back > limits.CLAIM_MAX:
                 break  # bounded work; the rest are held back by the next claims
             continue
         if job.rate is not None and not table.rates.can_start(job, state.now_ms):
             table.hold_back_rate(job)  # its key's window is full: out of line until it opens
+            line.give_back()
             held_back += 1
             if held_back > limits.CLAIM_MAX:
                 break

@@ -13,7 +13,9 @@ without a key form one key together (""). It answers what a plain `ReadyQueue` d
   turn (`credit`);
 - `peek` answers the head of the best level's first key with jobs, changing nothing;
 - `pop` takes it, and the key's turn ends after `weight` jobs (the weight of the job taken):
-  it goes to the back of the ring. A claim of N jobs takes N turns.
+  it goes to the back of the ring. A claim of N jobs takes N turns. A job taken and then held
+  back (its concurrency or rate key has no room, scheduler/claiming.py) did not start: the
+  claim `give_back`s what the pop did to the turns, so its key's next job takes the turn.
 - A key whose jobs all left keeps its place in the ring until the turns reach it (then it is
   dropped, or takes its turn if a job of it came back meanwhile): every change of the turns
   happens in a command's apply (`push`, `pop`, `remove`), never in a read, so replicas agree.
@@ -45,7 +47,7 @@ class Level:
 
 
 class FairQueue:
-    __slots__ = ("levels", "members", "next", "spare")
+    __slots__ = ("levels", "members", "next", "spare", "taken")
 
     def __init__(self) -> None:
         self.members: dict[int, tuple[int, int, int]] = {}  # id -> (-priority, run_at_ms, id)
@@ -56,6 +58,9 @@ class FairQueue:
         # What `peek` found (the level, the key, the entry), for the `pop` a claim makes next;
         # checked again there (a change between them drops it). Not state: an answer cached.
         self.next: tuple[Level, str, tuple[int, int, int]] | None = None
+        # What the last `pop` did to the turns (-priority, level, key, credit before it, whether
+        # the ring turned), for a `give_back` in the same claim. Not state: read only right after.
+        self.taken: tuple[int, Level, str, int, bool] | None = None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -148,11 +153,32 @@ class FairQueue:
                 level.ringed.discard(ring.popleft())  # no job of it left here: its place goes
                 level.credit = 0
         heapq.heappop(level.lines[key])
+        credit = level.credit
         level.credit += 1
-        if level.credit >= head[2]:  # its weight of jobs taken: the next key's turn
+        rotated = level.credit >= head[2]
+        if rotated:  # its weight of jobs taken: the next key's turn
             ring.rotate(-1)
             level.credit = 0
+        self.taken = (min(self.levels), level, key, credit, rotated)
         return head[1]
+
+    def give_back(self) -> None:
+        """The job the last `pop` took was held back, not started: its key's turn is as it was
+        before the pop (a turn counts jobs started). Nothing to give when the hold emptied the
+        level (its turns start afresh anyway)."""
+        taken, self.taken = self.taken, None
+        if taken is None:
+            return
+        neg_priority, level, key, credit, rotated = taken
+        if self.levels.get(neg_priority) is not level:
+            return
+        ring = level.ring
+        if rotated and ring[-1] == key:
+            ring.rotate(1)
+        elif rotated and key in level.ringed:  # the hold lined up a new key behind it
+            ring.remove(key)
+            ring.appendleft(key)
+        level.credit = credit
 
     # -- snapshots ------------------------------------------------------------------------
 

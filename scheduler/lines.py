@@ -48,3 +48,7 @@ class ReadyQueue:
     def pop(self) -> int:
         """Take the head (after `peek`) off the heap; the caller's `set_status` drops membership."""
         return heapq.heappop(self.heap)[2]
+
+    def give_back(self) -> None:
+        """A popped job was held back: a plain line has no turns to restore (a fair one does,
+        scheduler/fairness.py)."""

@@ -87,6 +87,45 @@ def test_a_key_whose_jobs_left_loses_its_turn_only_when_the_turns_reach_it() -> 
     assert violations(d.state) == []
 
 
+@pytest.mark.parametrize("limit", ["rate", "concurrency"])
+def test_a_head_held_back_at_its_turn_leaves_the_turn_to_its_keys_next_job(limit: str) -> None:
+    # B3 and A4 share a limit key whose jobs give different maxes: B3 fits its max of 1 when it
+    # lines up, but once A4 runs, B3 is held back at the claim that reaches it. The turn was
+    # B's and nothing of B started in it: B's next job takes it, not A's.
+    d = finalized()
+    if limit == "rate":
+        loose, tight = ({"rate": {"key": "r", "max": max_, "per_ms": 60_000}} for max_ in (2, 1))
+    else:
+        loose, tight = ({"concurrency": {"key": "k", "max": max_}} for max_ in (2, 1))
+    d.submit_many(1, **fair("B"))
+    [b3] = d.submit_many(1, **fair("B"), **tight)
+    [a4] = d.submit_many(1, **fair("A"), **loose)
+    [b5] = d.submit_many(1, **fair("B"))
+    d.submit_many(1, **fair("A"))
+    assert [job_id for job_id, _ in d.claim(max=2)][1] == a4  # B1, A4: B3 no longer fits
+    assert [job_id for job_id, _ in d.claim(max=1)] == [b5]  # B's turn: B3 held, B5 in its place
+    assert keys_of(d, d.claim(max=1)) == ["A"]
+    assert d.job(b3).status == "queued"  # held, not lost
+    assert violations(d.state) == []
+
+
+def test_a_turn_given_back_is_the_first_again_when_a_new_key_lined_up_meanwhile() -> None:
+    # A hold may line up a held job of another fairness key (a rate key's looser head) between
+    # the pop and the give-back: the key whose job was held goes first again, the new key last.
+    d = finalized()
+    a, b, c = (d.job(d.submit(**fair(key))) for key in "ABC")
+    line = FairQueue()
+    line.push(a)
+    line.push(b)
+    line.peek()
+    assert line.pop() == a.id
+    line.remove(a)  # held back
+    line.push(c)
+    line.give_back()
+    assert line.turns() == [[0, 0, ["A", "B", "C"]]]
+    assert line.peek() == (0, b.run_at_ms, b.id)  # A has no job left: its place goes at the pop
+
+
 def test_turns_survive_snapshot_and_restore_exactly() -> None:
     d = finalized()
     d.submit_many(6, **fair("A", weight=2))
