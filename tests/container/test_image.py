@@ -25,6 +25,7 @@ test, naming its package: a skip would hide that the image went untested.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -53,6 +54,9 @@ TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}  # co
 BASE_IMAGE_SCRIPT = REPO / "deploy" / "container" / "base-image.sh"
 RUNTIME = ["--runtime", "runc"]  # crun, Debian's default, cannot start a container on cgroups v1
 BUILD_TIMEOUT_S = 600.0
+# Held while the base image is made and the image built, here and by
+# deploy/container/warm-build.sh (CI warms podman's cache with it while the unit tier runs).
+IMAGE_LOCK = os.environ.get("RAFTCRON_IMAGE_LOCK", "/var/tmp/raftcron-image.lock")
 TEST_PREFIX = "rctest"  # names of this test's containers, volumes, networks and image tags
 FORM_TIMEOUT_S = 90.0
 JOB_TIMEOUT_S = 60.0
@@ -83,17 +87,19 @@ def image() -> Iterator[str]:
         pytest.fail(f"the image test builds and runs the image with podman and runc, from a "
                     f"base image made with debootstrap; not installed: apt-get install "
                     f"{' '.join(missing)} (.ci/run installs them)", pytrace=False)
-    made = subprocess.run([str(BASE_IMAGE_SCRIPT)], capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT_S, check=False)
-    assert made.returncode == 0, f"base-image.sh failed:\n{made.stdout}\n{made.stderr}"
-    remove_leftovers()
     tag = f"localhost/{TEST_PREFIX}:{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    secret = []
-    bundle = os.environ.get("PIP_CERT") or ssl.get_default_verify_paths().cafile
-    if bundle and os.path.exists(bundle):
-        secret = ["--secret", f"id=ca-certificates,src={bundle}"]
-    podman("build", "--network", "host", *secret, "--file", str(DOCKERFILE), "--tag", tag,
-           str(REPO), timeout_s=BUILD_TIMEOUT_S)
+    with image_lock():
+        made = subprocess.run([str(BASE_IMAGE_SCRIPT)], capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S, check=False)
+        assert made.returncode == 0, f"base-image.sh failed:\n{made.stdout}\n{made.stderr}"
+        remove_leftovers()
+        secret = []
+        bundle = os.environ.get("PIP_CERT") or ssl.get_default_verify_paths().cafile
+        if bundle and os.path.exists(bundle):
+            secret = ["--secret", f"id=ca-certificates,src={bundle}"]
+        # The same arguments as deploy/container/warm-build.sh's, so its layers are reused.
+        podman("build", "--network", "host", *secret, "--file", str(DOCKERFILE), "--tag", tag,
+               str(REPO), timeout_s=BUILD_TIMEOUT_S)
     try:
         yield tag
     finally:
@@ -190,6 +196,27 @@ class Project:
         if volumes:
             podman("volume", "rm", "--force", *sorted(volumes), check=False)
         podman("network", "rm", "--force", self.network, check=False)
+
+
+@contextlib.contextmanager
+def image_lock() -> Iterator[None]:
+    """The lock warm-build.sh holds while it warms the cache: waited for (up to its own 15
+    minutes), so the build here reuses its layers instead of doing the same work beside it."""
+    with open(IMAGE_LOCK, "w") as lock:
+        deadline = time.monotonic() + 900
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{IMAGE_LOCK} is still held after 15 minutes "
+                                "(deploy/container/warm-build.sh stuck?)", pytrace=False)
+                time.sleep(1.0)  # polled: flock has no timeout of its own
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def remove_leftovers() -> None:
