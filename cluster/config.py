@@ -3,7 +3,7 @@
 Every error names the key (`peers[1].raft_address: ...`) and nothing starts on a bad config.
 A node with peers refuses to start without a cluster password: PySyncObj unpickles whatever
 arrives on its Raft port, so without the password anyone who reaches that port runs code on
-the node. A node without peers binds no Raft port at all (cluster/raftguard.py). Paths are
+the node. A node without peers binds no Raft port at all (cluster/consensus/raftguard.py). Paths are
 relative to the config file's folder. The cluster's name (`[cluster] name`, default
 "raftcron") is what every member of one cluster says alike, as Cassandra's `cluster_name`: a
 backup carries it, and `raftcron cluster doctor` names a member that says another.
@@ -106,7 +106,7 @@ class ApiSettings:
 
 @dataclass(frozen=True)
 class ClockSettings:
-    """How far this node trusts wall clocks (DESIGN.md §8.2, cluster/clocks.py): a node whose
+    """How far this node trusts wall clocks (DESIGN.md §8.2, cluster/clock/clocks.py): a node whose
     clock is off from the majority's by more than ``max_skew_ms`` never proposes its own clock
     (its Ticks, if it leads, carry the majority's time); a Tick runs at most ``tick_slack_ms``
     ahead of the majority's clocks (or of the monotonic time elapsed since the last evidence,
@@ -128,7 +128,7 @@ class MembershipSettings:
 
 @dataclass(frozen=True)
 class TracingSettings:
-    """Traces (README "Traces", cluster/tracing.py): off unless ``otlp_endpoint`` names an
+    """Traces (README "Traces", cluster/telemetry/tracing.py): off unless ``otlp_endpoint`` names an
     OTLP/HTTP collector (``http://collector:4318``; spans go to its ``/v1/traces``)."""
 
     otlp_endpoint: str | None = None

@@ -21,28 +21,28 @@ from typing import Any
 from aiohttp import web
 
 from raftcron.cluster import config as configuration
-from raftcron.cluster import logs, tracing
-from raftcron.cluster.activity import ActivityRing, ActivitySampler, counter_totals
 from raftcron.cluster.archive.fill import ArchiveFiller
-from raftcron.cluster.clockpoll import ClockPoller
-from raftcron.cluster.clocks import ClockBook
+from raftcron.cluster.clients.peerhttp import PeerDialer, peer_dialer
+from raftcron.cluster.clock.clockpoll import ClockPoller
+from raftcron.cluster.clock.clocks import ClockBook
+from raftcron.cluster.clock.ticker import Ticker
 from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.consensus.memberdriver import MembershipDriver
+from raftcron.cluster.consensus.proposer import Proposer
+from raftcron.cluster.consensus.replica import EXIT_STORAGE, RaftNode, sync_conf
+from raftcron.cluster.consensus.waiters import ClaimWaiters
 from raftcron.cluster.http.app import build_app
 from raftcron.cluster.http.common import Services
 from raftcron.cluster.http.listener import HttpListener
 from raftcron.cluster.http.stamps import LeaderStamps
 from raftcron.cluster.http.trail import AuditTrail
 from raftcron.cluster.membership import raftconfig, startmode
-from raftcron.cluster.membership.driver import MembershipDriver
 from raftcron.cluster.membership.reach import ReachBook, ReachWatch
-from raftcron.cluster.metrics import RAFT_ROLES, NodeStats
-from raftcron.cluster.notifier import Notifier, NotifierStats
-from raftcron.cluster.peerhttp import PeerDialer, peer_dialer
-from raftcron.cluster.proposer import Proposer
-from raftcron.cluster.replica import EXIT_STORAGE, RaftNode, sync_conf
+from raftcron.cluster.ops.activity import ActivityRing, ActivitySampler, counter_totals
+from raftcron.cluster.ops.metrics import RAFT_ROLES, NodeStats
+from raftcron.cluster.ops.notifier import Notifier, NotifierStats
 from raftcron.cluster.storage.raftlog import StorageError
-from raftcron.cluster.ticker import Ticker
-from raftcron.cluster.waiters import ClaimWaiters
+from raftcron.cluster.telemetry import logs, tracing
 
 log = logging.getLogger("raftcron.node")
 STOP_STACKS_AFTER_S = 5.0
@@ -108,7 +108,7 @@ class Node:
             self.raft.archive.writer, dialer, self.raft.peer_addresses)
         if self.raft.archive is not None:
             self.raft.archive.filler = self.archive_filler
-        # The dashboard's charts (cluster/activity.py): this node's samples, not replicated.
+        # The dashboard's charts (cluster/ops/activity.py): this node's samples, not replicated.
         self.activity_sampler = ActivitySampler(
             ActivityRing(),
             totals=lambda: self.raft.machine.read(counter_totals),

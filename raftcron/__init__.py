@@ -25,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from raftcron.cluster.client import (
+    from raftcron.cluster.clients.client import (
         ApiError,
         AsyncClient,
         Client,
@@ -50,12 +50,12 @@ __all__ = [
 ]
 
 _HOMES = {
-    "ApiError": "raftcron.cluster.client",
-    "AsyncClient": "raftcron.cluster.client",
-    "Client": "raftcron.cluster.client",
-    "RaftcronError": "raftcron.cluster.client",
-    "StateFull": "raftcron.cluster.client",
-    "Unavailable": "raftcron.cluster.client",
+    "ApiError": "raftcron.cluster.clients.client",
+    "AsyncClient": "raftcron.cluster.clients.client",
+    "Client": "raftcron.cluster.clients.client",
+    "RaftcronError": "raftcron.cluster.clients.client",
+    "StateFull": "raftcron.cluster.clients.client",
+    "Unavailable": "raftcron.cluster.clients.client",
     "JobContext": "raftcron.cluster.worker",
     "LeaseLost": "raftcron.cluster.worker",
     "PermanentError": "raftcron.cluster.worker",

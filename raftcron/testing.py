@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from raftcron.cluster.clientparts import ApiError
+from raftcron.cluster.clients.clientparts import ApiError
 from raftcron.cluster.worker.acks import AckBuffer
 from raftcron.cluster.worker.execution import Execution
 from raftcron.cluster.worker.tasks import Task, TaskRegistry, default_registry

@@ -102,7 +102,7 @@ REQUEST_WINDOW_MS = (
     1 * HOUR_MS
 )  # request ids: retries of an indeterminate write come within seconds
 # A request id is never forgotten younger than this: the longest retry deadline a client may
-# set (cluster/asyncclient.py's default is 30 s; the CLI refuses a --deadline above this).
+# set (cluster/clients/asyncclient.py's default is 30 s; the CLI refuses a --deadline above this).
 REQUEST_RETRY_MS = 10 * MINUTE_MS
 REQUESTS_BYTES_MAX = 64 << 20  # past this, entries older than REQUEST_RETRY_MS go first
 REQUESTS_HARD_BYTES_MAX = 256 << 20  # past this (all young), new requests are refused busy

@@ -13,7 +13,7 @@ with its own sequence number (`seq`, contiguous, never reused) and the fields a 
 (a dead letter's task, queue, key and schedule are read from the job then: later it may be
 gone). Each notification has a `cursor`: every outbox entry at or below it was delivered (the
 receiver answered 2xx and the leader committed `AckNotification`) or lost. The leader's shell
-(cluster/notifier.py) reads what is pending, posts and acks; a new leader resumes at the
+(cluster/ops/notifier.py) reads what is pending, posts and acks; a new leader resumes at the
 cursor, so every event is delivered at least once, twice when a leader posted but its ack did
 not commit (same delivery id both times: `<name>/<seq>`).
 

@@ -1,4 +1,4 @@
-"""The dashboard charts' samples (cluster/activity.py): rates from cumulative counters, across
+"""The dashboard charts' samples (cluster/ops/activity.py): rates from cumulative counters, across
 resets and gaps, claim latency quantiles from histogram buckets, and the ring's bounds.
 Pure: every reading is made here, with the times it carries."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import activity
-from raftcron.cluster.activity import (
+from raftcron.cluster.ops import activity
+from raftcron.cluster.ops.activity import (
     QUEUES_PER_SAMPLE_MAX,
     SAMPLES_KEPT,
     ActivityReading,
@@ -19,7 +19,7 @@ from raftcron.cluster.activity import (
     increase,
     quantile_ms,
 )
-from raftcron.cluster.histogram import Histogram
+from raftcron.cluster.telemetry.histogram import Histogram
 
 BOUNDS_S = (0.001, 0.01, 0.1)  # buckets: <=1 ms, <=10 ms, <=100 ms, +Inf
 

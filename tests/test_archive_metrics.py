@@ -1,4 +1,4 @@
-"""`/metrics`' archive figures (cluster/metrics.py) from a real archive's summary: its rows,
+"""`/metrics`' archive figures (cluster/ops/metrics.py) from a real archive's summary: its rows,
 bytes, file, oldest row, the hand-over, its health, and what a member still fills from a peer.
 In process, as a node renders them."""
 
@@ -11,7 +11,7 @@ from test_flow_metrics import ProposerFigures, samples
 from raftcron.cluster.archive.node import NodeArchive
 from raftcron.cluster.archive.store import ArchiveStore, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
-from raftcron.cluster.metrics import NodeStats, render
+from raftcron.cluster.ops.metrics import NodeStats, render
 from raftcron.scheduler.driver import Driver
 
 

@@ -1,5 +1,5 @@
-"""A node applies a command it proposed as it built it (cluster/replica.py `expect`), the other
-replicas as they decode it: the two must be the same command, whatever JSON the API parsed it
+"""A node applies a command it proposed as it built it (cluster/consensus/replica.py `expect`), the
+other replicas as they decode it: the two must be the same command, whatever JSON the API parsed it
 from (payloads of every JSON type, every job field). Model-made commands are held to the same in
 tests/test_core_model.py."""
 
@@ -64,7 +64,7 @@ def test_a_submit_parsed_from_json_decodes_as_itself(raw: list[dict[str, Any]],
 
 
 def test_a_node_applies_its_own_proposal_without_decoding_it(monkeypatch: Any) -> None:
-    from raftcron.cluster.replica import StateMachine, encode_batch
+    from raftcron.cluster.consensus.replica import StateMachine, encode_batch
     from raftcron.scheduler.commands import Tick
 
     machine = StateMachine()
@@ -89,7 +89,7 @@ def test_a_node_applies_its_own_proposal_without_decoding_it(monkeypatch: Any) -
 
 
 def test_a_proposal_given_up_is_forgotten() -> None:
-    from raftcron.cluster.replica import StateMachine
+    from raftcron.cluster.consensus.replica import StateMachine
 
     machine = StateMachine()
     command = SubmitJobs.from_wire({"jobs": [{"task": "t"}]})

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster import cli, config, configenv, node
+from raftcron.cluster import config, configenv, node
+from raftcron.cluster.commandline import main as cli
 from raftcron.cluster.config import ConfigError
 from raftcron.scheduler.settings import SECTIONS, Rule
 

@@ -190,9 +190,9 @@ def test_a_snapshot_in_pieces_is_the_canonical_msgpack_of_its_fields(jobs: int) 
 
 def test_a_state_applied_or_restored_is_freed_by_reference_counting_alone():
     """No reference cycle in the state: a node freezes a restored state out of the cyclic
-    GC's reach (gc.freeze, cluster/replica.py), so a cycle in the state that the next snapshot
-    install replaces would never be freed. The job table and its retention order were one (a
-    bound method held back): a follower leaked its whole job table at every install."""
+    GC's reach (gc.freeze, cluster/consensus/replica.py), so a cycle in the state that the next
+    snapshot install replaces would never be freed. The job table and its retention order were one
+    (a bound method held back): a follower leaked its whole job table at every install."""
     state = replay(workload(seed=5, steps=800))
     restored = restore(snapshot(state))
     assert len(state.table) > 50 and state.schedules and state.workflows

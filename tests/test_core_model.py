@@ -125,7 +125,7 @@ class CoreModel(BoundedRules, FlowRules, RuleBasedStateMachine):
         fence = self.state.fence
         finals = {job.id: job.final for job in self.state.table}
         # One replica as a node that decodes the entry applies it (fingerprint from the
-        # decoded fields), the other as the node that proposed it (cluster/replica.py
+        # decoded fields), the other as the node that proposed it (cluster/consensus/replica.py
         # `expect`): the command as built and the fingerprint from its encoding. The same
         # either way, and both equal to the fingerprint built again from the command.
         decoded, fingerprint = codec.decode_request(data)

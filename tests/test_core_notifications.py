@@ -259,7 +259,7 @@ KIND_SETS = (("dead_letter",), ("leader_changed",), ("dead_letter", "leader_chan
 
 
 class DeliveryModel(RuleBasedStateMachine):
-    """The replicated part under a deliverer as cluster/notifier.py is: it reads what is
+    """The replicated part under a deliverer as cluster/ops/notifier.py is: it reads what is
     pending after its own progress, posts in order, acks when it likes; a crash loses its
     progress, not the replicated cursor. Invariants after every step; at teardown everything
     is drained, and then each wanted event was received at least once or counted lost."""

@@ -3,7 +3,7 @@ true after the apply lock is let go."""
 
 import threading
 
-from raftcron.cluster.replica import StateMachine
+from raftcron.cluster.consensus.replica import StateMachine
 from raftcron.scheduler import views
 from raftcron.scheduler.driver import Driver
 

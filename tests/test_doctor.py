@@ -1,13 +1,13 @@
-"""`raftcron cluster doctor`'s judgement (cluster/doctor.py) over members' own views."""
+"""`raftcron cluster doctor`'s judgement (cluster/ops/doctor.py) over members' own views."""
 
 import argparse
 import copy
 
 import pytest
 
-from raftcron.cluster import opsargs
-from raftcron.cluster.cliparts import UsageError
-from raftcron.cluster.doctor import PROBLEM, WARNING, Thresholds, diagnose, rows
+from raftcron.cluster.commandline import opsargs
+from raftcron.cluster.commandline.cliparts import UsageError
+from raftcron.cluster.ops.doctor import PROBLEM, WARNING, Thresholds, diagnose, rows
 
 GiB, MiB = 1024**3, 1024**2
 BUDGET = 512 * MiB

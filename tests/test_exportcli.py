@@ -1,6 +1,6 @@
 """`raftcron jobs export` without a cluster: the pages it follows, the lines it writes, what
-it refuses, and the file that appears only whole (cluster/exportcli.py). The same against a
-real cluster, through restarts: tests/cluster/test_export.py."""
+it refuses, and the file that appears only whole (cluster/commandline/exportcli.py). The same
+against a real cluster, through restarts: tests/cluster/test_export.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import cli, exportcli, opsargs, opscli
-from raftcron.cluster.client import Unavailable
+from raftcron.cluster.clients.client import Unavailable
+from raftcron.cluster.commandline import exportcli, opsargs, opscli
+from raftcron.cluster.commandline import main as cli
 
 
 class PagedJobs:

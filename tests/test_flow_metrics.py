@@ -1,4 +1,4 @@
-"""`/metrics`' held-back jobs (cluster/metrics.py) and the queue view (scheduler/flowviews.py)
+"""`/metrics`' held-back jobs (cluster/ops/metrics.py) and the queue view (scheduler/flowviews.py)
 over one core state where every limit really holds jobs back: a queue at its cap, a queue
 whose rate is used up, a concurrency key at its max (in its own queue and in another one), a
 paused queue. In process: the state is built with the core's driver and rendered as a node
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.histogram import Histogram
-from raftcron.cluster.metrics import NodeStats, render
+from raftcron.cluster.ops.metrics import NodeStats, render
+from raftcron.cluster.telemetry.histogram import Histogram
 from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.flowcommands import PauseQueue, PutQueue
 from raftcron.scheduler.flowspecs import QueueSpec

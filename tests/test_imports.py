@@ -129,8 +129,8 @@ def imports_in_text(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_program_or_snippet_in_a_string_imports_a_room_by_its_top_level_name():
-    """A program run with `python -c` that imports `cluster.cli` by the room's name works only
-    from the repository's root (its cwd on sys.path) and loads the modules under a second
+    """A program run with `python -c` that imports `cluster.commandline.main` by the room's name
+    works only from the repository's root (its cwd on sys.path) and loads the modules under a second
     name; a docstring or comment showing such an import teaches a name that a user's install
     does not have."""
     files = {**modules(), **{f"tests.{p.stem}": p for p in (REPO / "tests").rglob("*.py")}}
@@ -162,7 +162,7 @@ def test_the_text_check_catches_a_top_level_import(source, line, tmp_path):
     "source",
     [
         '"""The shell must never import cluster state from the core."""\n',
-        '"from raftcron.cluster.cli import main"\n',
+        '"from raftcron.cluster.commandline.main import main"\n',
         "# the scheduler imports nothing from cluster/\n",
     ],
 )
@@ -262,14 +262,14 @@ def test_the_product_imports_no_tool_but_the_commands_that_run_them():
     problems = [
         f"{name} imports {target}"
         for name, targets in graph().items()
-        if not name.startswith(tools) and name != "raftcron.cluster.cli"
+        if not name.startswith(tools) and name != "raftcron.cluster.commandline.main"
         for target in targets
         if target.startswith(tools)
     ]
     assert problems == []
 
 
-SEAM_PRIVATE = {"state", "lock", "audits"}  # what only cluster/replica.py touches
+SEAM_PRIVATE = {"state", "lock", "audits"}  # what only cluster/consensus/replica.py touches
 
 
 def reaches_past_the_seam(path: Path) -> list[int]:
@@ -294,7 +294,7 @@ def test_the_shell_reads_the_state_through_one_seam():
     problems = [
         f"{path.relative_to(REPO)}:{line}"
         for name, path in modules().items()
-        if name.startswith("raftcron.cluster") and name != "raftcron.cluster.replica"
+        if name.startswith("raftcron.cluster") and name != "raftcron.cluster.consensus.replica"
         for line in reaches_past_the_seam(path)
     ]
     assert problems == []
@@ -328,3 +328,73 @@ def test_no_product_module_is_over_600_lines() -> None:
     long = {name: lines for name, path in product.items()
             if (lines := len(path.read_text().splitlines())) > PRODUCT_LINES_MAX}
     assert not long, long
+
+
+# The shell's rooms, lowest first (cluster/ and its folders): a module may import its own room
+# and the rooms before it, never one after. So the instruments and the config know nothing of
+# the node, a client nothing of the server, the log nothing of the HTTP API, and only the
+# command line reaches the tools (cluster/dev), for `raftcron demo|bench|chaos`.
+CLUSTER_ROOMS = (
+    "config",  # cluster/config.py and configenv.py: what a node is told
+    "telemetry",  # histograms, logs, traces
+    "clients",  # Client, AsyncClient, TLS contexts, a node dialling its peers
+    "worker",  # the worker and its handlers' context
+    "storage",  # the Raft log and snapshots on disk
+    "archive",  # finished jobs on disk
+    "membership",  # who the members are, how a node starts
+    "consensus",  # the replica, the proposer, PySyncObj's patches
+    "clock",  # the members' clocks and the leader's Ticks
+    "ops",  # metrics, doctor, backups, notifications
+    "http",  # the API and the dashboard
+    "node",  # cluster/node.py: composes a node
+    "dev",  # tools: local clusters, the demo, benchmarks
+    "commandline",  # the `raftcron` command
+)
+CLUSTER_ROOT = {"raftcron.cluster", "raftcron.cluster.config", "raftcron.cluster.configenv",
+                "raftcron.cluster.node"}
+
+
+def cluster_room(name: str) -> str | None:
+    """The room of a module of cluster/ (None outside it)."""
+    parts = name.split(".")
+    if parts[:2] != ["raftcron", "cluster"] or len(parts) < 3:
+        return None
+    return "config" if parts[2] in ("config", "configenv") else parts[2]
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for name, targets in sorted(edges.items()):
+        room = cluster_room(name)
+        if room is None:
+            continue
+        for target in sorted(targets):
+            other = cluster_room(target)
+            if other is not None and CLUSTER_ROOMS.index(other) > CLUSTER_ROOMS.index(room):
+                problems.append(f"{name} ({room}) imports {target} ({other})")
+    return problems
+
+
+def test_cluster_root_holds_only_what_composes_a_node_and_every_module_has_a_room() -> None:
+    names = [name for name in modules() if name.startswith("raftcron.cluster")]
+    rooms = {cluster_room(name) for name in names} - {None}
+    assert rooms == set(CLUSTER_ROOMS), "a new folder of cluster/ needs its place in CLUSTER_ROOMS"
+    root = {name for name in names if name.count(".") == 2 and name not in CLUSTER_ROOT
+            and not (PACKAGE / "cluster" / name.rsplit(".", 1)[1]).is_dir()}
+    assert root == set(), "cluster/'s root composes a node; give these a room"
+
+
+def test_each_room_of_the_shell_imports_only_the_rooms_before_it() -> None:
+    """Type-only imports included: a dependency is one whether or not it runs."""
+    assert upward_imports(graph()) == []
+
+
+@pytest.mark.parametrize(("importer", "imported"), [
+    ("raftcron.cluster.consensus.replica", "raftcron.cluster.http.common"),
+    ("raftcron.cluster.clients.client", "raftcron.cluster.node"),
+    ("raftcron.cluster.config", "raftcron.cluster.telemetry.logs"),
+    ("raftcron.cluster.node", "raftcron.cluster.commandline.main"),
+])
+def test_the_room_check_catches_an_import_of_a_later_room(importer: str, imported: str) -> None:
+    assert upward_imports({importer: {imported}}) != []
+    assert upward_imports({imported: {importer}}) == []

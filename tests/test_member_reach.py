@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from raftcron.cluster.histogram import Histogram
 from raftcron.cluster.membership.book import Member
 from raftcron.cluster.membership.reach import ReachBook, ReachWatch
-from raftcron.cluster.metrics import NodeStats, render
+from raftcron.cluster.ops.metrics import NodeStats, render
+from raftcron.cluster.telemetry.histogram import Histogram
 from raftcron.scheduler.driver import Driver
 
 BOUND_S = 2.0

@@ -1,11 +1,11 @@
 """`raftcron cluster status`'s line about a membership change in progress
-(cluster/membercli.py `status_lines`), fed the members view a node answers with."""
+(cluster/commandline/membercli.py `status_lines`), fed the members view a node answers with."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from raftcron.cluster.membercli import status_lines
+from raftcron.cluster.commandline.membercli import status_lines
 from raftcron.cluster.membership.book import (
     BeginMemberChange,
     CancelMemberChange,

@@ -1,4 +1,4 @@
-"""The deliverer (cluster/notifier.py) in one process: the real core behind a fake replica
+"""The deliverer (cluster/ops/notifier.py) in one process: the real core behind a fake replica
 (reads and proposals go straight to it) and receivers on loopback. A receiver that never
 answers holds up only its own notification and never the event loop; a failing one is
 retried until it answers 2xx, after waits that double up to a cap; only the leader posts; acks
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from raftcron.cluster.notifier import (
+from raftcron.cluster.ops.notifier import (
     BACKOFF_FIRST_S,
     BACKOFF_MAX_S,
     Notifier,

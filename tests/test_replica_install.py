@@ -25,10 +25,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from raftcron.cluster import replica
+from raftcron.cluster.consensus import replica
+from raftcron.cluster.consensus.replica import StateMachine, StateUnavailable, encode_batch
 from raftcron.cluster.http.app import api_middleware
 from raftcron.cluster.http.common import SERVICES
-from raftcron.cluster.replica import StateMachine, StateUnavailable, encode_batch
 from raftcron.scheduler import codec, views
 from raftcron.scheduler.commands import Ack, ClaimJobs, SubmitJobs, Tick
 from raftcron.scheduler.errors import Ok

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster.cli import main as cli_main
+from raftcron.cluster.clients.peerhttp import PeerDialer
+from raftcron.cluster.commandline.main import main as cli_main
 from raftcron.cluster.config import NodeConfig, Peer
 from raftcron.cluster.membership import startmode
 from raftcron.cluster.membership.startmode import PeerAnswer, decide, looks_new, read_answer
-from raftcron.cluster.peerhttp import PeerDialer
 
 PEERS = ("raftcron-1", "raftcron-2")
 
@@ -195,9 +195,9 @@ def test_the_command_line_refuses_what_it_cannot_mean(
 @pytest.mark.processes  # openssl makes the certificates
 def test_over_mutual_tls_the_peers_hear_a_deciding_node_as_they_dial_any_member(
         tmp_path: Path) -> None:
+    from raftcron.cluster.clients.peerhttp import peer_dialer
     from raftcron.cluster.config import ApiSettings
     from raftcron.cluster.dev.certs import LocalCA
-    from raftcron.cluster.peerhttp import peer_dialer
 
     ca = LocalCA(tmp_path / "ca")
     cert, key = ca.issue("node", server=True, client=True)

@@ -1,5 +1,5 @@
-"""cluster/tracing.py (README "Traces"): off, nothing of OpenTelemetry is imported and no span
-is made; on, spans are named and nested as a job's trace needs; an endpoint configured without
+"""cluster/telemetry/tracing.py (README "Traces"): off, nothing of OpenTelemetry is imported and no
+span is made; on, spans are named and nested as a job's trace needs; an endpoint configured without
 the `otel` extra is refused at start, naming the install command."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from raftcron.cluster import config, node, tracing
+from raftcron.cluster import config, node
+from raftcron.cluster.telemetry import tracing
 from raftcron.cluster.worker.runtime import Worker
 from raftcron.scheduler import parse
 

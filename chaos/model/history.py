@@ -22,7 +22,7 @@ bad histories, to show that every rule can fail. The rules:
   carried the token the job held at that moment; a job completes successfully at most once;
   a job is claimed only once all its parents have succeeded; the state's clock never goes back.
 * With ``ticker_rules`` (tier 1, whose log the product's ticker writes): no lease is granted
-  between a new leader's BeginLeadership and its first Tick (cluster/ticker.py proposes them
+  between a new leader's BeginLeadership and its first Tick (cluster/clock/ticker.py proposes them
   as one log entry).
 """
 

@@ -167,7 +167,7 @@ class LeadersClocksDuplicates:
     def a_new_leader_leases_from_its_own_time(
         self, node: str, skew: int, count: int, lease_ms: int, later_ms: int
     ) -> None:
-        """cluster/ticker.py: [BeginLeadership(now), Tick(now)] as one entry, then claims: a
+        """cluster/clock/ticker.py: [BeginLeadership(now), Tick(now)] as one entry, then claims: a
         lease counts from the new leader's time and its next Tick does not end it."""
         clock_ms = self.state.now_ms + skew
         self.apply(BeginLeadership(clock_ms, node, self.new_term()))

@@ -15,7 +15,7 @@ applied keys and a state digest). The pieces:
 * ``run_seed``: one randomized fault run with 30 KB commands (``python -m
   chaos.sim FIRST COUNT``).
 
-Nodes run the carried fix (cluster/raftpatch.py) unless built with ``patched=False``.
+Nodes run the carried fix (cluster/consensus/raftpatch.py) unless built with ``patched=False``.
 """
 
 from raftcron.chaos.sim.checks import ReplicaReport, check_replicas, settle

@@ -33,7 +33,7 @@ from pysyncobj.node import Node
 from raftcron.chaos.sim.clock import FakeClock, simulated_pysyncobj
 from raftcron.chaos.sim.disk import PowerCut, SimDisk
 from raftcron.chaos.sim.network import LinkFaults, SimNetwork, SimTransport
-from raftcron.cluster import prevote, raftpatch
+from raftcron.cluster.consensus import prevote, raftpatch
 from raftcron.cluster.storage.hooks import storage_of
 from raftcron.cluster.storage.raftlog import StorageError
 
@@ -138,7 +138,7 @@ class SimCluster:
                  conf_factory: ConfFactory | None = None, faults: LinkFaults | None = None,
                  tick_s: float = 0.01, patched: bool = True, prevote: bool = False) -> None:
         self.node_ids = sorted(node_ids)
-        self.prevote = prevote  # attach cluster/prevote.py to every patched node
+        self.prevote = prevote  # attach cluster/consensus/prevote.py to every patched node
         self.node_factory = node_factory
         self.conf_factory = conf_factory or (lambda _id, journal, dump: default_conf(journal, dump))
         self.seed = seed

@@ -18,7 +18,7 @@ import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConsumer, replicated
 
 from raftcron.chaos.sim.cluster import Callback, NodeSpec
-from raftcron.cluster import raftpatch
+from raftcron.cluster.consensus import raftpatch
 from raftcron.cluster.storage.node import RaftStorage
 
 DATA_DIR = "/data"  # every node's data dir, on its own SimDisk

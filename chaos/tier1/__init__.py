@@ -1,8 +1,8 @@
 """Tier 1 of the chaos suite: the real replica under simulated faults, one seed at a time.
 
-Real PySyncObj nodes carrying the product's consumer (``cluster.replica.StateMachine``, its conf
-from ``cluster.replica.sync_conf``) run in ``chaos.sim``'s ``SimCluster``: a fake clock, an
-in-memory network, crash = rebuild from journal and dump. A seed decides everything, so a
+Real PySyncObj nodes carrying the product's consumer (``cluster.consensus.replica.StateMachine``,
+its conf from ``cluster.consensus.replica.sync_conf``) run in ``chaos.sim``'s ``SimCluster``: a fake
+clock, an in-memory network, crash = rebuild from journal and dump. A seed decides everything, so a
 failing run replays: ``python -m raftcron.chaos.tier1 SEED``. With ``--durability fsync|os`` the
 nodes keep their log on raftcron's storage (cluster/storage, on a ``SimDisk`` each) and the faults
 include power losses (``tests/chaos/test_tier1_power.py``). The modules, each owning one part:
@@ -11,7 +11,7 @@ include power losses (``tests/chaos/test_tier1_power.py``). The modules, each ow
   ending the process; ``LogRecorder`` reads every node's applied entries (a fork is a problem).
 * ``requests``: requests in batches, their answers, retries with the same bytes (after a
   failure, a commit timeout, or ``not_ready``).
-* ``workload``: each node's ticker (cluster/ticker.py's rules: [BeginLeadership, Tick] as one
+* ``workload``: each node's ticker (cluster/clock/ticker.py's rules: [BeginLeadership, Tick] as one
   entry on a new term, then a Tick every tick_ms or sooner), workers that fail, stall past
   their lease and crash, and clients that put schedules, submit with keys, repeat requests,
   backfill a schedule whose runs `retain` deletes (and from beyond the retention horizon),
@@ -46,7 +46,7 @@ from raftcron.chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaB
 from raftcron.chaos.tier1.requests import Outbox, Request
 from raftcron.chaos.tier1.run import WALL0_MS, Run, SeedResult, main, run_seed
 from raftcron.chaos.tier1.workload import SimClient, SimTicker, SimWorker
-from raftcron.cluster.ticker import leadership_entry
+from raftcron.cluster.clock.ticker import leadership_entry
 
 __all__ = [
     "WALL0_MS",

@@ -22,7 +22,7 @@ from raftcron.chaos.tier1.faults import Profile
 from raftcron.chaos.tier1.requests import Request
 from raftcron.chaos.tier1.workload import KEPT, POLL_S
 from raftcron.chaos.tier1.world import SimWorld
-from raftcron.cluster.replica import decode_batch
+from raftcron.cluster.consensus.replica import decode_batch
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import (
     Ack,

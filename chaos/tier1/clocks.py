@@ -3,7 +3,7 @@
 Owns ``SimClocks`` (each node's wall clock: the profile's fixed offset, plus the leaps and the
 drift the clock nemesis adds: a leader 10 days ahead, a node a day behind, NTP-style steps of
 +-5 minutes, a slow drift; one node at a time, so a majority's clocks stay true; undone some
-seconds later or at the heal), ``sample`` (what cluster/clockpoll.py does over HTTP: every
+seconds later or at the heal), ``sample`` (what cluster/clock/clockpoll.py does over HTTP: every
 node reads the clocks of the peers it can reach, into its ticker's ``ClockBook``) and
 ``TimeChecker`` (CHAOS.md, Wave 2: the state time a node applied is never ahead of the
 majority's clocks, the k-th largest of all the members' wall clocks, by more than
@@ -24,7 +24,7 @@ from typing import Protocol
 from pysyncobj import SyncObj
 
 from raftcron.chaos.tier1.world import SimWorld
-from raftcron.cluster.clocks import ClockBook
+from raftcron.cluster.clock.clocks import ClockBook
 from raftcron.cluster.config import ClockSettings
 
 

@@ -1,13 +1,15 @@
 """The product's replica inside the simulator, and the history it writes.
 
-Owns how tier 1 plugs ``cluster.replica.StateMachine`` (in a plain ``SyncObj``, with the conf
-``cluster.replica.sync_conf`` builds) into ``chaos.sim`` as a ``SimMachine``, on PySyncObj's
-own files or, given a durability, on the product's storage (``cluster.storage.RaftStorage``,
-no fork, on the node's ``SimDisk``, as ``cluster.replica.RaftNode`` builds it); how a bug in the
-replica's ``apply`` fails the seed instead of ending the test process; and ``LogRecorder``,
-which reads after every step the entries each node applied since (one entry per index: an
-index applied with two different entries is a fork). The recorded log is the history the
-checks replay. It never decides what to propose: that is chaos.tier1.workload's.
+Owns how tier 1 plugs ``cluster.consensus.replica.StateMachine`` (in a plain ``SyncObj``, with the
+conf
+``cluster.consensus.replica.sync_conf`` builds) into ``chaos.sim`` as a ``SimMachine``, on
+PySyncObj's own files or, given a durability, on the product's storage
+(``cluster.storage.RaftStorage``, no fork, on the node's ``SimDisk``, as
+``cluster.consensus.replica.RaftNode`` builds it); how a bug in the replica's ``apply`` fails the
+seed instead of ending the test process; and ``LogRecorder``, which reads after every step the
+entries each node applied since (one entry per index: an index applied with two different entries is
+a fork). The recorded log is the history the checks replay. It never decides what to propose: that
+is chaos.tier1.workload's.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from pysyncobj.config import SERIALIZER_STATE
 
 from raftcron.chaos.sim.cluster import NodeSpec, SimCluster
 from raftcron.chaos.sim.machines import sim_monotonic
-from raftcron.cluster import prevote, raftpatch
-from raftcron.cluster import replica as product_replica
 from raftcron.cluster.config import NodeConfig, RaftTuning
-from raftcron.cluster.replica import AUDIT_PREFIX, StateMachine, encode_batch, sync_conf
+from raftcron.cluster.consensus import prevote, raftpatch
+from raftcron.cluster.consensus import replica as product_replica
+from raftcron.cluster.consensus.replica import AUDIT_PREFIX, StateMachine, encode_batch, sync_conf
 from raftcron.cluster.storage.node import RaftStorage
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Barrier
@@ -42,14 +44,15 @@ SEGMENT_BYTES_MAX = 16 << 10  # small: segments rotate and dead ones are deleted
 
 
 class ReplicaMachine:
-    """`chaos.sim.SimMachine` for `cluster.replica.StateMachine` in a plain `SyncObj`; with a
+    """`chaos.sim.SimMachine` for `cluster.consensus.replica.StateMachine` in a plain `SyncObj`;
+    with a
     ``durability`` ("fsync" or "os") on raftcron's storage, else on PySyncObj's files."""
 
     def __init__(self, tuning: RaftTuning, *, durability: str | None = None,
                  segment_bytes_max: int = SEGMENT_BYTES_MAX, prevote: bool = True,
                  slow_sync_ticks: int = 0, seed: int | str = 0) -> None:
         self.tuning = tuning
-        self.prevote = prevote  # cluster/prevote.py, as a finalized cluster runs it
+        self.prevote = prevote  # cluster/consensus/prevote.py, as a finalized cluster runs it
         self.slow_sync_ticks = slow_sync_ticks  # a follower's batch written 0..this ticks late
         self.seed = seed
         self.durability = durability

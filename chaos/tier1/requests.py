@@ -5,8 +5,8 @@ Owns ``Request`` (one logical request: its encoded bytes, every answer it got an
 product's Proposer), reads the answers, and retries with the SAME bytes (same request id)
 through whichever node it picks next: an attempt that failed or was not answered within
 COMMIT_TIMEOUT_S, and an answer ``not_ready`` (HTTP 503 with Retry-After: the cluster's clock
-has not started), as cluster/asyncclient.py does. A request not answered by its deadline is given up
-(its outcome stays unknown: it may still commit). It never decides what to send.
+has not started), as cluster/clients/asyncclient.py does. A request not answered by its deadline is
+given up (its outcome stays unknown: it may still commit). It never decides what to send.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Protocol
 
 from raftcron.chaos.sim.cluster import Proposal
 from raftcron.chaos.tier1.world import SimWorld
-from raftcron.cluster.replica import encode_batch
+from raftcron.cluster.consensus.replica import encode_batch
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Command
 from raftcron.scheduler.errors import Rejected, Result

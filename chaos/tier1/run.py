@@ -39,7 +39,7 @@ from raftcron.chaos.tier1.machine import (
 )
 from raftcron.chaos.tier1.requests import REQUEST_DEADLINE_S, Outbox, Request
 from raftcron.chaos.tier1.workload import KEPT, NOMINAL, SimClient, SimTicker, SimWorker
-from raftcron.cluster.replica import encode_batch
+from raftcron.cluster.consensus.replica import encode_batch
 from raftcron.cluster.storage.node import DURABILITY_MODES
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Command, PauseSchedule, SubmitJobs
@@ -209,7 +209,7 @@ class SeedResult:
 def run_seed(seed: int, *, patched: bool = True, durability: str | None = None) -> SeedResult:
     """One deterministic run: the same seed gives the same trace digest and the same result.
 
-    `patched=False` runs PySyncObj 0.3.17 without cluster/raftpatch.py. A `durability`
+    `patched=False` runs PySyncObj 0.3.17 without cluster/consensus/raftpatch.py. A `durability`
     ("fsync" or "os") puts the nodes on raftcron's storage and adds power losses (another run
     of the same seed number: its own trace).
     """
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="print every seed")
     parser.add_argument("--notes", action="store_true", help="print each seed's fault timeline")
     parser.add_argument("--unpatched", action="store_true",
-                        help="run PySyncObj 0.3.17 without cluster/raftpatch.py")
+                        help="run PySyncObj 0.3.17 without cluster/consensus/raftpatch.py")
     parser.add_argument("--durability", choices=DURABILITY_MODES,
                         help="nodes on raftcron's storage with this durability, and power "
                              "losses among the faults")

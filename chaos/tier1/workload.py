@@ -2,7 +2,8 @@
 
 Owns the actors of a run, each stepped by chaos.tier1.run once per simulated step:
 
-* ``SimTicker``: cluster/ticker.py's rules on a node's simulated wall clock (see its docstring).
+* ``SimTicker``: cluster/clock/ticker.py's rules on a node's simulated wall clock (see its
+docstring).
 * ``SimWorker``: claims, heartbeats and acks like cluster/worker, one request in flight at a
   time; a dishonest one fails, stalls past its lease (then heartbeats and completes with a
   stale token) or crashes holding leases.
@@ -29,8 +30,8 @@ from raftcron.chaos.tier1.clocks import MAX_SKEW_MS, TICK_SLACK_MS, PausedNodes
 from raftcron.chaos.tier1.faults import Profile
 from raftcron.chaos.tier1.requests import Request
 from raftcron.chaos.tier1.world import SimWorld
-from raftcron.cluster.clocks import ClockBook, TickBound, TickDecision, decide_tick
-from raftcron.cluster.ticker import leadership_entry
+from raftcron.cluster.clock.clocks import ClockBook, TickBound, TickDecision, decide_tick
+from raftcron.cluster.clock.ticker import leadership_entry
 from raftcron.scheduler import limits
 from raftcron.scheduler.commands import (
     Ack,
@@ -104,14 +105,14 @@ RETENTION_MS = limits.RETENTION_MS_DEFAULT
 
 
 class SimTicker:
-    """cluster/ticker.py's Ticker on a simulated wall clock. Like it: asleep while not leader
+    """cluster/clock/ticker.py's Ticker on a simulated wall clock. Like it: asleep while not leader
     (checking every tick_ms, woken at once by a role change, after `wake_s`, the loop's
     delay); on a term not yet begun, [BeginLeadership, Tick] as one entry (a new cluster's
     first leader adds Finalize: the upgrade gate opens at once) and, once it
     commits, a Tick right away; then one Tick in flight at a time, the next after tick_ms or
     sooner when the state has something due (`_next_wait_ms`); a failed or unanswered
     (commit timeout) proposal: sleep tick_ms and start over. Every Tick's time is
-    cluster/clocks.py's `decide_tick` on this process's ClockBook (fed by chaos.tier1.clocks)
+    cluster/clock/clocks.py's `decide_tick` on this process's ClockBook (fed by chaos.tier1.clocks)
     and TickBound: skewed, only the majority's time; without evidence of it, nothing."""
 
     def __init__(self, run: WorkloadRun, node_id: str) -> None:
@@ -162,7 +163,7 @@ class SimTicker:
             return
         term = int(node.raftCurrentTerm)
         state = self.run.machine.state(node)
-        # As cluster/ticker.py's new_cluster_finalize: every simulated node runs this release.
+        # As cluster/clock/ticker.py's new_cluster_finalize: every simulated node runs this release.
         finalize = (Finalize(None, RELEASE_LEVEL, DEFAULT_SETTINGS)
                     if state.now_ms == 0 and not state.finalized else None)
         entry = leadership_entry(self.led_term, term, self.node_id, decision.now_ms, finalize)

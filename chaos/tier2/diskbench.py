@@ -35,7 +35,7 @@ from typing import Any
 from raftcron.chaos.tier2.disk_faults import readiness
 from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, TOKENS, wait_until
 from raftcron.chaos.tier2.power_faults import PowerDisks
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
 from raftcron.cluster.dev.localcluster import LocalNode
 from raftcron.cluster.dev.loopback import http_request
 

@@ -36,8 +36,8 @@ from typing import Any
 from raftcron.chaos.tier2.checkers import FINAL
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.workload import QUEUE, LoopThread
-from raftcron.cluster.asyncclient import AsyncClient
-from raftcron.cluster.clientparts import ApiError, RaftcronError, new_request_id
+from raftcron.cluster.clients.asyncclient import AsyncClient
+from raftcron.cluster.clients.clientparts import ApiError, RaftcronError, new_request_id
 
 FLOOD_QUEUE = "chaos-flood"
 IDLE_QUEUE = "chaos-idle"

@@ -31,7 +31,7 @@ from raftcron.cluster.dev.tomlwrite import toml_value
 
 # The per-node clock offset: a `sitecustomize` module the harness writes into the run folder
 # and puts first on the node's PYTHONPATH. Python runs it at start-up, before any product code,
-# so `time.time()` and `time.time_ns()` (what cluster/ticker.py's wall_ms reads) are offset,
+# so `time.time()` and `time.time_ns()` (what cluster/clock/ticker.py's wall_ms reads) are offset,
 # while `time.monotonic()` (every Raft timeout) is untouched. libfaketime cannot do this here:
 # with it, Python 3.11's time.sleep fails with EINVAL (clock_nanosleep with TIMER_ABSTIME), and
 # PySyncObj's tick thread dies.

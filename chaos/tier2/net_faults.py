@@ -9,7 +9,7 @@ chaos/tier2/sick_network.py while the workload runs, each held then healed:
 - a stalled leader -> follower link, a stalled follower -> leader link, and a stalled link
   held longer than the election timeout (both ways between the leader and a follower): each
   held to 0 leader changes too, since the member cut off from the leader asks the other
-  before it stands (PreVote, cluster/prevote.py) and the other still hears the leader;
+  before it stands (PreVote, cluster/consensus/prevote.py) and the other still hears the leader;
 - one-way loss of 5-20 % on the leader's outgoing links;
 - resets of the leader's Raft connections, a few in a row.
 

@@ -57,8 +57,8 @@ from raftcron.chaos.tier2.plans import (
 from raftcron.chaos.tier2.power_faults import PowerCluster, plan_power
 from raftcron.chaos.tier2.sick_network import SickCluster
 from raftcron.chaos.tier2.storage_faults import STORAGE_RAFT, plan_storage
-from raftcron.cluster import raftpatch
 from raftcron.cluster.config import ClockSettings
+from raftcron.cluster.consensus import raftpatch
 from raftcron.cluster.dev.localcluster import ClusterError
 from raftcron.cluster.dev.loopback import HttpSession
 
@@ -424,8 +424,9 @@ def _wait_archives_whole(cluster: ChaosCluster, history: History) -> None:
 
 
 def _raft_alarms(nodes: Path) -> list[str]:
-    """Every node-log line with PySyncObj's truncation alarm (the defect cluster/raftpatch.py
-    fixes: a replica that logs it may have lost acknowledged writes), prefixed with its node."""
+    """Every node-log line with PySyncObj's truncation alarm (the defect
+    cluster/consensus/raftpatch.py fixes: a replica that logs it may have lost acknowledged writes),
+    prefixed with its node."""
     found = []
     for log_path in sorted(nodes.glob("*/*.log")):
         with log_path.open(errors="replace") as lines:

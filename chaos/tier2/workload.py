@@ -42,8 +42,8 @@ import aiohttp
 
 from raftcron.chaos.tier2.history import History, now_ms
 from raftcron.chaos.tier2.netns import Namespaces
-from raftcron.cluster.asyncclient import AsyncClient
-from raftcron.cluster.clientparts import ApiError, RaftcronError, Unavailable
+from raftcron.cluster.clients.asyncclient import AsyncClient
+from raftcron.cluster.clients.clientparts import ApiError, RaftcronError, Unavailable
 from raftcron.cluster.dev.localcluster import REPO_ROOT
 
 QUEUE = "chaos"

@@ -1,6 +1,6 @@
 """The archive as a file that leaves its node: a consistent copy made while the node runs
 (`GET /v1/cluster/backup/archive`, cluster/http/backup.py), checked where it lands, and put
-into a new node's data dir by `raftcron restore` (cluster/backup.py).
+into a new node's data dir by `raftcron restore` (cluster/ops/backup.py).
 
 - A copy is SQLite's `VACUUM INTO` on a read-only connection of its own: one read transaction,
   so the copy is the archive as of one commit, whole, while the writer goes on (in WAL mode a

@@ -22,7 +22,7 @@ import aiohttp
 
 from raftcron.cluster.archive.store import ArchiveError, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
-from raftcron.cluster.peerhttp import PeerDialer
+from raftcron.cluster.clients.peerhttp import PeerDialer
 
 log = logging.getLogger("raftcron.archive")
 

@@ -85,7 +85,8 @@ def stored_schema(db: sqlite3.Connection) -> object:
 
 def check_schema(found: object, path: str) -> None:
     """ArchiveError unless `found` (`stored_schema`) is the version this release reads: a
-    node's own archive at its start, and a backup's archive before a restore (cluster/backup.py)."""
+    node's own archive at its start, and a backup's archive before a restore
+    (cluster/ops/backup.py)."""
     if found != SCHEMA_VERSION:
         raise ArchiveError(f"the archive {path} is of schema {found}; this release reads "
                            f"{SCHEMA_VERSION}")

@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any
 
-from raftcron.cluster.replica import gc_paused
+from raftcron.cluster.consensus.replica import gc_paused
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import Ack, ClaimJobs, PutSchedule, SubmitJobs, Tick
 from raftcron.scheduler.errors import Ok
@@ -246,7 +246,7 @@ def snapshot_figures(jobs: int) -> dict[str, float]:
     rss_loaded = rss_mb()
     gc.collect()
     started = time.perf_counter()
-    with gc_paused():  # as the node does: see cluster/replica.py
+    with gc_paused():  # as the node does: see cluster/consensus/replica.py
         blob = snapshot(state)
     snapshot_s = time.perf_counter() - started
     del state

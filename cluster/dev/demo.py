@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from raftcron.cluster import config as configuration
-from raftcron.cluster import tls
+from raftcron.cluster.clients import tls
 from raftcron.cluster.dev import tomlwrite
 from raftcron.cluster.dev.certs import CertsError, LocalCA
 
@@ -103,7 +103,8 @@ class Demo:
             for path, node in zip(configs, self.nodes, strict=True):
                 self._spawn(
                     node.node_id,
-                    [sys.executable, "-m", "raftcron.cluster.cli", "node", "--config", str(path)],
+                    [sys.executable, "-m", "raftcron.cluster.commandline", "node", "--config",
+                     str(path)],
                 )
             leader = self._wait_ready(timeout_s=60)
             for name, spec in SCHEDULES.items():
@@ -113,7 +114,7 @@ class Demo:
                 [
                     sys.executable,
                     "-m",
-                    "raftcron.cluster.cli",
+                    "raftcron.cluster.commandline",
                     "worker",
                     "--connect",
                     ",".join(self.urls),

@@ -289,7 +289,7 @@ class LocalCluster:
 
     def command(self, node: LocalNode) -> list[str]:
         config = str(node.config_path)
-        return [self.python, "-m", "raftcron.cluster.cli", "node", "--config", config]
+        return [self.python, "-m", "raftcron.cluster.commandline", "node", "--config", config]
 
     def _environment(self) -> dict[str, str]:
         # The config is the file this harness wrote: a RAFTCRON_* config variable of the

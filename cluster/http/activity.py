@@ -1,5 +1,5 @@
 """`GET /v1/activity`: this node's recent activity, the samples the dashboard's charts draw
-(cluster/activity.py says what a sample holds and how it is measured).
+(cluster/ops/activity.py says what a sample holds and how it is measured).
 
 `since_ms` (wall clock, Unix ms) answers only the samples taken after it, so a page polling
 every second asks for what is new; `started_ms` changes when the node restarts (its ring starts
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from raftcron.cluster import activity
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import json_response, query_int, services
+from raftcron.cluster.ops import activity
 
 
 async def get_activity(request: web.Request) -> web.Response:

@@ -14,6 +14,7 @@ import logging
 
 from aiohttp import web
 
+from raftcron.cluster.consensus.replica import StateUnavailable
 from raftcron.cluster.http import (
     activity,
     archive,
@@ -41,7 +42,6 @@ from raftcron.cluster.http.common import (
     unavailable,
 )
 from raftcron.cluster.http.trail import AUDITED_ACTIONS
-from raftcron.cluster.replica import StateUnavailable
 
 log = logging.getLogger("raftcron.http")
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/"})

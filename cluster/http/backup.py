@@ -32,6 +32,7 @@ from aiohttp import web
 from raftcron.cluster.archive.copies import ArchiveCopier, ArchiveFile
 from raftcron.cluster.archive.node import NodeArchive
 from raftcron.cluster.archive.store import ArchiveError
+from raftcron.cluster.consensus.replica import RaftNode
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     CALLER,
@@ -41,7 +42,6 @@ from raftcron.cluster.http.common import (
     services,
     unavailable,
 )
-from raftcron.cluster.replica import RaftNode
 from raftcron.cluster.storage.raftlog import LogDamaged
 from raftcron.cluster.storage.snapshots import cluster_name_in, read_header
 

@@ -2,8 +2,8 @@
 long-polling up to `wait_ms` when nothing is queued.
 
 The wait happens before proposing: the handler waits until this node's state shows queued jobs
-in one of the requested queues (`cluster.waiters.ClaimWaiters` is woken from the Raft thread
-when an applied entry leaves jobs queued), then proposes ONE claim. When the claim comes back
+in one of the requested queues (`cluster.consensus.waiters.ClaimWaiters` is woken from the Raft
+thread when an applied entry leaves jobs queued), then proposes ONE claim. When the claim comes back
 empty (another worker was faster) and time remains, it waits and proposes again under
 `<request_id>/<n>`, so a worker that re-sends a lost request with the same request_id replays
 the same commands and gets the same jobs and tokens back. A replay does not wait before a round
@@ -21,6 +21,9 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.consensus.proposer import ProposalFailed
+from raftcron.cluster.consensus.replica import StateMachine
+from raftcron.cluster.consensus.waiters import ClaimWaiters
 from raftcron.cluster.http import bounds, traces
 from raftcron.cluster.http.common import (
     Services,
@@ -35,9 +38,6 @@ from raftcron.cluster.http.common import (
     services,
     take_request_id,
 )
-from raftcron.cluster.proposer import ProposalFailed
-from raftcron.cluster.replica import StateMachine
-from raftcron.cluster.waiters import ClaimWaiters
 from raftcron.scheduler import flowviews, parse, upstream, views
 from raftcron.scheduler.commands import ClaimJobs
 from raftcron.scheduler.errors import Rejected

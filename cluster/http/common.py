@@ -20,14 +20,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from raftcron.cluster import tracing
-from raftcron.cluster.activity import ActivityRing
+from raftcron.cluster.clients.peerhttp import PeerDialer, peer_token
 from raftcron.cluster.config import NodeConfig
+from raftcron.cluster.consensus.proposer import ProposalFailed, Proposer, TooLarge
+from raftcron.cluster.consensus.replica import RaftNode
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.bounds import BODY_BYTES_MAX, BODY_READ_S
-from raftcron.cluster.peerhttp import PeerDialer, peer_token
-from raftcron.cluster.proposer import ProposalFailed, Proposer, TooLarge
-from raftcron.cluster.replica import RaftNode
+from raftcron.cluster.ops.activity import ActivityRing
+from raftcron.cluster.telemetry import tracing
 from raftcron.scheduler import parse
 from raftcron.scheduler.commands import Barrier, Command, Tick
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
@@ -37,9 +37,9 @@ RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # role -> what it may do. "read" = every GET; the rest are named per route. "status" is the
 # cluster view (GET /v1/cluster), the one thing nodes ask each other over HTTP: the "peer"
-# role is the nodes' own credential (cluster/peerhttp.py's peer_token, from the cluster password),
-# never a user's token, and may do nothing else but copy archived rows ("archive": a member
-# filling its archive from a peer, cluster/archive/fill.py) and ask the leader for its time
+# role is the nodes' own credential (cluster/clients/peerhttp.py's peer_token, from the cluster
+# password), never a user's token, and may do nothing else but copy archived rows ("archive": a
+# member filling its archive from a peer, cluster/archive/fill.py) and ask the leader for its time
 # ("stamp": a follower's claim on a rate-window queue, cluster/http/stamps.py).
 PEER_ROLE = "peer"
 ROLE_GRANTS: dict[str, frozenset[str]] = {
@@ -68,12 +68,12 @@ class Services:
     config: NodeConfig
     node: RaftNode
     proposer: Proposer
-    claims: Any  # cluster.waiters.ClaimWaiters
-    stats: Any  # cluster.metrics.NodeStats
+    claims: Any  # cluster.consensus.waiters.ClaimWaiters
+    stats: Any  # cluster.ops.metrics.NodeStats
     trail: Any = None  # cluster.http.trail.AuditTrail (None: nothing is recorded)
     dialer: PeerDialer | None = None  # how this node asks its peers (None: it never does)
     activity: ActivityRing | None = None  # the dashboard charts' samples (None: none kept)
-    # The leader's Tick to stamp a command with (cluster/ticker.py `Ticker.stamp`).
+    # The leader's Tick to stamp a command with (cluster/clock/ticker.py `Ticker.stamp`).
     stamp: Callable[[], Tick | None] | None = None
     # On a follower, the leader's Tick for the same purpose (cluster/http/stamps.py); None:
     # a follower's claims go unstamped.

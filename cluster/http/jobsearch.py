@@ -13,9 +13,9 @@ from typing import Any
 from raftcron.cluster.archive.node import NodeArchive
 from raftcron.cluster.archive.paging import merge_page
 from raftcron.cluster.archive.query import indexed
+from raftcron.cluster.consensus.replica import RaftNode
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import HttpError
-from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler import views
 from raftcron.scheduler.search import JobFilter
 from raftcron.scheduler.state import SchedulerState

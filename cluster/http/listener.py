@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.clients import tls
 from raftcron.cluster.config import ApiSettings, split_address
 
 log = logging.getLogger("raftcron.http")
@@ -39,24 +40,6 @@ def connection_cap(settings: ApiSettings) -> int:
     if soft == resource.RLIM_INFINITY:
         return settings.max_connections
     return max(1, min(settings.max_connections, soft // 2))
-
-
-def server_tls_context(settings: ApiSettings) -> ssl.SSLContext | None:
-    """A server context from the configured files (raises ssl.SSLError or OSError)."""
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
-        return None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    _load(context, settings)
-    return context
-
-
-def _load(context: ssl.SSLContext, settings: ApiSettings) -> None:
-    assert settings.tls_cert_file is not None and settings.tls_key_file is not None
-    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
-    if settings.tls_client_ca_file is not None:
-        context.load_verify_locations(cafile=str(settings.tls_client_ca_file))
-        context.verify_mode = ssl.CERT_REQUIRED
 
 
 class _OverCap(asyncio.Protocol):
@@ -115,7 +98,7 @@ class HttpListener:
         self.settings = settings
         self.cap = connection_cap(settings)
         self.refused = 0
-        self.tls = server_tls_context(settings)
+        self.tls = tls.server_context(settings)
         self.server: asyncio.Server | None = None
         self.connected = 0
         self.pending: set[_Counted] = set()
@@ -147,8 +130,8 @@ class HttpListener:
         if self.tls is None:
             return False
         try:
-            server_tls_context(self.settings)  # all or nothing: try on a fresh context first
-            _load(self.tls, self.settings)
+            tls.server_context(self.settings)  # all or nothing: try on a fresh context first
+            tls.load_server_files(self.tls, self.settings)
         except (OSError, ssl.SSLError) as error:
             log.error("TLS files not reloaded (the old ones stay in use): %s", error,
                       extra={"action": "tls_reload_failed"})

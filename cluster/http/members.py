@@ -5,7 +5,7 @@ A change begins with a `BeginMemberChange` through the log (cluster/membership/b
 second one while another is in progress is refused on every replica alike (409
 `membership_change_in_progress`). The request then waits, up to `?wait_s=` (default 30 s, at
 most `bounds.MEMBER_WAIT_S_MAX`), for the leader to drive the change to its end
-(cluster/membership/driver.py): 201 (added) or 200 (removed) once its configuration entry is
+(cluster/consensus/memberdriver.py): 201 (added) or 200 (removed) once its configuration entry is
 committed; 409 `membership_change_aborted` when it was cancelled (a node that did not catch up
 in time); 202 with the change still in progress when the wait ran out. DELETE of a node whose
 addition is still catching up cancels that addition.
@@ -22,6 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.consensus.proposer import ProposalFailed, TooLarge
+from raftcron.cluster.consensus.replica import RaftNode
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     HttpError,
@@ -36,8 +38,6 @@ from raftcron.cluster.http.common import (
 from raftcron.cluster.membership import book as member_book
 from raftcron.cluster.membership import raftconfig
 from raftcron.cluster.membership.book import Ended, Member, MemberCommand
-from raftcron.cluster.proposer import ProposalFailed, TooLarge
-from raftcron.cluster.replica import RaftNode
 from raftcron.scheduler.errors import Invalid, Ok, Rejected
 
 POLL_S = 0.05

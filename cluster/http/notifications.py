@@ -3,7 +3,7 @@
 Admin only, every one of them (the `manage` grant, so each call is in the audit trail): a
 notification's url may carry a receiver's token in its query, and its events say what goes
 wrong in the cluster. The secret is never answered back, on any route; it is replicated
-state (in every member's snapshots and in backups). Delivery is `cluster/notifier.py`'s.
+state (in every member's snapshots and in backups). Delivery is `cluster/ops/notifier.py`'s.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from raftcron.cluster import metrics
+from raftcron.cluster.consensus.replica import AUDIT_PREFIX, RaftNode
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     CALLER,
@@ -27,7 +27,7 @@ from raftcron.cluster.http.common import (
     services,
 )
 from raftcron.cluster.http.members import membership_view
-from raftcron.cluster.replica import AUDIT_PREFIX, RaftNode
+from raftcron.cluster.ops import metrics
 from raftcron.scheduler import views
 from raftcron.scheduler.commands import Barrier
 from raftcron.scheduler.gate import RELEASE_LEVEL
@@ -196,7 +196,7 @@ def _audit_view(request: web.Request, audit_id: str) -> dict[str, Any]:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    # wall_ms: the peers read this node's clock here (cluster/clockpoll.py); open, as the
+    # wall_ms: the peers read this node's clock here (cluster/clock/clockpoll.py); open, as the
     # Date header of every answer already is.
     return json_response(
         {

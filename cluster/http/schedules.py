@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from raftcron.cluster.clock.ticker import wall_ms
 from raftcron.cluster.http import bounds
 from raftcron.cluster.http.common import (
     HttpError,
@@ -23,7 +24,6 @@ from raftcron.cluster.http.common import (
     services,
     take_request_id,
 )
-from raftcron.cluster.ticker import wall_ms
 from raftcron.scheduler import limits, views
 from raftcron.scheduler.calendar import At
 from raftcron.scheduler.commands import (

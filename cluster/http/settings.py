@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from raftcron.cluster.clients.peerhttp import PeerDialer
 from raftcron.cluster.http.common import (
     HttpError,
     commit,
@@ -33,7 +34,6 @@ from raftcron.cluster.http.common import (
     take_request_id,
 )
 from raftcron.cluster.http.members import membership_view
-from raftcron.cluster.peerhttp import PeerDialer
 from raftcron.scheduler import views
 from raftcron.scheduler.gate import RELEASE_LEVEL, Finalize, PutSettings
 from raftcron.scheduler.settings import SECTIONS, parse_section

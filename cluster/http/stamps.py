@@ -12,7 +12,7 @@ Why this keeps replicated time honest: the Tick names the leader, and the state 
 only from the leader of the last committed BeginLeadership (scheduler/commands.py `Tick`), so a
 stamp from a deposed leader moves nothing. A stamp that reaches the log late only carries an
 earlier time, never a later one than the leader decided: time stays within what the majority's
-clocks allowed (cluster/ticker.py `decide`).
+clocks allowed (cluster/clock/ticker.py `decide`).
 
 A follower that cannot get a stamp (no leader known, the leader too slow, an older release
 without this route) claims unstamped, as before, and does not ask again for a second, so a cut
@@ -28,8 +28,8 @@ from collections.abc import Callable
 import aiohttp
 from aiohttp import web
 
+from raftcron.cluster.clients.peerhttp import PeerDialer
 from raftcron.cluster.http.common import HttpError, json_response, requires, services
-from raftcron.cluster.peerhttp import PeerDialer
 from raftcron.scheduler.commands import Tick
 from raftcron.scheduler.errors import Invalid
 

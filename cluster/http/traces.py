@@ -1,5 +1,5 @@
-"""The API's side of traces (cluster/tracing.py): the client's `traceparent` header, the server
-spans of a request, and the `complete` spans of acks in their jobs' traces.
+"""The API's side of traces (cluster/telemetry/tracing.py): the client's `traceparent` header, the
+server spans of a request, and the `complete` spans of acks in their jobs' traces.
 
 The header's trace context is recorded with the jobs a submit creates (their `traceparent`,
 unless the body gives one) once the cluster is finalized: before, the previous release would
@@ -16,8 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from raftcron.cluster import tracing
 from raftcron.cluster.http.common import services
+from raftcron.cluster.telemetry import tracing
 from raftcron.scheduler import parse, views
 from raftcron.scheduler.errors import Invalid
 from raftcron.scheduler.specs import JobSpec

@@ -12,8 +12,8 @@ node counts (the leader replicates to it as a learner first, below), no removal 
 itself (`driver` hands leadership over first), the configuration read back from the node's own
 snapshot and log at start (storage hooks, rule 5), and a snapshot's voters as of its own index.
 
-Everything here touches PySyncObj's name-mangled internals; `cluster.raftpatch` refuses to run
-on any source other than the reviewed one (its hashes list what this module relies on). The
+Everything here touches PySyncObj's name-mangled internals; `cluster.consensus.raftpatch` refuses to
+run on any source other than the reviewed one (its hashes list what this module relies on). The
 calls that change something run on the Raft thread (`RaftNode.on_raft_thread`); the reads are
 single dict or set reads, safe from another thread under the GIL.
 
@@ -71,7 +71,7 @@ def may_change_configuration(sync: SyncObj) -> bool:
 
 def listens(sync: SyncObj) -> bool:
     """Whether this node has a Raft listener: a node started without peers binds none
-    (cluster/raftguard.py, rule 1), so no other node can ever reach it."""
+    (cluster/consensus/raftguard.py, rule 1), so no other node can ever reach it."""
     return getattr(sync._SyncObj__transport, "_server", None) is not None
 
 

@@ -1,4 +1,4 @@
-"""Which members this node reaches over Raft: `raftcron_member_reachable` (cluster/metrics.py),
+"""Which members this node reaches over Raft: `raftcron_member_reachable` (cluster/ops/metrics.py),
 what the "member down" and "quorum at risk" alerts read (deploy/monitoring/alerts.yml).
 
 The rule it owns: a member is reachable while PySyncObj's transport holds a connection to it,

@@ -54,9 +54,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from raftcron.cluster.clients import tls
+from raftcron.cluster.clients.peerhttp import PeerDialer
 from raftcron.cluster.config import NodeConfig, Peer, split_address
-from raftcron.cluster.http.listener import server_tls_context
-from raftcron.cluster.peerhttp import PeerDialer
 from raftcron.cluster.storage.datadir import LEGACY_NAMES, MARK_NAME, holds_storage
 
 log = logging.getLogger("raftcron.startmode")
@@ -241,7 +241,7 @@ class _DecidingServer:
         host, port = split_address(config.http_address)
         self.server = http.server.ThreadingHTTPServer((host.strip("[]"), port), Handler)
         self.server.daemon_threads = True
-        context = server_tls_context(config.api)
+        context = tls.server_context(config.api)
         if context is not None:  # the handshake in the request's thread, under its timeout,
             # not in accept(), where a peer that says nothing would hold up every other one
             self.server.socket = context.wrap_socket(self.server.socket, server_side=True,

@@ -38,8 +38,8 @@ built with plain file names keep the library's own storage. What the hooks do fo
    not a member (`RaftStorage.may_vote`: a joining node until it is added, a removed one).
    Either stops being one once its log holds every committed entry (see `_learner_step`).
 
-Guard: `cluster.raftpatch` checks the library's source against reviewed hashes, which cover the
-functions relied on here; `install()` runs with it.
+Guard: `cluster.consensus.raftpatch` checks the library's source against reviewed hashes, which
+cover the functions relied on here; `install()` runs with it.
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ def is_installed() -> bool:
 
 
 def install() -> None:
-    """Idempotent. Called by `cluster.raftpatch.install`, after its source review."""
+    """Idempotent. Called by `cluster.consensus.raftpatch.install`, after its source review."""
     targets: list[tuple[Any, dict[str, Callable[..., Any]]]] = [
         (SyncObj, _PATCHES_OF_SYNCOBJ), (syncobj_module, _PATCHES_OF_MODULE)]
     for owner, patches in targets:

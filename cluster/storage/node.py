@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raftcron.cluster.histogram import Histogram
 from raftcron.cluster.storage import configlog
 from raftcron.cluster.storage.datadir import DataDir, open_data_dir
 from raftcron.cluster.storage.disk import Disk, OsDisk
@@ -36,6 +35,7 @@ from raftcron.cluster.storage.raftlog import (
 )
 from raftcron.cluster.storage.snapshots import SnapshotSource, SnapshotStore
 from raftcron.cluster.storage.syncworker import SyncWorker
+from raftcron.cluster.telemetry.histogram import Histogram
 
 log = logging.getLogger("raftcron.storage")
 

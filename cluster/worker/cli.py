@@ -19,7 +19,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftcron.cluster import logs, tls, tracing
+from raftcron.cluster.clients import tls
+from raftcron.cluster.telemetry import logs, tracing
 from raftcron.cluster.worker.runtime import Worker
 from raftcron.cluster.worker.tasks import default_registry
 from raftcron.scheduler import limits

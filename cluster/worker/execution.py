@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
 
-from raftcron.cluster import tracing
-from raftcron.cluster.clientparts import ApiError, Unavailable
+from raftcron.cluster.clients.clientparts import ApiError, Unavailable
+from raftcron.cluster.telemetry import tracing
 from raftcron.cluster.worker.acks import AckBuffer, failure_ack, success_ack
 from raftcron.cluster.worker.acks import exception_text as describe
 from raftcron.cluster.worker.context import JobContext

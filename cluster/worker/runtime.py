@@ -30,9 +30,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftcron.cluster import tls, tracing
-from raftcron.cluster.asyncclient import AsyncClient
-from raftcron.cluster.clientparts import ApiError, Unavailable, new_request_id, normalize_urls
+from raftcron.cluster.clients import tls
+from raftcron.cluster.clients.asyncclient import AsyncClient
+from raftcron.cluster.clients.clientparts import (
+    ApiError,
+    Unavailable,
+    new_request_id,
+    normalize_urls,
+)
+from raftcron.cluster.telemetry import tracing
 from raftcron.cluster.worker.acks import AckBuffer, AckWire, failure_ack
 from raftcron.cluster.worker.execution import WORKER_STOPPING, Execution, eager
 from raftcron.cluster.worker.httptask import HTTP_TASK, HostAllowList, http_task

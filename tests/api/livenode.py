@@ -139,7 +139,8 @@ class LiveNode:
         config.write_text(self._config_text())
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "raftcron.cluster.cli", "node", "--config", str(config)],
+                [sys.executable, "-m", "raftcron.cluster.commandline", "node", "--config",
+                 str(config)],
                 cwd=REPO,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

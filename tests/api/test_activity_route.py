@@ -1,5 +1,6 @@
-"""`GET /v1/activity` on a live node: the samples the dashboard's charts draw (cluster/activity.py)
-have the documented shape, show the jobs a queue ran and the claims this node served, and
+"""`GET /v1/activity` on a live node: the samples the dashboard's charts draw
+(cluster/ops/activity.py) have the documented shape, show the jobs a queue ran and the claims this
+node served, and
 `since_ms` is validated and answers only what is newer."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import activity
+from raftcron.cluster.ops import activity
 
 from .apidoc import assert_documented
 from .livenode import LiveNode, wait_until

@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+from raftcron.cluster.consensus.replica import StateMachine
 from raftcron.cluster.http.common import SERVICES
 from raftcron.cluster.http.ops import readyz
-from raftcron.cluster.replica import StateMachine
 from raftcron.scheduler.commands import Tick
 from raftcron.scheduler.state import SchedulerState
 

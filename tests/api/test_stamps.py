@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from raftcron.cluster.clients.peerhttp import PeerDialer
 from raftcron.cluster.http import stamps
 from raftcron.cluster.http.common import SERVICES, HttpError, RouteHandler
-from raftcron.cluster.peerhttp import PeerDialer
 from raftcron.scheduler.commands import Tick
 
 PEER = {"Authorization": "Bearer peer-credential"}

@@ -1,5 +1,5 @@
-"""A backup's archive as a file (cluster/archive/copies.py, cluster/backup.py): a copy made while
-the archive is written is the archive whole; a damaged archive, one of another schema, or one
+"""A backup's archive as a file (cluster/archive/copies.py, cluster/ops/backup.py): a copy made
+while the archive is written is the archive whole; a damaged archive, one of another schema, or one
 of another backup is refused by the check and by a restore, which then leaves the data dir
 empty; a restore keeps the jobs that left the state up to the snapshot's index, and a restore
 that fails while writing leaves nothing behind."""
@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from archives import backup_file, job, make_archive, node_config
 
-from raftcron.cluster import backup
 from raftcron.cluster.archive.copies import (
     COPY_NAME,
     ArchiveCopier,
@@ -24,6 +23,7 @@ from raftcron.cluster.archive.copies import (
     remove_leftovers,
 )
 from raftcron.cluster.archive.store import ARCHIVE_NAME, ArchiveError, ArchiveStore, Row
+from raftcron.cluster.ops import backup
 from raftcron.cluster.storage.raftlog import RaftLog
 from raftcron.cluster.storage.snapshots import SNAPSHOT_NAME
 from raftcron.scheduler.snapshot import digest, restore

@@ -23,7 +23,7 @@ from raftcron.cluster.archive.fill import (
 from raftcron.cluster.archive.node import NodeArchive
 from raftcron.cluster.archive.store import ArchiveStore, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
-from raftcron.cluster.peerhttp import PeerDialer
+from raftcron.cluster.clients.peerhttp import PeerDialer
 from raftcron.scheduler.commands import Ack
 from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.views import job_view

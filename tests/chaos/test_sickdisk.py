@@ -8,8 +8,8 @@ The smoke (processes tier) runs `raftcron chaos run --scenario sickdisk --minute
 of every disk fault on powerfs mounts, about a minute. It asserts that every safety checker
 passes and that each fault was injected and bit (powerfs counted stalled fsyncs and errors).
 The leader-election bound is the product's contract (DESIGN.md §9.3), asserted too: before
-PreVote and the sync thread (cluster/prevote.py, cluster/storage/syncworker.py) a follower's
-stall cost one election or more, a leader's two.
+PreVote and the sync thread (cluster/consensus/prevote.py, cluster/storage/syncworker.py) a
+follower's stall cost one election or more, a leader's two.
 """
 
 from __future__ import annotations

@@ -556,8 +556,9 @@ def test_a_nominal_fire_and_a_trigger_run_beside_client_keys() -> None:
 
 
 def test_claims_right_after_a_leader_change_lease_from_the_new_leaders_time() -> None:
-    """lease-from-stale-time, fixed in cluster/ticker.py: [BeginLeadership, Tick] is one entry,
-    so a claim after it counts its lease from the new leader's clock (tier 1 checks the log)."""
+    """lease-from-stale-time, fixed in cluster/clock/ticker.py: [BeginLeadership, Tick] is one
+    entry, so a claim after it counts its lease from the new leader's clock (tier 1 checks the
+    log)."""
     driver = Driver(now_ms=T0)
     driver.submit()
     driver.apply(BeginLeadership(T0 + 60_000, "n2", 2))  # the old leader's last Tick was T0

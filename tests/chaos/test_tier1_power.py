@@ -42,7 +42,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 # not the log); acknowledged requests are lost on seeds 4 and 5 (the replicas' states miss
 # them; 11 of seeds 0-30 show it). The seeds move whenever the runs change: the clocks of
 # DESIGN.md §8.2 moved them (4, 8 then), so did the early election after a leader's connection
-# drops (0, 1), its order after a connection comes back (cluster/leaderloss.py), PreVote
+# drops (0, 1), its order after a connection comes back (cluster/consensus/leaderloss.py), PreVote
 # with the slow syncs tier 1 draws since the sync thread (1 and 2 before), and a follower
 # sending only the last of the acks one sync releases (cluster/storage/hooks.py: 4 and 12
 # before, r43-r44 on 4).
@@ -54,8 +54,8 @@ OS_LOSES_ACKNOWLEDGED = {
 # With the follower's acks sent before its entries are durable (and fsync on), seed 7 forks
 # the applied log (entries every replica applied, replaced): 11 of 0-59 since PreVote and the
 # slow syncs (4, 7, 12, 14, 24, 37, 43, 50, 53, 57, 58); 7, 8, 38 and 59 since the ordered
-# elections after a reconnection (cluster/leaderloss.py); 20 before them; 54, 59 and 128 of
-# 0-139 before the early election.
+# elections after a reconnection (cluster/consensus/leaderloss.py); 20 before them; 54, 59 and 128
+# of 0-139 before the early election.
 EARLY_ACKS_LOSE_ACKNOWLEDGED = (7,)
 
 

@@ -1,4 +1,5 @@
-"""Tier 1: the real replica (cluster.replica.StateMachine in PySyncObj) under simulated faults.
+"""Tier 1: the real replica (cluster.consensus.replica.StateMachine in PySyncObj) under simulated
+faults.
 
 Each seed runs chaos.tier1's workload (tickers on skewed clocks proposing [BeginLeadership,
 Tick] as one entry on a new term, clients and workers that start before the first Tick and
@@ -51,9 +52,9 @@ from raftcron.chaos.tier1 import (
     leadership_entry,
     run_seed,
 )
-from raftcron.cluster import ticker as product_ticker
-from raftcron.cluster.clocks import ClockBook, TickBound, TickDecision
-from raftcron.cluster.replica import StateMachine
+from raftcron.cluster.clock import ticker as product_ticker
+from raftcron.cluster.clock.clocks import ClockBook, TickBound, TickDecision
+from raftcron.cluster.consensus.replica import StateMachine
 from raftcron.scheduler.commands import (
     Barrier,
     BeginLeadership,
@@ -83,7 +84,8 @@ REGRESSION_SEEDS: dict[int, str] = {
     0: "reproduced requests-before-first-tick before its fix: claims r1..r3 applied at time 0 "
        "were forgotten by the first Tick",
     7: "reproduced lease-from-stale-time before its fix: the probe re-ran 40 ms after its "
-       "claim (cluster/ticker.py proposed BeginLeadership alone, a claim came before the Tick)",
+       "claim (cluster/clock/ticker.py proposed BeginLeadership alone, a claim came before the "
+       "Tick)",
     32: "reproduced lease-from-stale-time before its fix, on synced clocks: the probe re-ran "
         "0.78 s into a 3 s lease",
     1: "failed with backfill-refires-forgotten put back (kept-1s@1800000006000 fired twice) "
@@ -104,8 +106,8 @@ COMES_BACK_SEEDS: dict[str, int] = {
     # lease-from-stale-time: since every leader ticks the majority's time (DESIGN.md §8.2), a
     # lease granted before a new leader's first Tick is no longer cut short by a clock gap, and
     # no seed of 0-59 shows it put back; tests/chaos/test_tier0_model.py guards it.
-    # 8 until the early election (cluster/leaderloss.py), 1 until the Ticks followed the
-    # majority's clocks, 5 until PreVote (cluster/prevote.py; 1, 2 and 16 of 0-16 since)
+    # 8 until the early election (cluster/consensus/leaderloss.py), 1 until the Ticks followed the
+    # majority's clocks, 5 until PreVote (cluster/consensus/prevote.py; 1, 2 and 16 of 0-16 since)
     "backfill-refires-forgotten": 1,
     # a leader 10 days ahead (and steps, drift, a node a day behind); 56 before leaderloss.py
     "unbounded-tick": 52,
@@ -207,7 +209,8 @@ def test_a_bug_in_apply_fails_the_seed_instead_of_ending_the_test_process(
     assert result.problems[0].startswith("error: ReplicaBug('exit 70: bug while applying")
 
 
-# -- the simulated ticker is cluster/ticker.py's ------------------------------------------------
+# -- the simulated ticker is cluster/clock/ticker.py's
+# ------------------------------------------------
 
 
 class FakeProposer:
@@ -228,7 +231,8 @@ def test_the_simulated_ticker_proposes_what_cluster_ticker_proposes(
 ) -> None:
     """Drive the product's Ticker._step with a fake node and proposer: a new term's first
     entry is leadership_entry's (the function chaos.tier1 runs), then a Tick; later only
-    Ticks, each at the time cluster/clocks.py's decide_tick allows (chaos.tier1 asks it too)."""
+    Ticks, each at the time cluster/clock/clocks.py's decide_tick allows (chaos.tier1 asks it
+    too)."""
     monkeypatch.setattr(product_ticker, "wall_ms", lambda: 1_800_000_000_000)
     state = SchedulerState()
     machine = StateMachine()

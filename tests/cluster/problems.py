@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from raftcron.cluster import raftpatch
+from raftcron.cluster.consensus import raftpatch
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 TRUNCATION_WARNING = raftpatch.TRUNCATION_ALARM

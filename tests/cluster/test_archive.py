@@ -224,7 +224,7 @@ def test_one_search_finds_live_and_archived_jobs_by_payload_field_each_once(
         assert [job["id"] for job in live_only] == ids[:8:-1]
     connect = ",".join(node.url for node in cluster.nodes)
     listed = subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "jobs", "list", "--payload",
+        [sys.executable, "-m", "raftcron.cluster.commandline", "jobs", "list", "--payload",
          "customer.id=2", "--created-from", "0", "--task", "invoice", "--archived",
          "--connect", connect], capture_output=True, text=True, timeout=60, check=False)
     assert listed.returncode == 0, listed.stderr

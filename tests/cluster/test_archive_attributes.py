@@ -75,7 +75,7 @@ def test_evicted_jobs_are_found_by_a_declared_path_without_a_range_on_every_memb
 
     connect = ",".join(node.url for node in cluster.nodes)
     declared = subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "settings", "search-attributes",
+        [sys.executable, "-m", "raftcron.cluster.commandline", "settings", "search-attributes",
          "region", "customer.id", "--connect", connect],
         capture_output=True, text=True, timeout=60, check=False)
     assert declared.returncode == 0, declared.stderr

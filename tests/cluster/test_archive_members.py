@@ -120,7 +120,7 @@ def test_a_purge_removes_live_and_archived_jobs_on_every_member_and_a_fill_never
     gone = ids[1::3]  # customer 1: three archived, one still live
     connect = ",".join(node.url for node in cluster.nodes)
     purged = subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "jobs", "purge", "--payload",
+        [sys.executable, "-m", "raftcron.cluster.commandline", "jobs", "purge", "--payload",
          "customer.id=1", "--created-from", "0", "--yes", "--connect", connect,
          *(["--api-token", admin] if admin else [])],
         capture_output=True, text=True, timeout=60, check=False)

@@ -15,9 +15,10 @@ import pytest
 from drains import drain, keep_succeeded
 from test_archive import job_on, search, submit, wait_archived
 
-from raftcron.cluster import backup, cli
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
+from raftcron.cluster.commandline import main as cli
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.ops import backup
 from raftcron.cluster.storage.snapshots import SNAPSHOT_NAME
 
 

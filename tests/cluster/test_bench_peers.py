@@ -12,7 +12,7 @@ from typing import Any
 import peerfolder
 import pytest
 
-from raftcron.cluster.cli import main
+from raftcron.cluster.commandline.main import main
 from raftcron.cluster.dev.bench import peerreport, peerrun, peers, run
 
 BULLMQ = peers.PEERS[0]

@@ -45,7 +45,7 @@ def processes_marked(mark: str) -> dict[int, str]:
 def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
     mark = f"bench-quick-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     finished = subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--quick", "--json",
+        [sys.executable, "-m", "raftcron.cluster.commandline", "bench", "--quick", "--json",
          "--only", MEASURES],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -83,7 +83,7 @@ def test_a_short_soak_reports_a_record_per_interval_and_the_end_figures() -> Non
     reports, never its speed."""
     mark = f"bench-soak-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     finished = subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--json", "--only", "soak",
+        [sys.executable, "-m", "raftcron.cluster.commandline", "bench", "--json", "--only", "soak",
          "--minutes", "0.3", "--rate", "1000", "--budget-bytes", "4000000", "--report-s", "6"],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -122,7 +122,7 @@ def test_a_short_soak_reports_a_record_per_interval_and_the_end_figures() -> Non
 
 def test_an_unknown_measure_is_refused_by_name() -> None:
     finished = subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--only", "claim,nope"],
+        [sys.executable, "-m", "raftcron.cluster.commandline", "bench", "--only", "claim,nope"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -143,7 +143,7 @@ def test_an_unknown_measure_is_refused_by_name() -> None:
 )
 def test_soak_flags_that_contradict_each_other_are_refused(flags: list[str], said: str) -> None:
     finished = subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "bench", "--only", "soak", *flags],
+        [sys.executable, "-m", "raftcron.cluster.commandline", "bench", "--only", "soak", *flags],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

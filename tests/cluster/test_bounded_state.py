@@ -145,7 +145,7 @@ def test_the_cli_shows_and_changes_the_settings_and_says_plainly_when_the_state_
     connect = ",".join(node.url for node in cluster.nodes)
 
     def cli(*words: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "raftcron.cluster.cli", *words,
+        return subprocess.run([sys.executable, "-m", "raftcron.cluster.commandline", *words,
                                "--connect", connect], capture_output=True, text=True,
                               timeout=60, check=False)
 

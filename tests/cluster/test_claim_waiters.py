@@ -1,4 +1,4 @@
-"""cluster/waiters.py's ClaimWaiters: a job queued in one queue wakes only that queue's
+"""cluster/consensus/waiters.py's ClaimWaiters: a job queued in one queue wakes only that queue's
 long-polling claims (S9 of the wave-2 audit: every waiter woke for any queue's job)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from raftcron.cluster.waiters import ClaimWaiters
+from raftcron.cluster.consensus.waiters import ClaimWaiters
 
 
 def state_with_ready(**ready: int) -> Any:

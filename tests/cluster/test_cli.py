@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from raftcron.cluster import cli
-from raftcron.cluster.client import AsyncClient
+from raftcron.cluster.clients.client import AsyncClient
+from raftcron.cluster.commandline import main as cli
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 

@@ -1,4 +1,4 @@
-"""cluster/clocks.py: one wrong clock cannot move the cluster's time (DESIGN.md §8.2).
+"""cluster/clock/clocks.py: one wrong clock cannot move the cluster's time (DESIGN.md §8.2).
 
 Pure arithmetic: every wall and monotonic time is an argument, so these run no clock at all.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftcron.cluster.clocks import (
+from raftcron.cluster.clock.clocks import (
     REFERENCE_WAIT_S,
     SAMPLE_FRESH_S,
     ClockBook,

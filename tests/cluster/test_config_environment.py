@@ -29,7 +29,7 @@ class EnvironmentCluster(LocalCluster):
             **{f"RAFTCRON_RAFT_{key.upper()}": str(value) for key, value in self.raft.items()},
         }
         return ["env", *(f"{name}={value}" for name, value in variables.items()),
-                self.python, "-m", "raftcron.cluster.cli", "node"]
+                self.python, "-m", "raftcron.cluster.commandline", "node"]
 
 
 def test_three_nodes_from_the_environment_alone_form_one_cluster(

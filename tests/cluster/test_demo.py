@@ -19,7 +19,7 @@ pytestmark = pytest.mark.processes  # starts processes: make integration
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_the_demo_starts_runs_a_fire_and_stops_cleanly(tmp_path: Path, tls: bool) -> None:
     configs = LocalCluster(tmp_path).configure()  # free ports; nothing started by the harness
-    command = [sys.executable, "-m", "raftcron.cluster.cli", "demo", "--duration", "9"]
+    command = [sys.executable, "-m", "raftcron.cluster.commandline", "demo", "--duration", "9"]
     if tls:
         command.append("--tls")
     for node in configs:

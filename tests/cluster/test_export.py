@@ -1,5 +1,5 @@
-"""`raftcron jobs export` against a real cluster (cluster/exportcli.py): live and archived jobs
-that a search matches, each exactly once with its payload and result, into a file that
+"""`raftcron jobs export` against a real cluster (cluster/commandline/exportcli.py): live and
+archived jobs that a search matches, each exactly once with its payload and result, into a file that
 appears only whole or onto standard output; and through a leader killed and restarted in the
 middle of an export, which goes on from its cursor instead of starting over."""
 
@@ -15,8 +15,8 @@ import pytest
 from conftest import ClusterKeeper
 from drains import drain, wait_archived
 
-from raftcron.cluster import exportcli
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
+from raftcron.cluster.commandline import exportcli
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 pytestmark = pytest.mark.processes
@@ -35,7 +35,7 @@ def submit(cluster: LocalCluster, queue: str, customers: range) -> list[int]:
 def export(cluster: LocalCluster, *words: str) -> subprocess.CompletedProcess[str]:
     connect = ",".join(node.url for node in cluster.nodes)
     return subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "jobs", "export", *words,
+        [sys.executable, "-m", "raftcron.cluster.commandline", "jobs", "export", *words,
          "--connect", connect], capture_output=True, text=True, timeout=120, check=False)
 
 

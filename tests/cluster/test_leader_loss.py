@@ -1,5 +1,5 @@
 """A leader that crashes closes its connections, and a follower that sees its leader's go calls
-an election soon instead of waiting out the election timeout (cluster/leaderloss.py)."""
+an election soon instead of waiting out the election timeout (cluster/consensus/leaderloss.py)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_a_leader_that_led_for_a_while_is_replaced_as_fast(cluster_factory: Any)
     """Two followers send each other nothing while a leader lives, and PySyncObj finds a
     connection timed out only when something is sent on it: after a stable leader's crash
     the first vote request dropped the link it was sent on, and the election waited for a
-    reconnection (0.5-1.1 s, every time). The nodes' keepalives (cluster/leaderloss.py
+    reconnection (0.5-1.1 s, every time). The nodes' keepalives (cluster/consensus/leaderloss.py
     LinkKeeper) keep those links read from."""
     cluster = cluster_factory.open(raft=FAST_RAFT)
     timeout_s = float(FAST_RAFT["connection_timeout_s"])  # type: ignore[arg-type]

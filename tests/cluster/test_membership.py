@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from writes import Writer, assert_every_write_on_every_member
 
-from raftcron.cluster import cli
+from raftcron.cluster.commandline import main as cli
 from raftcron.cluster.dev import joining
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
 

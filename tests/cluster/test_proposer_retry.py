@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import proposer as proposing
+from raftcron.cluster.consensus import proposer as proposing
 from raftcron.scheduler.commands import Barrier
 from raftcron.scheduler.errors import Ok
 

@@ -72,7 +72,7 @@ class MixedCluster(LocalCluster):
         self.extra_args: dict[str, list[str]] = {}
 
     def command(self, node: LocalNode) -> list[str]:
-        args = ["-m", "raftcron.cluster.cli", "node", "--config", str(node.config_path),
+        args = ["-m", "raftcron.cluster.commandline", "node", "--config", str(node.config_path),
                 *self.extra_args.pop(node.node_id, [])]
         if self.release.get(node.node_id, "previous") == "previous":
             return [self.old_python, "-I", "-u", *args]

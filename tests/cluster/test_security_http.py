@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 from hangup import closed_within
 
+from raftcron.cluster.clients.peerhttp import peer_token
 from raftcron.cluster.config import load
 from raftcron.cluster.config import split_address as host_port
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
-from raftcron.cluster.peerhttp import peer_token
 
 IDLE_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 40

@@ -1,6 +1,6 @@
 """The Raft port against someone who reaches it without the password (DESIGN.md §8.3), on real
 nodes on loopback: nothing they send is unpickled, buffered at length, kept open for long or
-able to close the listener (cluster/raftguard.py).
+able to close the listener (cluster/consensus/raftguard.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 from hangup import closed_within
 
-from raftcron.cluster import raftguard
 from raftcron.cluster.config import split_address as host_port
+from raftcron.cluster.consensus import raftguard
 from raftcron.cluster.dev.localcluster import FAST_RAFT, ClusterError, LocalCluster, LocalNode
 
 FLOOD_BYTES = 40 * 1024 * 1024
@@ -179,7 +179,7 @@ ATTACK_ROUNDS = 3
 _LIMITED_NODE = (
     "import resource, sys\n"
     "resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))\n"
-    "from raftcron.cluster.cli import main\n"
+    "from raftcron.cluster.commandline.main import main\n"
     "sys.exit(main())\n"
 )
 

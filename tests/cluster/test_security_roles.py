@@ -13,11 +13,11 @@ from typing import Any, cast
 
 import pytest
 
+from raftcron.cluster.clients.peerhttp import peer_token
 from raftcron.cluster.config import load
 from raftcron.cluster.dev.localcluster import LocalCluster
 from raftcron.cluster.http import app as http_app
 from raftcron.cluster.http.common import Services
-from raftcron.cluster.peerhttp import peer_token
 
 OPEN = None
 GRANTS: dict[tuple[str, str], str | None] = {

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.client import Client, Unavailable
+from raftcron.cluster.clients.client import Client, Unavailable
 from raftcron.cluster.dev.certs import LocalCA
 from raftcron.cluster.dev.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster
 
@@ -34,7 +34,8 @@ def _openssl() -> None:
 
 
 def peers_clocks_read(cluster: LocalCluster, token: str | None = None) -> bool:
-    """Every node has read every peer's clock (cluster/clockpoll.py dials them like a client)."""
+    """Every node has read every peer's clock (cluster/clock/clockpoll.py dials them like a
+    client)."""
     for node in cluster.nodes:
         status, view, _ = cluster.request(node, "GET", "/v1/cluster", token=token)
         if status != 200 or any(m["clock_offset_ms"] is None for m in view["members"]):
@@ -91,7 +92,7 @@ def test_https_with_a_test_ca(cluster_factory: Any, tmp_path: Path) -> None:
                      "every node read its peers' clocks over HTTPS")
     # The CLI verifies too.
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAFTCRON_API_TOKEN": "admin-token-0123"}
-    command = [sys.executable, "-m", "raftcron.cluster.cli", "jobs", "show", str(job["id"]),
+    command = [sys.executable, "-m", "raftcron.cluster.commandline", "jobs", "show", str(job["id"]),
                "--connect", ",".join(urls), "--deadline", "5"]
     ok = subprocess.run([*command, "--ca-file", str(ca.cert)], env=env, capture_output=True,
                         text=True, timeout=60)
@@ -100,7 +101,7 @@ def test_https_with_a_test_ca(cluster_factory: Any, tmp_path: Path) -> None:
     assert refused.returncode != 0 and "certificate" in refused.stderr.lower()
     # `cluster status` asks every member for its own view: over HTTPS too (it once asked
     # http:// and called every member of a TLS cluster unreachable).
-    status_command = [sys.executable, "-m", "raftcron.cluster.cli", "cluster", "status",
+    status_command = [sys.executable, "-m", "raftcron.cluster.commandline", "cluster", "status",
                       "--connect", ",".join(urls), "--ca-file", str(ca.cert)]
     shown = subprocess.run(status_command, env=env, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
@@ -149,7 +150,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(
         job = client.submit("shell", {"argv": ["sh", "-c", "echo over-mtls"]}, queue="mtls")
         log = (tmp_path / "worker.log").open("wb")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "raftcron.cluster.cli", "worker", "--allow-shell",
+            [sys.executable, "-m", "raftcron.cluster.commandline", "worker", "--allow-shell",
              "--connect", ",".join(n.url for n in cluster.nodes), "--queues", "mtls",
              "--name", "mtls-worker", "--ca-file", str(ca.cert),
              "--cert-file", str(worker_cert[0]), "--key-file", str(worker_cert[1])],

@@ -16,7 +16,7 @@ import pytest
 from kubernetes.manifests import IMAGE_ENTRYPOINT, one, rendered
 
 from raftcron.cluster import config as configuration
-from raftcron.cluster.cliparts import DEFAULT_CONNECT
+from raftcron.cluster.commandline.cliparts import DEFAULT_CONNECT
 from raftcron.cluster.worker import cli as worker_cli
 
 from .compose import DOCKERFILE, REPO, raw, services

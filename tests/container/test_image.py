@@ -310,7 +310,7 @@ def test_three_nodes_form_a_cluster_the_worker_runs_a_job_and_a_node_stops_on_si
     # own CLI inside a node's container.
     connect = ",".join(f"http://127.0.0.1:{project.host_ports[node]}" for node in NODES)
     on_host = subprocess.run(
-        [sys.executable, "-m", "raftcron.cluster.cli", "cluster", "status", "--json",
+        [sys.executable, "-m", "raftcron.cluster.commandline", "cluster", "status", "--json",
          "--connect", connect], env={**os.environ, "RAFTCRON_API_TOKEN": admin},
         capture_output=True, text=True, timeout=60, check=False)
     assert on_host.returncode == 0, on_host.stdout + on_host.stderr

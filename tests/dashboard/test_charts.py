@@ -1,6 +1,6 @@
 """The dashboard's activity charts in a real browser (headless Chromium) against a real 3-node
 cluster: jobs run through the API, and the page draws them as jobs per second (all queues, and
-one chart per busy queue) and claim latency, from `GET /v1/activity` (cluster/activity.py).
+one chart per busy queue) and claim latency, from `GET /v1/activity` (cluster/ops/activity.py).
 
 The node samples every few seconds: the tests wait for the samples they need through the API,
 and for the drawing through Playwright's `expect`, each with a deadline, never a fixed sleep.
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import activity
 from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.ops import activity
 
 try:
     from playwright.sync_api import expect

@@ -15,7 +15,7 @@ What stands in for Kubernetes, and why it is honest:
   path, which is that folder here), emptied to lose it, with the `lost+found` a new ext4
   volume holds;
 - the probes: the test asks each pod's address at the probe's port, as the kubelet does;
-- the image's `raftcron` is `python -m raftcron.cluster.cli` of this checkout.
+- the image's `raftcron` is `python -m raftcron.cluster.commandline.main` of this checkout.
 The test itself talks to the pods from a namespace of its own, by address.
 """
 
@@ -79,7 +79,7 @@ class Pods:
         self.processes[ordinal] = subprocess.Popen(
             [*self.net.exec_prefix(SCALED[ordinal]), "env", "-i",
              *(f"{name}={value}" for name, value in environment.items()),
-             sys.executable, "-m", "raftcron.cluster.cli", *spec.command[1:]],
+             sys.executable, "-m", "raftcron.cluster.commandline", *spec.command[1:]],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.folder)
         log.close()
 

@@ -1,4 +1,5 @@
-"""Raft's AppendEntries rules on one real node, with crafted messages (cluster/raftpatch.py).
+"""Raft's AppendEntries rules on one real node, with crafted messages
+(cluster/consensus/raftpatch.py).
 
 A follower n2 gets hand-written appends from n1 and its replies are captured; nothing is
 ticked, so no timer interferes. The leader-side case uses a real elected leader. Cases that
@@ -17,7 +18,7 @@ import pytest
 
 from raftcron.chaos.sim.cluster import SimCluster, SimNode, raft_log
 from raftcron.chaos.sim.machines import KeyLog, payload_of
-from raftcron.cluster import raftpatch
+from raftcron.cluster.consensus import raftpatch
 
 NO_OP = b"\x01"
 MACHINE = KeyLog()

@@ -1,11 +1,11 @@
-"""cluster/leaderloss.py's order: after the leader's connection drops, the remaining members
-stand one after the other by id, so two of them rarely split the vote."""
+"""cluster/consensus/leaderloss.py's order: after the leader's connection drops, the remaining
+members stand one after the other by id, so two of them rarely split the vote."""
 
 from __future__ import annotations
 
 import pytest
 
-from raftcron.cluster.leaderloss import FIRST_S, JITTER_S, STEP_S, election_delay_s
+from raftcron.cluster.consensus.leaderloss import FIRST_S, JITTER_S, STEP_S, election_delay_s
 
 
 def test_the_remaining_members_stand_one_after_the_other_by_id() -> None:
@@ -23,7 +23,7 @@ def test_the_link_keeper_sends_every_other_member_a_keepalive_each_period(
 
     import pysyncobj.syncobj as syncobj_module
 
-    from raftcron.cluster.leaderloss import KEEPALIVE, LinkKeeper
+    from raftcron.cluster.consensus.leaderloss import KEEPALIVE, LinkKeeper
 
     now = [100.0]
     monkeypatch.setattr(syncobj_module, "monotonicTime", lambda: now[0])

@@ -1,5 +1,5 @@
-"""cluster/prevote.py: a member that stalls (its Raft thread in a slow fsync, reading nothing)
-does not depose a healthy leader; a stalled leader is replaced once, and then its stalls
+"""cluster/consensus/prevote.py: a member that stalls (its Raft thread in a slow fsync, reading
+nothing) does not depose a healthy leader; a stalled leader is replaced once, and then its stalls
 disturb nobody; a member stuck at a higher term is let back in; a crashed leader is still
 replaced at once.
 
@@ -18,7 +18,7 @@ import pytest
 
 from raftcron.chaos.sim.cluster import SimCluster, default_conf
 from raftcron.chaos.sim.machines import KeyLog
-from raftcron.cluster import prevote, raftpatch
+from raftcron.cluster.consensus import prevote, raftpatch
 
 MACHINE = KeyLog()
 

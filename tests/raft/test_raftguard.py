@@ -1,5 +1,5 @@
-"""cluster/raftguard.py in isolation: its guard refuses a changed transport, and an accept error
-pauses the listener instead of closing it (the real-node attacks are in
+"""cluster/consensus/raftguard.py in isolation: its guard refuses a changed transport, and an accept
+error pauses the listener instead of closing it (the real-node attacks are in
 tests/cluster/test_security_raft.py)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_server import TcpServer
 
-from raftcron.cluster import raftguard
+from raftcron.cluster.consensus import raftguard
 
 
 @pytest.fixture(autouse=True)
@@ -131,7 +131,7 @@ def test_frames_queued_behind_a_slow_reader_are_appended_in_place_and_arrive_who
 def test_a_connection_still_connecting_after_the_timeout_is_given_up_to_resolve_again() -> None:
     from pysyncobj.tcp_connection import CONNECTION_STATE
 
-    from raftcron.cluster.raftguard import stalled_connects
+    from raftcron.cluster.consensus.raftguard import stalled_connects
 
     states = {"stuck": CONNECTION_STATE.CONNECTING, "young": CONNECTION_STATE.CONNECTING,
               "up": CONNECTION_STATE.CONNECTED, "down": CONNECTION_STATE.DISCONNECTED,

@@ -1,4 +1,5 @@
-"""The guard around cluster/raftpatch.py: the fix only runs on the library it was reviewed for.
+"""The guard around cluster/consensus/raftpatch.py: the fix only runs on the library it was reviewed
+for.
 
 An upgrade of pysyncobj (or an edited copy) must fail here and make install() refuse, so the
 fix gets a new review instead of silently patching code it was not written for; installing
@@ -18,7 +19,7 @@ import pysyncobj.version
 import pytest
 from pysyncobj import SyncObj
 
-from raftcron.cluster import raftpatch
+from raftcron.cluster.consensus import raftpatch
 
 HANDLER = "_SyncObj__onMessageReceived"
 PATCHED = [HANDLER, "_SyncObj__deleteEntriesTo"]

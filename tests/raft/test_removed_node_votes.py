@@ -1,7 +1,7 @@
-"""Rule 6 of cluster/raftpatch.py: a vote request from a node outside the receiver's
+"""Rule 6 of cluster/consensus/raftpatch.py: a vote request from a node outside the receiver's
 configuration (a removed node that never heard of its removal, which the transport still
-connects: cluster/raftguard.py, rule 4) is ignored, so its ever higher terms depose nobody.
-Unpatched 0.3.17 adopts the term and votes (shown too)."""
+connects: cluster/consensus/raftguard.py, rule 4) is ignored, so its ever higher terms depose
+nobody. Unpatched 0.3.17 adopts the term and votes (shown too)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from raftcron.chaos.sim.cluster import SimCluster, SimNode
 from raftcron.chaos.sim.machines import KeyLog
-from raftcron.cluster import raftpatch
+from raftcron.cluster.consensus import raftpatch
 
 MACHINE = KeyLog()
 

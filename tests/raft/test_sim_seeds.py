@@ -22,8 +22,8 @@ from raftcron.chaos.sim.randomized import RaftSeedResult, run_seed
 SEED_COUNT = int(os.environ.get("RAFT_SIM_SEEDS", "500"))
 FIRST_SEED = int(os.environ.get("RAFT_SIM_FIRST_SEED", "0"))
 
-# Seeds that failed during development, and the rule of cluster/raftpatch.py (or the harness
-# fix) that makes them pass. Rule 1/2/3/5 seeds fail when that rule alone is switched off.
+# Seeds that failed during development, and the rule of cluster/consensus/raftpatch.py (or the
+# harness fix) that makes them pass. Rule 1/2/3/5 seeds fail when that rule alone is switched off.
 REGRESSION_SEEDS: dict[int, str] = {
     148: "rule 1: repeated entries deleted, 7 acknowledged writes applied by no replica",
     174: "rule 1: repeated entries deleted, 3 acknowledged writes lost everywhere",

@@ -14,7 +14,7 @@ import pytest
 from raftcron.chaos.sim.checks import ReplicaReport, check_replicas, settle
 from raftcron.chaos.sim.cluster import Proposal, SimCluster, raft_log
 from raftcron.chaos.sim.machines import KeyLog, payload_of
-from raftcron.cluster import raftpatch
+from raftcron.cluster.consensus import raftpatch
 
 MACHINE = KeyLog()
 

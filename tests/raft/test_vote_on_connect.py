@@ -1,5 +1,5 @@
-"""cluster/leaderloss.py: members that could not stand while connected to no one do not all
-stand at once when a connection comes back.
+"""cluster/consensus/leaderloss.py: members that could not stand while connected to no one do not
+all stand at once when a connection comes back.
 
 PySyncObj stands for election only while connected to someone. A member that had just
 restarted is connected to by a member with a greater address only at that one's next
@@ -18,7 +18,7 @@ import pytest
 
 from raftcron.chaos.sim.cluster import SimCluster, default_conf
 from raftcron.chaos.sim.machines import KeyLog
-from raftcron.cluster import raftpatch
+from raftcron.cluster.consensus import raftpatch
 
 MACHINE = KeyLog()
 ELECTION_S = (2.0, 3.0)  # long: a leader sooner than this comes from the early rules alone

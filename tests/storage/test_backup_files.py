@@ -1,4 +1,4 @@
-"""Backup files (cluster/backup.py) without a cluster: what a backup says of itself, and what a
+"""Backup files (cluster/ops/backup.py) without a cluster: what a backup says of itself, and what a
 restore writes and prints, the cluster's name above all (DESIGN.md §8.4: a backup carries its
 cluster identity)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster import backup
+from raftcron.cluster.ops import backup
 from raftcron.cluster.storage import snapshots
 from raftcron.scheduler import snapshot as core_snapshot
 from raftcron.scheduler.state import SchedulerState

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster.metrics import Writer, _storage_metrics
+from raftcron.cluster.ops.metrics import Writer, _storage_metrics
 from raftcron.cluster.storage.disk import OsDisk, OsFile
 from raftcron.cluster.storage.node import RaftStorage
 from raftcron.cluster.storage.raftlog import LogDamaged, SyncFailed

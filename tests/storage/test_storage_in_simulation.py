@@ -99,7 +99,7 @@ def test_with_durability_os_a_power_cut_costs_unsynced_writes_not_the_node() -> 
     seeds: an older segment's tail, a snapshot renamed into place and a compaction that
     deleted segments were left unsynced, so after the cut they were torn or gone while newer
     files were there. Seeds 0, 1, 2, 4 and 5 lose acknowledged writes (15 on seed 1 since the
-    early election of cluster/leaderloss.py; 14 before): the check sees them."""
+    early election of cluster/consensus/leaderloss.py; 14 before): the check sees them."""
     lost = {}
     for seed in range(8):
         report, refused = power_cut_run("os", seed)

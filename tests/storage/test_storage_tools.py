@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from raftcron.cluster import raftpatch
+from raftcron.cluster.consensus import raftpatch
+from raftcron.cluster.consensus.replica import StateMachine, encode_batch
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
-from raftcron.cluster.replica import StateMachine, encode_batch
 from raftcron.cluster.storage.raftlog import segment_name
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import SubmitJobs, Tick
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def storage_cli(*words: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "raftcron.cluster.cli", "storage", *words],
+    return subprocess.run([sys.executable, "-m", "raftcron.cluster.commandline", "storage", *words],
                           cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 T = TypeVar("T")

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import cli as raftcron_cli
-from raftcron.cluster.client import ApiError, AsyncClient, Unavailable, normalize_urls
+from raftcron.cluster.clients.client import ApiError, AsyncClient, Unavailable, normalize_urls
+from raftcron.cluster.commandline import main as raftcron_cli
 from raftcron.cluster.worker import cli
 
 from .fakeapi import FakeApi
@@ -241,7 +241,7 @@ def test_a_users_payload_is_sent_as_json_writes_it_and_a_claim_by_orjson() -> No
     """orjson writes NaN as null; a user's payload goes as json writes it (NaN, which the API
     refuses naming the field), so it never changes on the way. A claim's body (acks whose
     results were checked) goes by orjson, falling back to json for what orjson refuses."""
-    from raftcron.cluster.asyncclient import _decode, _encode
+    from raftcron.cluster.clients.asyncclient import _decode, _encode
 
     assert _encode({"x": float("nan")}, plain=False) == b'{"x":NaN}'
     assert _encode({"acks": [{"id": 1, "result": [1.5, "é"]}]}, plain=True) == \

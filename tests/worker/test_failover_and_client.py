@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.client import ApiError, Client
+from raftcron.cluster.clients.client import ApiError, Client
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 from .conftest import StartWorker, eventually, markers

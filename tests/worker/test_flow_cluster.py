@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster import cli
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
+from raftcron.cluster.commandline import main as cli
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 from .conftest import StartWorker

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import socket
 
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 from .conftest import StartWorker

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
 
 from .conftest import StartWorker
 

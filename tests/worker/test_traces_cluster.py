@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace import TracerProvider
 
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
 from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 
 from .conftest import HERE, REPO_ROOT, eventually
@@ -217,7 +217,7 @@ def test_a_job_submitted_outside_any_trace_has_none_and_runs_in_a_trace_of_its_o
 def test_without_an_endpoint_nothing_imports_opentelemetry(tmp_path: Path) -> None:
     program = (
         "import sys\n"
-        "import raftcron.cluster.node, raftcron.cluster.http.app, raftcron.cluster.client\n"
+        "import raftcron.cluster.node, raftcron.cluster.http.app, raftcron.cluster.clients.client\n"
         "import raftcron.cluster.worker.cli\n"
         "from raftcron.cluster import tracing\n"
         "assert tracing.start_from_environment('raftcron-worker') is False\n"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.clientparts import Unavailable
+from raftcron.cluster.clients.clientparts import Unavailable
 from raftcron.cluster.worker import JobContext, TaskRegistry, UpstreamUnavailable
 from raftcron.cluster.worker.acks import AckBuffer
 from raftcron.cluster.worker.execution import Execution

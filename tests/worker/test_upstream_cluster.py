@@ -4,7 +4,7 @@ past its cap, which the worker reads on demand from a node."""
 
 from __future__ import annotations
 
-from raftcron.cluster.client import Client
+from raftcron.cluster.clients.client import Client
 
 from .conftest import StartWorker
 

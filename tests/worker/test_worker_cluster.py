@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster.client import ApiError, Client
+from raftcron.cluster.clients.client import ApiError, Client
 
 from .conftest import StartWorker, eventually, markers
 

@@ -27,9 +27,9 @@ from raftcron.cluster.archive.fill import ArchiveFiller
 from raftcron.cluster.archive.node import NodeArchive
 from raftcron.cluster.archive.store import ArchiveStore, Row
 from raftcron.cluster.archive.writer import ArchiveWriter
+from raftcron.cluster.clients.peerhttp import PeerDialer
 from raftcron.cluster.http import archive as archive_routes
 from raftcron.cluster.http.common import SERVICES
-from raftcron.cluster.peerhttp import PeerDialer
 from raftcron.scheduler.commands import Ack
 from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.views import job_view

@@ -286,7 +286,7 @@ async def failover(target: Target, *, kills: int) -> dict[str, Any]:
     Each leader killed has led for `LED_S` first, as one in production has: a kill right
     after the last restart measured a cluster whose links between followers were fresh, and
     missed that PySyncObj drops a link idle for its connection timeout only when the first
-    vote request is sent on it (0.5-1.1 s per failover then; cluster/leaderloss.py)."""
+    vote request is sent on it (0.5-1.1 s per failover then; cluster/consensus/leaderloss.py)."""
     cluster = target.cluster
     if cluster is None:
         return {"failover_s": None, "failover_note": "needs a cluster started by the bench"}

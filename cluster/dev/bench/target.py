@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from raftcron.cluster.asyncclient import LEADER_HEADER
+from raftcron.cluster.clients.asyncclient import LEADER_HEADER
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 JSON_HEADERS = {"Content-Type": "application/json"}

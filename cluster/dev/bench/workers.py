@@ -41,7 +41,7 @@ def start_workers(
     command = [
         sys.executable,
         "-m",
-        "raftcron.cluster.cli",
+        "raftcron.cluster.commandline",
         "worker",
         "--connect",
         ",".join(target.urls),
