@@ -76,7 +76,7 @@ def test_nothing_imports_a_room_by_its_top_level_name():
 
 
 @pytest.mark.parametrize("source", ["import cluster.node", "from scheduler import state",
-                                    "from chaos.tier1 import Run"])
+                                    "from chaos.tier1 import SeedRun"])
 def test_the_check_catches_a_top_level_import(source, tmp_path):
     path = tmp_path / "probe.py"
     path.write_text(source + "\n")

@@ -40,7 +40,7 @@ from raftcron.scheduler.state import SchedulerState
 
 
 class AuditRun(SimWorld, Protocol):
-    """What the audit needs of the run beyond the `SimWorld` (the `Run` of chaos.tier1.run
+    """What the audit needs of the run beyond the `SimWorld` (the `SeedRun` of chaos.tier1.run
     implements both; this module does not import it)."""
 
     all_requests: list[Request]
