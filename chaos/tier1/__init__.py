@@ -30,7 +30,7 @@ include power losses (``tests/chaos/test_tier1_power.py``). The modules, each ow
 """
 
 from raftcron.chaos.tier1.checks import (
-    Probe,
+    LeaseProbe,
     Replay,
     audit,
     check_answers,
@@ -50,9 +50,9 @@ from raftcron.cluster.ticker import leadership_entry
 
 __all__ = [
     "WALL0_MS",
+    "LeaseProbe",
     "LogRecorder",
     "Outbox",
-    "Probe",
     "Profile",
     "RecordingCluster",
     "Replay",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from raftcron.chaos.sim.checks import settle
 from raftcron.chaos.sim.cluster import Proposal
-from raftcron.chaos.tier1.checks import Probe, Replay, audit, check_probe, replay
+from raftcron.chaos.tier1.checks import LeaseProbe, Replay, audit, check_probe, replay
 from raftcron.chaos.tier1.clocks import (
     CLOCK_FAULTS_SPREAD_MS,
     SAMPLE_S,
@@ -73,7 +73,7 @@ class SeedRun:
         self.workers = [
             SimWorker(self, f"w{i}", ("default",), honest=False) for i in range(profile.workers)
         ]
-        self.probe = Probe()
+        self.probe = LeaseProbe()
         self.prober = SimWorker(self, "prober", ("probe",), honest=True)
         self.rescuer = SimWorker(self, "rescuer", ("probe",), honest=True)
         self.prober.enabled = self.rescuer.enabled = False
