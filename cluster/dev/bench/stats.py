@@ -13,7 +13,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-class Progress:
+class ProgressLine:
     """One line on stderr, rewritten in place: `drain  41,000/100,000  12,301/s`."""
 
     def __init__(self, name: str, total: int | None = None, *, quiet: bool = False) -> None:

@@ -55,9 +55,9 @@ from typing import Any
 
 from raftcron.cluster.dev.bench.logstores import (
     SEGMENT_BYTES,
-    LoadReport,
     LogStore,
     Meta,
+    OpenReport,
     SegmentStore,
     SqliteStore,
 )
@@ -133,7 +133,7 @@ def make_store(name: str, directory: Path, sizes: Sizes) -> LogStore:
     return SegmentStore(directory, _segment_sync(mode), segment_bytes=sizes.segment_bytes)
 
 
-def open_store(name: str, directory: Path, sizes: Sizes) -> tuple[LogStore, LoadReport]:
+def open_store(name: str, directory: Path, sizes: Sizes) -> tuple[LogStore, OpenReport]:
     kind, mode = name.split("-")
     if kind == "sqlite":
         return SqliteStore.open(directory, mode.upper())
@@ -372,7 +372,7 @@ def measure_maintenance(name: str, root: Path, sizes: Sizes) -> dict[str, Any]:
             store.close()
         figures["bytes_on_disk"] = bytes_on_disk(directory)
 
-        def load(expect: tuple[int, int]) -> tuple[LogStore, LoadReport, float]:
+        def load(expect: tuple[int, int]) -> tuple[LogStore, OpenReport, float]:
             started = time.perf_counter()
             store, report = open_store(name, directory, sizes)
             took = time.perf_counter() - started
