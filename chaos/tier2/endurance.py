@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.nemesis import ADMIN, CHAOS_RAFT, ChaosCluster
 from raftcron.chaos.tier2.plans import READY_TIMEOUT_S, WORKERS, _partition_once, _pause_once
-from raftcron.cluster.dev.localcluster import LocalNode
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 if TYPE_CHECKING:
     from raftcron.chaos.tier2.context import Context

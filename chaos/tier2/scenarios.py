@@ -59,8 +59,8 @@ from raftcron.chaos.tier2.sick_network import SickCluster
 from raftcron.chaos.tier2.storage_faults import STORAGE_RAFT, plan_storage
 from raftcron.cluster import raftpatch
 from raftcron.cluster.config import ClockSettings
-from raftcron.cluster.dev.localcluster import ClusterError
 from raftcron.cluster.dev.loopback import HttpSession
+from raftcron.cluster.dev.nodeprocesses import ClusterError
 
 DRAIN_BOUND_S = 60
 ARCHIVE_FILL_BOUND_S = 60  # for a member that installed a snapshot to fill its archive

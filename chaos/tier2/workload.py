@@ -44,7 +44,7 @@ from raftcron.chaos.tier2.history import History, now_ms
 from raftcron.chaos.tier2.netns import Namespaces
 from raftcron.cluster.asyncclient import AsyncClient
 from raftcron.cluster.clientparts import ApiError, RaftcronError, Unavailable
-from raftcron.cluster.dev.localcluster import REPO_ROOT
+from raftcron.cluster.dev.nodeprocesses import REPO_ROOT
 
 QUEUE = "chaos"
 TASK = "chaos.effect"

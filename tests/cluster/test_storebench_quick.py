@@ -22,7 +22,7 @@ import pytest
 from raftcron.cluster.dev.bench import storebench
 from raftcron.cluster.dev.bench.logstores import Meta, SegmentStore, SqliteStore, StoreDamaged
 from raftcron.cluster.dev.bench.storebench import BATCHES, ENTRY_SIZES, STORES
-from raftcron.cluster.dev.localcluster import REPO_ROOT
+from raftcron.cluster.dev.nodeprocesses import REPO_ROOT
 
 
 def ordered(figures: dict[str, float]) -> bool:

@@ -15,7 +15,8 @@ import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
 from raftcron.cluster import raftpatch
-from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 from raftcron.cluster.replica import StateMachine, encode_batch
 from raftcron.cluster.storage.raftlog import segment_name
 from raftcron.scheduler import codec

@@ -17,7 +17,8 @@ from typing import Any
 
 from raftcron.cluster.dev.bench.stats import ProgressLine
 from raftcron.cluster.dev.bench.target import BenchTarget
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 
 def rss_mb(pid: int) -> float:

@@ -46,7 +46,7 @@ from raftcron.cluster.dev.bench.workers import (
     stop_workers,
     until_waiting,
 )
-from raftcron.cluster.dev.localcluster import ClusterError
+from raftcron.cluster.dev.nodeprocesses import ClusterError
 from raftcron.scheduler.settings import BUDGET_BYTES_MAX, BUDGET_BYTES_MIN
 
 MINUTES_MAX = 24 * 60
