@@ -42,14 +42,13 @@ from typing import Any, TypedDict
 
 from raftcron.cluster.archive.store import ArchiveStore, Row
 from raftcron.cluster.archive.writer import BATCH_JOBS_MAX
-from raftcron.cluster.dev.bench.stats import ProgressLine
-from raftcron.cluster.dev.bench.storebench import (
+from raftcron.cluster.dev.bench.diskinfo import (
     MEMORY_FILESYSTEMS,
     drop_page_cache,
     environment,
     filesystem,
-    latency,
 )
+from raftcron.cluster.dev.bench.stats import ProgressLine, latency
 from raftcron.scheduler import limits
 from raftcron.scheduler.commands import Ack
 from raftcron.scheduler.driver import Driver

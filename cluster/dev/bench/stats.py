@@ -1,4 +1,4 @@
-"""Percentiles and a progress line, for the benchmark's measures."""
+"""Percentiles, latency figures and a progress line, for the benchmark's measures."""
 
 from __future__ import annotations
 
@@ -11,6 +11,15 @@ def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
     return ordered[index]
+
+
+def latency(seconds: list[float]) -> dict[str, float]:
+    """p50, p99 and max of durations in seconds, in milliseconds."""
+    return {
+        "p50_ms": percentile(seconds, 0.50) * 1e3,
+        "p99_ms": percentile(seconds, 0.99) * 1e3,
+        "max_ms": max(seconds) * 1e3,
+    }
 
 
 class ProgressLine:
