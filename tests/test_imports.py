@@ -76,7 +76,7 @@ def test_nothing_imports_a_room_by_its_top_level_name():
 
 
 @pytest.mark.parametrize("source", ["import cluster.node", "from scheduler import state",
-                                    "from chaos.tier1 import Run"])
+                                    "from chaos.tier1 import SeedRun"])
 def test_the_check_catches_a_top_level_import(source, tmp_path):
     path = tmp_path / "probe.py"
     path.write_text(source + "\n")
@@ -314,19 +314,18 @@ def test_the_seam_check_catches_a_reach_past_it(source, tmp_path):
     assert reaches_past_the_seam(path) == [1]
 
 
-PRODUCT_LINES_MAX = 600
+MODULE_LINES_MAX = 600
 
 
-def test_no_product_module_is_over_600_lines() -> None:
-    """A module a newcomer must read whole stays readable (the tools in cluster/dev and the
-    proof in chaos/ are not the product)."""
-    product = {
-        name: path for name, path in modules().items()
-        if not name.startswith(("raftcron.chaos", "raftcron.cluster.dev"))
-    }
-    assert len(product) > 100, sorted(product)  # the walk found the product
-    long = {name: lines for name, path in product.items()
-            if (lines := len(path.read_text().splitlines())) > PRODUCT_LINES_MAX}
+def test_no_module_is_over_600_lines() -> None:
+    """A module a newcomer must read whole stays readable: the product's, and the tools' in
+    cluster/dev and the proof's in chaos/ too (they are read to trust a figure or a verdict)."""
+    found = modules()
+    assert any(name.startswith("raftcron.cluster.dev.") for name in found), sorted(found)
+    assert any(name.startswith("raftcron.chaos.") for name in found), sorted(found)
+    assert len(found) > 200, sorted(found)  # the walk found the product and its tools
+    long = {name: lines for name, path in found.items()
+            if (lines := len(path.read_text().splitlines())) > MODULE_LINES_MAX}
     assert not long, long
 
 

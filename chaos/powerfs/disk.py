@@ -35,7 +35,7 @@ FDS_MAX = 256
 IS_ROOT = os.geteuid() == 0
 
 
-class Disk:
+class BackingDisk:
     """BACKING_DIR and the durable view of one inode table."""
 
     def __init__(self, root: str, table: InodeTable) -> None:

@@ -14,7 +14,7 @@ import os
 import random
 from typing import Any
 
-from raftcron.chaos.powerfs.disk import Disk
+from raftcron.chaos.powerfs.disk import BackingDisk
 from raftcron.chaos.powerfs.tree import STASH_INO, InodeTable, Kind
 
 
@@ -25,7 +25,7 @@ def choose_torn_prefix(write_bytes: int, *, seed: int, path: str) -> int:
     return random.Random(f"powerfs-torn:{seed}:{path}").randint(1, write_bytes - 1)
 
 
-def tear_last_writes(table: InodeTable, disk: Disk, *, seed: int) -> list[dict[str, Any]]:
+def tear_last_writes(table: InodeTable, disk: BackingDisk, *, seed: int) -> list[dict[str, Any]]:
     """Put a prefix of each file's last unsynced write on disk; returns what was torn."""
     torn = []
     for node in list(table.inodes.values()):

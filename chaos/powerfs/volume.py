@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
-from raftcron.chaos.powerfs.disk import STASH_NAME, Disk
+from raftcron.chaos.powerfs.disk import STASH_NAME, BackingDisk
 from raftcron.chaos.powerfs.pages import PAGE_BYTES
 from raftcron.chaos.powerfs.power import pending_changes, tear_last_writes
 from raftcron.chaos.powerfs.tree import ROOT_INO, Inode, InodeTable, Kind
@@ -64,7 +64,7 @@ class Handle:
 
 
 class Volume:
-    """The mount's live view over a Disk, with handles, generations and power cuts."""
+    """The mount's live view over a BackingDisk, with handles, generations and power cuts."""
 
     def __init__(self, backing: str, *, dirty_bytes_max: int = DIRTY_BYTES_MAX_DEFAULT) -> None:
         self.lock = threading.Lock()
@@ -75,7 +75,7 @@ class Volume:
         self.next_fh = 1
         self.dirty_bytes_bound = 0  # grows with writes; recounted exactly when it looks full
         self.table = InodeTable()
-        self.disk = Disk(backing, self.table)
+        self.disk = BackingDisk(backing, self.table)
         self.disk.load()
 
     # -- lookups -----------------------------------------------------------------------------
@@ -417,7 +417,7 @@ class Volume:
         self.handles.clear()
         self.dirty_bytes_bound = 0
         self.table = InodeTable(first_ino=self.table.next_ino)
-        self.disk = Disk(self.disk.root, self.table)
+        self.disk = BackingDisk(self.disk.root, self.table)
         self.disk.load()
         return report
 

@@ -34,10 +34,9 @@ from raftcron.chaos.sim.clock import FakeClock, simulated_pysyncobj
 from raftcron.chaos.sim.disk import PowerCut, SimDisk
 from raftcron.chaos.sim.network import LinkFaults, SimNetwork, SimTransport
 from raftcron.cluster.consensus import prevote, raftpatch
+from raftcron.cluster.membership.raftconfig import Callback
 from raftcron.cluster.storage.hooks import storage_of
 from raftcron.cluster.storage.raftlog import StorageError
-
-Callback = Callable[[Any, int], None]
 
 
 class SimNode(Node):  # type: ignore[misc]  # pysyncobj is untyped

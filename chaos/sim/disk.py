@@ -64,16 +64,16 @@ class _Inode:
         self.synced()
 
 
-Change = list[tuple[str, "_Inode | None"]]  # names set (or removed: None) atomically
+NameChanges = list[tuple[str, "_Inode | None"]]  # names set (or removed: None) atomically
 
 
 @dataclass
 class _Folder:
     live: dict[str, _Inode] = field(default_factory=dict)
     durable: dict[str, _Inode] = field(default_factory=dict)
-    pending: list[Change] = field(default_factory=list)
+    pending: list[NameChanges] = field(default_factory=list)
 
-    def change(self, changes: Change) -> None:
+    def change(self, changes: NameChanges) -> None:
         for name, inode in changes:
             if inode is None:
                 self.live.pop(name, None)

@@ -17,8 +17,9 @@ from typing import Protocol
 import pysyncobj.syncobj as syncobj_module
 from pysyncobj import SyncObj, SyncObjConsumer, replicated
 
-from raftcron.chaos.sim.cluster import Callback, NodeSpec
+from raftcron.chaos.sim.cluster import NodeSpec
 from raftcron.cluster.consensus import raftpatch
+from raftcron.cluster.membership.raftconfig import Callback
 from raftcron.cluster.storage.node import RaftStorage
 
 DATA_DIR = "/data"  # every node's data dir, on its own SimDisk

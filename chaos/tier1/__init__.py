@@ -24,13 +24,13 @@ include power losses (``tests/chaos/test_tier1_power.py``). The modules, each ow
   replica's digest; every answer came from the log; acknowledged submits and acks stand;
   invariants; one job per fire time and every unfired time counted; no stale ack accepted;
   the dead worker's job re-ran within its bound and not before its lease could end.
-* ``run``: ``Run``, the two phases (safety under faults; then liveness: healed, a probe job
+* ``run``: ``SeedRun``, the two phases (safety under faults; then liveness: healed, a probe job
   whose worker dies holding its lease, schedules paused, the store drained), ``run_seed``
   and the command line.
 """
 
 from raftcron.chaos.tier1.checks import (
-    Probe,
+    LeaseProbe,
     Replay,
     audit,
     check_answers,
@@ -44,23 +44,23 @@ from raftcron.chaos.tier1.checks import (
 from raftcron.chaos.tier1.faults import Profile, SimNemesis
 from raftcron.chaos.tier1.machine import LogRecorder, RecordingCluster, ReplicaBug, ReplicaMachine
 from raftcron.chaos.tier1.requests import Outbox, Request
-from raftcron.chaos.tier1.run import WALL0_MS, Run, SeedResult, main, run_seed
+from raftcron.chaos.tier1.run import WALL0_MS, SeedResult, SeedRun, main, run_seed
 from raftcron.chaos.tier1.workload import SimClient, SimTicker, SimWorker
 from raftcron.cluster.clock.ticker import leadership_entry
 
 __all__ = [
     "WALL0_MS",
+    "LeaseProbe",
     "LogRecorder",
     "Outbox",
-    "Probe",
     "Profile",
     "RecordingCluster",
     "Replay",
     "ReplicaBug",
     "ReplicaMachine",
     "Request",
-    "Run",
     "SeedResult",
+    "SeedRun",
     "SimClient",
     "SimNemesis",
     "SimTicker",

@@ -40,14 +40,14 @@ from raftcron.scheduler.state import SchedulerState
 
 
 class AuditRun(SimWorld, Protocol):
-    """What the audit needs of the run beyond the `SimWorld` (the `Run` of chaos.tier1.run
+    """What the audit needs of the run beyond the `SimWorld` (the `SeedRun` of chaos.tier1.run
     implements both; this module does not import it)."""
 
     all_requests: list[Request]
 
 
 @dataclass
-class Probe:
+class LeaseProbe:
     """The liveness phase's lease probe: its worker dies holding the job's lease."""
 
     job_id: int | None = None
@@ -120,7 +120,7 @@ def audit(run: AuditRun, folded: Replay) -> list[str]:
     return problems
 
 
-def check_probe(probe: Probe, profile: Profile, tick_s: float) -> list[str]:
+def check_probe(probe: LeaseProbe, profile: Profile, tick_s: float) -> list[str]:
     """A job whose worker died is claimed again within its lease, one tick, one poll and a
     second; plus, if leadership moved meanwhile, the new leader's grace (one lease), the
     clock spread and an election; plus however long the state's clock stood still. And not

@@ -48,7 +48,7 @@ class PausedNodes(Protocol):
 
 class ClockRun(SimWorld, Protocol):
     """What the clock faults, the sampler and the checker need of the run beyond the
-    `SimWorld` (the `Run` of chaos.tier1.run implements both; this module does not import
+    `SimWorld` (the `SeedRun` of chaos.tier1.run implements both; this module does not import
     it)."""
 
     @property

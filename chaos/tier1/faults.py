@@ -37,7 +37,7 @@ class Crashable(Protocol):
 
 
 class NemesisRun(SimWorld, Protocol):
-    """What the nemesis needs of the run beyond the `SimWorld` (the `Run` of chaos.tier1.run
+    """What the nemesis needs of the run beyond the `SimWorld` (the `SeedRun` of chaos.tier1.run
     implements both; this module does not import it)."""
 
     seed: int

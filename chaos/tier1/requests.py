@@ -24,7 +24,7 @@ from raftcron.scheduler.errors import Rejected, Result
 
 
 class OutboxRun(SimWorld, Protocol):
-    """What the outbox needs of the run beyond the `SimWorld` (the `Run` of chaos.tier1.run
+    """What the outbox needs of the run beyond the `SimWorld` (the `SeedRun` of chaos.tier1.run
     implements both; this module does not import it)."""
 
     def pick_node(self) -> str | None: ...

@@ -1,6 +1,6 @@
 """One tier-1 seed from start to verdict, and the command line.
 
-Owns ``Run`` (the cluster, the actors and the timeline of one seed: `step` advances everything
+Owns ``SeedRun`` (the cluster, the actors and the timeline of one seed: `step` advances everything
 by one simulated step), the two phases (safety: faults, clients, dishonest workers; then
 liveness: healed, a probe job whose worker dies holding its lease, schedules paused, the store
 drained), ``run_seed`` (deterministic: the same seed gives the same trace digest and result)
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from raftcron.chaos.sim.checks import settle
 from raftcron.chaos.sim.cluster import Proposal
-from raftcron.chaos.tier1.checks import Probe, Replay, audit, check_probe, replay
+from raftcron.chaos.tier1.checks import LeaseProbe, Replay, audit, check_probe, replay
 from raftcron.chaos.tier1.clocks import (
     CLOCK_FAULTS_SPREAD_MS,
     SAMPLE_S,
@@ -50,7 +50,7 @@ from raftcron.scheduler.state import SchedulerState
 WALL0_MS = 1_800_000_000_000  # every node's wall clock at the start, before its offset
 
 
-class Run:
+class SeedRun:
     """One seed's cluster, workload and history; `step` advances all of it by one tick."""
 
     def __init__(self, seed: int, cluster: RecordingCluster, machine: ReplicaMachine,
@@ -73,7 +73,7 @@ class Run:
         self.workers = [
             SimWorker(self, f"w{i}", ("default",), honest=False) for i in range(profile.workers)
         ]
-        self.probe = Probe()
+        self.probe = LeaseProbe()
         self.prober = SimWorker(self, "prober", ("probe",), honest=True)
         self.rescuer = SimWorker(self, "rescuer", ("probe",), honest=True)
         self.prober.enabled = self.rescuer.enabled = False
@@ -225,7 +225,7 @@ def run_seed(seed: int, *, patched: bool = True, durability: str | None = None) 
         )
         cluster.recorder = LogRecorder()
         with replica_bugs_raise() as bug_log, cluster:
-            run = Run(seed, cluster, machine, profile, rng)
+            run = SeedRun(seed, cluster, machine, profile, rng)
             cluster.background = run.tick_all
             try:
                 problems = _phases(run)
@@ -245,7 +245,7 @@ def run_seed(seed: int, *, patched: bool = True, durability: str | None = None) 
         gc.collect()
 
 
-def _phases(run: Run) -> list[str]:
+def _phases(run: SeedRun) -> list[str]:
     # The clients and workers start with the cluster: before a leader, before its first Tick.
     schedules = run.client.put_schedules()
     if not run.run_until(lambda: all(r.acknowledged() for r in schedules), 12.0):
@@ -280,7 +280,7 @@ def _phases(run: Run) -> list[str]:
     return _liveness(run)
 
 
-def _liveness(run: Run) -> list[str]:
+def _liveness(run: SeedRun) -> list[str]:
     problems: list[str] = []
     for worker in run.workers:
         worker.honest, worker.dead_until_s = True, min(worker.dead_until_s, run.now_s + 1.0)
@@ -334,7 +334,7 @@ def _liveness(run: Run) -> list[str]:
     return problems
 
 
-def _stall_s(run: Run) -> float:
+def _stall_s(run: SeedRun) -> float:
     """Time stands still while the leader's clock is behind the state's: max(state, clock)."""
     leader, state = run.cluster.leader(), run.leader_state()
     if leader is None or state is None:
@@ -342,12 +342,12 @@ def _stall_s(run: Run) -> float:
     return max(0, state.now_ms - run.wall_ms(leader)) / 1000
 
 
-def _leaderships(run: Run) -> int:
+def _leaderships(run: SeedRun) -> int:
     state = run.leader_state()
     return 0 if state is None or state.leader is None else state.leader[1]
 
 
-def stats(run: Run, folded: Replay) -> dict[str, int]:
+def stats(run: SeedRun, folded: Replay) -> dict[str, int]:
     """What the seed exercised, for the report: a run that exercised nothing proves nothing."""
     answers = [r.acknowledged() for r in run.all_requests]
     state = run.leader_state() or SchedulerState()

@@ -56,7 +56,7 @@ from raftcron.scheduler.specs import JobSpec, WorkflowSpec
 
 class WorkloadRun(SimWorld, Protocol):
     """What the clients, tickers and workers need of the run beyond the `SimWorld` (the
-    `Run` of chaos.tier1.run implements both; this module does not import it)."""
+    `SeedRun` of chaos.tier1.run implements both; this module does not import it)."""
 
     phase: str  # start | safety | liveness
     tick_s: float

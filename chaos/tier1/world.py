@@ -1,4 +1,4 @@
-"""`SimWorld`: what every part of a tier-1 run reads of the run (the `Run` of chaos.tier1.run):
+"""`SimWorld`: what every part of a tier-1 run reads of the run (the `SeedRun` of chaos.tier1.run):
 its simulated time, cluster and replicas, its RNG, notes, problems and timers.
 
 The parts (the outbox, the clocks, the nemesis, the audit, the workload) each extend it with

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.nemesis import Nemesis
 from raftcron.chaos.tier2.netns import Namespaces
-from raftcron.cluster.dev.localcluster import ClusterError
+from raftcron.cluster.dev.nodeprocesses import ClusterError
 
 
 class Context:

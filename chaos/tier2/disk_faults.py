@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 from raftcron.chaos.powerfs.harness import PowerFS
 from raftcron.chaos.tier2.nemesis import Nemesis, wait_until
 from raftcron.chaos.tier2.power_faults import PowerCluster
-from raftcron.cluster.dev.localcluster import ClusterError, LocalNode
 from raftcron.cluster.dev.loopback import http_request
+from raftcron.cluster.dev.nodeprocesses import ClusterError, LocalNode
 
 if TYPE_CHECKING:
     from raftcron.chaos.tier2.context import Context

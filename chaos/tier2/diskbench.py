@@ -36,8 +36,8 @@ from raftcron.chaos.tier2.disk_faults import readiness
 from raftcron.chaos.tier2.nemesis import ADMIN, SUBMIT, TOKENS, wait_until
 from raftcron.chaos.tier2.power_faults import PowerDisks
 from raftcron.cluster.clients.client import Client
-from raftcron.cluster.dev.localcluster import LocalNode
 from raftcron.cluster.dev.loopback import http_request
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 PHASES = ("healthy", "leader fsync slow", "healthy again", "follower fsync slow",
           "leader fsync EIO")

@@ -17,9 +17,9 @@ What it owns:
   kills and cuts) one at a time until the deadline, except that node kills are spaced: one
   node at a time, in turn, `KILLS_PER_RUN` times in the run, so every node keeps a process
   long enough for its series to say something (a node killed every minute never shows a
-  leak). The workload (chaos/tier2/workload.py) submits and runs jobs all along; the
-  scenario's small retention bounds the jobs kept within the warm-up. The rest of the state
-  grows by design under a sustained load: each request id is kept an hour and each
+  leak). The workload (chaos/tier2/clientload.py and workload.py) submits and runs jobs all
+  along; the scenario's small retention bounds the jobs kept within the warm-up. The rest of
+  the state grows by design under a sustained load: each request id is kept an hour and each
   idempotency key a day (scheduler/limits.py), about 5 KB a second here; the budget is set
   above what an hour of that takes, so nothing is refused, and the checker judges each node's
   memory beyond its state.
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.nemesis import ADMIN, CHAOS_RAFT, ChaosCluster
 from raftcron.chaos.tier2.plans import READY_TIMEOUT_S, WORKERS, _partition_once, _pause_once
-from raftcron.cluster.dev.localcluster import LocalNode
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 if TYPE_CHECKING:
     from raftcron.chaos.tier2.context import Context

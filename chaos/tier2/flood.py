@@ -34,8 +34,9 @@ import time
 from typing import Any
 
 from raftcron.chaos.tier2.checkers import FINAL
+from raftcron.chaos.tier2.clientload import LoopThread
 from raftcron.chaos.tier2.history import History
-from raftcron.chaos.tier2.workload import QUEUE, LoopThread
+from raftcron.chaos.tier2.workload import QUEUE
 from raftcron.cluster.clients.asyncclient import AsyncClient
 from raftcron.cluster.clients.clientparts import ApiError, RaftcronError, new_request_id
 

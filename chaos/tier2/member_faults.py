@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from raftcron.chaos.tier2.nemesis import ADMIN, ChaosCluster
-from raftcron.cluster.dev.localcluster import LocalNode
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 if TYPE_CHECKING:
     from raftcron.chaos.tier2.context import Context

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.nemesis import ADMIN, ChaosCluster, Nemesis, wait_until
 from raftcron.chaos.tier2.storage_faults import _alive, _compact_and_wait_for_writer
-from raftcron.cluster.dev.localcluster import LocalNode
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 if TYPE_CHECKING:
     from raftcron.chaos.tier2.context import Context

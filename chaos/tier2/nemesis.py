@@ -26,7 +26,8 @@ from typing import Any
 
 from raftcron.chaos.tier2.history import History
 from raftcron.chaos.tier2.netns import Namespaces, Relay, pick_ports
-from raftcron.cluster.dev.localcluster import ClusterError, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import ClusterError, LocalNode
 from raftcron.cluster.dev.tomlwrite import toml_value
 
 # The per-node clock offset: a `sitecustomize` module the harness writes into the run folder

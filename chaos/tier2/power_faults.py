@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any
 from raftcron.chaos.powerfs.harness import PowerFS
 from raftcron.chaos.tier2.nemesis import ChaosCluster, Nemesis, wait_until
 from raftcron.chaos.tier2.storage_faults import _compact_and_wait_for_writer, kill_main
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
 from raftcron.cluster.dev.loopback import http_request
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 if TYPE_CHECKING:
     from raftcron.chaos.tier2.context import Context

@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from raftcron.chaos.tier2 import checkers, workload
+from raftcron.chaos.tier2 import checkers, clientload, workload
 from raftcron.chaos.tier2.context import Context
 from raftcron.chaos.tier2.disk_faults import plan_sickdisk
 from raftcron.chaos.tier2.endurance import ENDURANCE_RAFT, endurance_settings, plan_endurance
@@ -59,8 +59,8 @@ from raftcron.chaos.tier2.sick_network import SickCluster
 from raftcron.chaos.tier2.storage_faults import STORAGE_RAFT, plan_storage
 from raftcron.cluster.config import ClockSettings
 from raftcron.cluster.consensus import raftpatch
-from raftcron.cluster.dev.localcluster import ClusterError
 from raftcron.cluster.dev.loopback import HttpSession
+from raftcron.cluster.dev.nodeprocesses import ClusterError
 
 DRAIN_BOUND_S = 60
 ARCHIVE_FILL_BOUND_S = 60  # for a member that installed a snapshot to fill its archive
@@ -210,7 +210,7 @@ def run_scenario(
     net = Namespaces(hosts) if kind == "netns" else Relay()
     cluster: ChaosCluster | None = None
     pool: workload.WorkerPool | None = None
-    client: workload.ClientLoad | None = None
+    client: clientload.ClientLoad | None = None
     flood: Flood | None = None
     try:
         if isinstance(net, Namespaces):
@@ -235,7 +235,7 @@ def run_scenario(
         pool = workload.WorkerPool(WORKERS, cluster.urls, folder / "workers", sink, net, history)
         for name in WORKERS:
             pool.start(name)
-        client = workload.ClientLoad(
+        client = clientload.ClientLoad(
             {node.url: node.node_id for node in cluster.known_nodes()}, history, sink, seed,
             workflow_every_s=scenario.workflow_every_s,
         )

@@ -43,7 +43,7 @@ from typing import Any
 from raftcron.chaos.tier2.checkers.network import SICK_FAULTS
 from raftcron.chaos.tier2.nemesis import ChaosCluster, Nemesis
 from raftcron.chaos.tier2.netns import Namespaces, Relay, _Pipe, run
-from raftcron.cluster.dev.localcluster import LocalNode
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 HELD_BYTES_MAX = 256 * 1024  # per direction of a connection: then the sender is pushed back
 RTO_MS = 200.0  # Linux's minimum retransmission timeout: what a loss costs on a short path

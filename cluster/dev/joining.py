@@ -10,8 +10,9 @@ the product never does.
 
 from __future__ import annotations
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
 from raftcron.cluster.dev.loopback import free_ports
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 
 def join_node(cluster: LocalCluster, node_id: str, *, peers: list[LocalNode] | None = None,

@@ -31,6 +31,8 @@ from typing import Any
 from pysyncobj import SyncObj
 from pysyncobj.node import TCPNode
 
+# How PySyncObj answers a replicated call: `callback(result, error)`, error a FAIL_REASON
+# (SUCCESS is 0). The simulation (chaos/sim) proposes through the same signature.
 Callback = Callable[[Any, int], None]
 
 

@@ -39,8 +39,8 @@ import pytest
 import raftcron.chaos.tier1.workload
 from raftcron.chaos.model import OPEN_PRODUCT_BUGS
 from raftcron.chaos.tier1 import (
+    LeaseProbe,
     LogRecorder,
-    Probe,
     Profile,
     Request,
     SeedResult,
@@ -415,7 +415,7 @@ def test_a_fork_and_a_gap_in_the_applied_log_are_reported() -> None:
 
 def test_a_job_rerun_later_than_its_bound_is_reported() -> None:
     profile = dataclasses.replace(Profile.draw(random.Random(0)), lease_ms=2_000)
-    probe = Probe(job_id=1, token=1, died_s=10.0, rerun_s=12.5)
+    probe = LeaseProbe(job_id=1, token=1, died_s=10.0, rerun_s=12.5)
     assert check_probe(probe, profile, tick_s=0.1) == []
     late = dataclasses.replace(probe, rerun_s=14.0)
     assert check_probe(late, profile, tick_s=0.1) == [

@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 ROUNDS_MAX = 200
 

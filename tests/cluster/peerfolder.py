@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench.peers import PEERS, Peer
+from raftcron.cluster.dev.bench.peers import PEERS, PeerDrain
 
 PROGRAM = r'''
 import json, os, sys, time
@@ -98,7 +98,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def peers(redis_port: int, pg_port: int, needs: tuple[str, ...] = ()) -> tuple[Peer, ...]:
+def peers(redis_port: int, pg_port: int, needs: tuple[str, ...] = ()) -> tuple[PeerDrain, ...]:
     """The real peers, their servers on ports of the test's and needing `needs` installed
     (nothing by default, so no test depends on this machine's redis or PostgreSQL)."""
     servers = {}

@@ -19,7 +19,8 @@ import pytest
 from conftest import ClusterKeeper
 from drains import drain, job_on, keep_succeeded, wait_archived
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 from raftcron.cluster.http import bounds
 
 pytestmark = pytest.mark.processes

@@ -17,7 +17,8 @@ from test_archive import submit
 
 from raftcron.cluster.archive.fill import LOCAL_HEADER
 from raftcron.cluster.dev import joining
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 pytestmark = pytest.mark.processes
 

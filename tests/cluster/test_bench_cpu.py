@@ -20,8 +20,8 @@ def test_a_process_cpu_time_is_read_from_proc_and_grows_as_it_works() -> None:
 
 
 def reading(leader: str | None, n1: float, n2: float, n3: float, worker: float,
-            pids: tuple[int, int, int] = (11, 12, 13)) -> cpu.Reading:
-    return cpu.Reading(leader, {"n1": (pids[0], n1), "n2": (pids[1], n2), "n3": (pids[2], n3)},
+            pids: tuple[int, int, int] = (11, 12, 13)) -> cpu.CpuReading:
+    return cpu.CpuReading(leader, {"n1": (pids[0], n1), "n2": (pids[1], n2), "n3": (pids[2], n3)},
                        {99: worker}, bench_s=0.0)
 
 

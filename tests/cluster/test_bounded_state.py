@@ -14,7 +14,8 @@ import pytest
 from conftest import ClusterKeeper
 from drains import drain
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 pytestmark = pytest.mark.processes
 

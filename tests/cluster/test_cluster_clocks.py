@@ -18,7 +18,8 @@ import pytest
 from problems import cluster_problems
 
 from raftcron.chaos.tier2.nemesis import CLOCK_HOOK
-from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 DAY_MS = 86_400_000
 FAST_NODE = "n1"

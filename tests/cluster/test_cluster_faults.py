@@ -15,7 +15,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 # -- a paused leader --------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-"""The harness itself (cluster/dev/localcluster.py): the configs it writes are valid node configs,
-its checks can fail (a traceback through our code is found, a crash is noticed), and `close`
-leaves no process behind, paused ones included."""
+"""The harness itself (cluster/dev/localcluster.py, its processes in nodeprocesses.py): the
+configs it writes are valid node configs, its checks can fail (a traceback through our code is
+found, a crash is noticed), and `close` leaves no process behind, paused ones included."""
 
 from __future__ import annotations
 
@@ -15,12 +15,7 @@ from typing import Any
 import pytest
 
 from raftcron.cluster import config as configuration
-from raftcron.cluster.dev.localcluster import (
-    FAST_RAFT,
-    REPO_ROOT,
-    LocalCluster,
-    LocalNode,
-)
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 from raftcron.cluster.dev.loopback import (
     RESERVATIONS,
     _ephemeral_range,
@@ -29,6 +24,7 @@ from raftcron.cluster.dev.loopback import (
     release_ports,
 )
 from raftcron.cluster.dev.nodelogs import thread_stacks, tracebacks
+from raftcron.cluster.dev.nodeprocesses import REPO_ROOT, LocalNode
 
 
 def test_written_configs_load_as_node_configs_with_every_option(tmp_path: Path) -> None:

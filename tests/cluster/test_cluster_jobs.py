@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 BODY_BYTES_MAX = 8 * 1024 * 1024
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 pytestmark = pytest.mark.processes
 

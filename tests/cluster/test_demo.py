@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import REPO_ROOT, LocalCluster
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import REPO_ROOT
 
 pytestmark = pytest.mark.processes  # starts processes: make integration
 

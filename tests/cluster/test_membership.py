@@ -21,7 +21,8 @@ from writes import Writer, assert_every_write_on_every_member
 
 from raftcron.cluster.commandline import main as cli
 from raftcron.cluster.dev import joining
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 pytestmark = pytest.mark.processes
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 pytestmark = pytest.mark.processes  # starts nodes: make integration
 

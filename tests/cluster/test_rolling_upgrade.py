@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 from writes import Writer, assert_every_write_on_every_member
 
-from raftcron.cluster.dev.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import REPO_ROOT, LocalNode
 from raftcron.scheduler.gate import RELEASE_LEVEL
 from raftcron.scheduler.settings import Budget
 

@@ -20,7 +20,8 @@ from hangup import closed_within
 
 from raftcron.cluster.config import split_address as host_port
 from raftcron.cluster.consensus import raftguard
-from raftcron.cluster.dev.localcluster import FAST_RAFT, ClusterError, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import ClusterError, LocalNode
 
 FLOOD_BYTES = 40 * 1024 * 1024
 PROBE_COMMITS_MIN = 20  # commits measured while the flood goes on

@@ -21,7 +21,8 @@ import pytest
 
 from raftcron.cluster.clients.client import Client, Unavailable
 from raftcron.cluster.dev.certs import LocalCA
-from raftcron.cluster.dev.localcluster import FAST_RAFT, REPO_ROOT, LocalCluster
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import REPO_ROOT
 
 
 @pytest.fixture(autouse=True, scope="module")

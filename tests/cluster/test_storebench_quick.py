@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.bench import storebench
+from raftcron.cluster.dev.bench import storereport
 from raftcron.cluster.dev.bench.logstores import Meta, SegmentStore, SqliteStore, StoreDamaged
 from raftcron.cluster.dev.bench.storebench import BATCHES, ENTRY_SIZES, STORES
-from raftcron.cluster.dev.localcluster import REPO_ROOT
+from raftcron.cluster.dev.nodeprocesses import REPO_ROOT
 
 
 def ordered(figures: dict[str, float]) -> bool:
@@ -87,7 +87,7 @@ def test_the_quick_store_bench_reports_every_figure(quick_figures: dict[str, Any
 
 
 def test_the_text_report_has_every_table(quick_figures: dict[str, Any]) -> None:
-    text = storebench.render(quick_figures)
+    text = storereport.render(quick_figures)
     for title in ("fdatasync after a 4 KB write", "append (", "sqlite-full ÷", "maintenance on"):
         assert title in text, title
     assert text.count("| 64 KB | 256 |") == len(STORES) + 1  # + its ratio row

@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 CHROMIUM = os.environ.get("RAFTCRON_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [

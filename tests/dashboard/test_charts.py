@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 from raftcron.cluster.ops import activity
 
 try:

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 try:
     from playwright.sync_api import expect

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 from .kit import declared_families, is_exported, used_metric_names
 

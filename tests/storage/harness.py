@@ -19,12 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raftcron.cluster.dev.localcluster import (
-    FAST_RAFT,
-    LocalCluster,
-    LocalNode,
-)
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
 from raftcron.cluster.dev.loopback import Response, http_request
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 T = TypeVar("T")
 ADMIN_TOKEN = "storage-test-admin-token"

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import ClusterError, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import ClusterError, LocalNode
 
 from .harness import (
     ADMIN_TOKEN,

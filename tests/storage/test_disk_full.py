@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 TMPFS_BYTES = 3 << 20
 FILLER_BYTES = 1 << 20

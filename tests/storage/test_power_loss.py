@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 from .harness import Lab, api, poll, submit_keyed
 from .powered import (

@@ -38,8 +38,9 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
 from raftcron.cluster.dev.loopback import Response
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 from .harness import ADMIN_TOKEN, Lab, api, poll
 from .powered import (

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 from .harness import Lab, api, job_problems, poll, ready
 from .powered import powered_cluster

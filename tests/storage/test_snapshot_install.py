@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import time
 
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 from .harness import ADMIN_TOKEN, Lab, api, kill_main_pid, poll, ready
 

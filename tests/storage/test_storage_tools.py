@@ -16,7 +16,8 @@ from pysyncobj import SyncObj, SyncObjConf
 
 from raftcron.cluster.consensus import raftpatch
 from raftcron.cluster.consensus.replica import StateMachine, encode_batch
-from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster, LocalNode
+from raftcron.cluster.dev.localcluster import FAST_RAFT, LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 from raftcron.cluster.storage.raftlog import segment_name
 from raftcron.scheduler import codec
 from raftcron.scheduler.commands import SubmitJobs, Tick

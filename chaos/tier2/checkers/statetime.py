@@ -3,10 +3,10 @@ time is ever ahead of the harness's clock by more than `max_skew_ms`.
 
 The harness runs on the nodes' machine with an honest clock, and the clock nemesis skews at
 most a minority at once, so the harness's clock is the majority's. The monitor records every
-reading of a node's state time that was ahead of it (`state_time` events, chaos/tier2/workload.py);
-a reading is taken before its event's `t`, so lateness of the monitor only makes it look
-further behind. Behind is not judged here: during downtime the state's time stands still
-(coverage and misfires are the firing checker's).
+reading of a node's state time that was ahead of it (`state_time` events,
+chaos/tier2/clientload.py); a reading is taken before its event's `t`, so lateness of the
+monitor only makes it look further behind. Behind is not judged here: during downtime the
+state's time stands still (coverage and misfires are the firing checker's).
 """
 
 from __future__ import annotations

@@ -42,14 +42,13 @@ from typing import Any, TypedDict
 
 from raftcron.cluster.archive.store import ArchiveStore, Row
 from raftcron.cluster.archive.writer import BATCH_JOBS_MAX
-from raftcron.cluster.dev.bench.stats import Progress
-from raftcron.cluster.dev.bench.storebench import (
+from raftcron.cluster.dev.bench.diskinfo import (
     MEMORY_FILESYSTEMS,
     drop_page_cache,
     environment,
     filesystem,
-    latency,
 )
+from raftcron.cluster.dev.bench.stats import ProgressLine, latency
 from raftcron.scheduler import limits
 from raftcron.scheduler.commands import Ack
 from raftcron.scheduler.driver import Driver
@@ -97,7 +96,7 @@ def rows(first: int, count: int, base: dict[str, Any], payload: Callable[[int], 
 def fill(store: ArchiveStore, count: int, base: dict[str, Any], payload: Callable[[int], Any],
          spacing_ms: float, name: str) -> dict[str, float]:
     """`count` rows in the writer's batches: rows/s overall and of the commits alone."""
-    progress = Progress(name, count)
+    progress = ProgressLine(name, count)
     started = time.perf_counter()
     writing_s = 0.0
     for first in range(1, count + 1, BATCH_JOBS_MAX):
@@ -255,13 +254,13 @@ def measure(*, rows: int, size_rows: int, rows_per_day: int = ROWS_PER_DAY,
         shutil.rmtree(root, ignore_errors=True)
 
 
-class Sizes(TypedDict):
+class ArchiveSizes(TypedDict):
     rows: int
     size_rows: int
     rows_per_day: int
 
 
-def sizes(*, quick: bool, rows: int | None = None, size_rows: int | None = None) -> Sizes:
+def sizes(*, quick: bool, rows: int | None = None, size_rows: int | None = None) -> ArchiveSizes:
     """`measure`'s sizes: the defaults, or `--quick`'s, or what was given."""
     return {"rows": rows or (QUICK["rows"] if quick else ROWS_DEFAULT),
             "size_rows": size_rows or (QUICK["size_rows"] if quick else SIZE_ROWS_DEFAULT),

@@ -29,22 +29,22 @@ def cpu_s(pid: int) -> float | None:
 
 
 @dataclass(frozen=True)
-class Reading:
+class CpuReading:
     leader: str | None
     nodes: dict[str, tuple[int, float]]  # node id -> (pid, CPU seconds)
     workers: dict[int, float]  # pid -> CPU seconds
     bench_s: float
 
     @staticmethod
-    def take(leader: str | None, nodes: dict[str, int], workers: list[int]) -> Reading:
+    def take(leader: str | None, nodes: dict[str, int], workers: list[int]) -> CpuReading:
         read_nodes = {node: (pid, seconds) for node, pid in nodes.items()
                       if (seconds := cpu_s(pid)) is not None}
         read_workers = {pid: seconds for pid in workers if (seconds := cpu_s(pid)) is not None}
         times = os.times()
-        return Reading(leader, read_nodes, read_workers, times.user + times.system)
+        return CpuReading(leader, read_nodes, read_workers, times.user + times.system)
 
 
-def per_job(before: Reading, after: Reading, jobs: int) -> dict[str, Any]:
+def per_job(before: CpuReading, after: CpuReading, jobs: int) -> dict[str, Any]:
     """Microseconds of CPU per succeeded job: the leader, each follower, the workers together,
     the bench, and all of them; or a note saying why the roles cannot be told apart."""
     if jobs <= 0:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-Entry = tuple[int, int, bytes]  # (index, term, data)
+StoreEntry = tuple[int, int, bytes]  # (index, term, data)
 
 ENTRY_HEAD = struct.Struct("<QQ")  # index, term: what the CRC covers before the data
 SEGMENT_MAGIC = b"RCSEGLOG"
@@ -67,7 +67,7 @@ class Meta:
 
 
 @dataclass
-class LoadReport:
+class OpenReport:
     """What `open` read: every entry of the log, each checksum checked."""
 
     first_index: int
@@ -82,7 +82,7 @@ class LogStore(Protocol):
     directory: Path
     last_index: int
 
-    def append(self, entries: Sequence[Entry]) -> None: ...
+    def append(self, entries: Sequence[StoreEntry]) -> None: ...
     def set_meta(self, meta: Meta) -> None: ...
     def truncate_from(self, index: int) -> None: ...
     def compact_before(self, index: int) -> None: ...
@@ -144,7 +144,7 @@ class SqliteStore:
             raise
         self.db.execute("COMMIT")  # with synchronous=FULL: the WAL is synced before this returns
 
-    def append(self, entries: Sequence[Entry]) -> None:
+    def append(self, entries: Sequence[StoreEntry]) -> None:
         if entries[0][0] != self.last_index + 1:
             raise ValueError(f"append at {entries[0][0]}, the log ends at {self.last_index}")
         rows = [(index, term, data, entry_crc(index, term, data)) for index, term, data in entries]
@@ -174,7 +174,7 @@ class SqliteStore:
         self.db.close()
 
     @classmethod
-    def open(cls, directory: Path, synchronous: str = "FULL") -> tuple[SqliteStore, LoadReport]:
+    def open(cls, directory: Path, synchronous: str = "FULL") -> tuple[SqliteStore, OpenReport]:
         """Open the database and read every entry back, checking its CRC and its index."""
         store = cls(directory, synchronous)
         row = store.db.execute(
@@ -194,7 +194,7 @@ class SqliteStore:
                 raise StoreDamaged(f"{where}: entry {index}: bad checksum")
             expected += 1
             checked += len(data)
-        report = LoadReport(first_index, expected - 1, expected - first_index, checked)
+        report = OpenReport(first_index, expected - 1, expected - first_index, checked)
         return store, report
 
 
@@ -258,7 +258,7 @@ class SegmentStore:
         self.fd = fd
         self.segments.append(_Segment(path, first_index, array("Q"), SEGMENT_HEADER.size))
 
-    def append(self, entries: Sequence[Entry]) -> None:
+    def append(self, entries: Sequence[StoreEntry]) -> None:
         if entries[0][0] != self.last_index + 1:
             raise ValueError(f"append at {entries[0][0]}, the log ends at {self.last_index}")
         if not self.segments or self.segments[-1].size >= self.segment_bytes:
@@ -356,7 +356,7 @@ class SegmentStore:
     @classmethod
     def open(
         cls, directory: Path, sync: str = "fdatasync", *, segment_bytes: int = 0
-    ) -> tuple[SegmentStore, LoadReport]:
+    ) -> tuple[SegmentStore, OpenReport]:
         """Read every segment, checking each record; a torn tail of the last one is cut off."""
         store = cls(directory, sync, segment_bytes=segment_bytes)
         store.meta = cls._read_meta(directory)
@@ -417,7 +417,7 @@ class SegmentStore:
                 os.close(fd)
         store._open_last()
         entries = store.last_index - store.meta.first_index + 1
-        report = LoadReport(
+        report = OpenReport(
             store.meta.first_index, store.last_index, entries, checked, skipped, torn
         )
         return store, report

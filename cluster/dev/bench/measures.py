@@ -1,4 +1,4 @@
-"""The benchmark's measures, each an async function of a `Target` returning plain figures.
+"""The benchmark's measures, each an async function of a `BenchTarget` returning plain figures.
 
 Load is generated in this process with aiohttp (one connection pool, many coroutines), except
 one-job-per-request submits, which use a lean client (cluster/dev/bench/lean.py) so the load
@@ -20,8 +20,8 @@ import aiohttp
 
 from raftcron.cluster.dev.bench.lean import LeanConnection
 from raftcron.cluster.dev.bench.scrape import sample
-from raftcron.cluster.dev.bench.stats import Progress, percentile
-from raftcron.cluster.dev.bench.target import Target, retrying
+from raftcron.cluster.dev.bench.stats import ProgressLine, percentile
+from raftcron.cluster.dev.bench.target import BenchTarget, retrying
 from raftcron.cluster.dev.bench.workers import exited, start_workers, stop_workers, until_waiting
 
 
@@ -32,11 +32,11 @@ def _unique(prefix: str) -> str:
 # -- submit -------------------------------------------------------------------------------
 
 
-async def submit_single(target: Target, *, jobs: int, concurrency: int) -> dict[str, Any]:
+async def submit_single(target: BenchTarget, *, jobs: int, concurrency: int) -> dict[str, Any]:
     """One job per request from `concurrency` clients, each on its own kept-alive connection
     (the lean client: see cluster/dev/bench/lean.py), spread over every node as users would be."""
     queue = _unique("bench-single")
-    progress = Progress("submit single", jobs, quiet=target.quiet)
+    progress = ProgressLine("submit single", jobs, quiet=target.quiet)
     done = 0
     counter = itertools.count()
     body = {"task": "noop", "queue": queue}
@@ -77,10 +77,10 @@ async def submit_single(target: Target, *, jobs: int, concurrency: int) -> dict[
 
 
 async def submit_batched(
-    target: Target, *, jobs: int, batch: int, concurrency: int, queue: str | None = None
+    target: BenchTarget, *, jobs: int, batch: int, concurrency: int, queue: str | None = None
 ) -> dict[str, Any]:
     queue = queue or _unique("bench-batch")
-    progress = Progress("submit batched", jobs, quiet=target.quiet)
+    progress = ProgressLine("submit batched", jobs, quiet=target.quiet)
     batches = jobs // batch
     done = 0
     counter = itertools.count()
@@ -103,7 +103,7 @@ async def submit_batched(
     return {"submit_batched_jobs_per_s": round(rate), "queue": queue}
 
 
-async def _cancel_queue(target: Target, queue: str) -> int:
+async def _cancel_queue(target: BenchTarget, queue: str) -> int:
     """Leave no queued bench jobs behind for the next measure (a drain would count them);
     return how many were cancelled."""
     cancelled = 0
@@ -122,7 +122,7 @@ async def _cancel_queue(target: Target, queue: str) -> int:
 
 
 async def drain(
-    target: Target,
+    target: BenchTarget,
     *,
     jobs: int,
     workers: int,
@@ -143,7 +143,7 @@ async def drain(
     status, answer = await target.call("POST", f"/v1/queues/{queue}/pause", {})
     if status != 200:
         raise RuntimeError(f"pausing the drain's queue answered {status}: {answer}")
-    progress = Progress("drain", jobs, quiet=target.quiet)
+    progress = ProgressLine("drain", jobs, quiet=target.quiet)
     started = time.monotonic()
     processes = start_workers(target, queues=[queue], workers=workers, concurrency=concurrency)
     try:
@@ -178,7 +178,7 @@ async def drain(
     }
 
 
-async def _succeeded(target: Target, queue: str) -> int:
+async def _succeeded(target: BenchTarget, queue: str) -> int:
     """Jobs of a queue that succeeded, from /metrics (cheap at any size, unlike listing)."""
     code, text = await _metrics(target)
     if code != 200:
@@ -186,7 +186,7 @@ async def _succeeded(target: Target, queue: str) -> int:
     return int(sample(text, "raftcron_jobs_succeeded_total", f'queue="{queue}"'))
 
 
-async def _metrics(target: Target) -> tuple[int, str]:
+async def _metrics(target: BenchTarget) -> tuple[int, str]:
     for _ in range(len(target.urls)):
         try:
             async with target.session.get(target.next_url() + "/metrics") as answer:
@@ -199,11 +199,11 @@ async def _metrics(target: Target) -> tuple[int, str]:
 # -- claim latency --------------------------------------------------------------------------
 
 
-async def claim_latency(target: Target, *, rounds: int) -> dict[str, Any]:
+async def claim_latency(target: BenchTarget, *, rounds: int) -> dict[str, Any]:
     """Idle cluster: one job queued, then one claim round trip timed, `rounds` times."""
     queue = _unique("bench-claim")
     url = await target.leader_url()
-    progress = Progress("claim", rounds, quiet=target.quiet)
+    progress = ProgressLine("claim", rounds, quiet=target.quiet)
     samples = []
     token_job: list[tuple[int, int]] = []
     for index in range(rounds):
@@ -238,10 +238,10 @@ async def claim_latency(target: Target, *, rounds: int) -> dict[str, Any]:
 # -- fire lateness --------------------------------------------------------------------------
 
 
-async def fire_lateness(target: Target, *, schedules: int, seconds: int) -> dict[str, Any]:
+async def fire_lateness(target: BenchTarget, *, schedules: int, seconds: int) -> dict[str, Any]:
     """`schedules` schedules every 1 s for `seconds`: lateness = job created - fire time."""
     prefix = _unique("bench-fire")
-    progress = Progress("fire lateness", schedules, quiet=target.quiet)
+    progress = ProgressLine("fire lateness", schedules, quiet=target.quiet)
     queue = f"{prefix}-q"
     for index in range(schedules):
         spec = {"every": "1s", "job": {"task": "noop", "queue": queue}, "retain": 100}
@@ -280,7 +280,7 @@ async def fire_lateness(target: Target, *, schedules: int, seconds: int) -> dict
 LED_S = 3.0  # how long a killed leader has led: more than raft.connection_timeout_s (2 s)
 
 
-async def failover(target: Target, *, kills: int) -> dict[str, Any]:
+async def failover(target: BenchTarget, *, kills: int) -> dict[str, Any]:
     """SIGKILL the leader; time until a write commits again; restart it; K times.
 
     Each leader killed has led for `LED_S` first, as one in production has: a kill right
@@ -290,7 +290,7 @@ async def failover(target: Target, *, kills: int) -> dict[str, Any]:
     cluster = target.cluster
     if cluster is None:
         return {"failover_s": None, "failover_note": "needs a cluster started by the bench"}
-    progress = Progress("failover", kills, quiet=target.quiet)
+    progress = ProgressLine("failover", kills, quiet=target.quiet)
     times = []
     for round_number in range(kills):
         await asyncio.sleep(LED_S)

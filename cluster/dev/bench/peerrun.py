@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench.peers import PEERS, Peer, Server
+from raftcron.cluster.dev.bench.peers import PEERS, PeerDrain, Server
 
 START_S = 300.0  # pg_start.sh's first start runs initdb
 STOP_S = 120.0
@@ -46,7 +46,7 @@ def measure(
     *,
     jobs: int,
     repeats: int,
-    peers: tuple[Peer, ...] = PEERS,
+    peers: tuple[PeerDrain, ...] = PEERS,
     bound_s: float | None = None,
 ) -> dict[str, Any]:
     """Run each peer's drain of `jobs` jobs, `repeats` times; return `peers` (key -> figure)
@@ -79,7 +79,7 @@ def measure(
 
 
 def judge(
-    peer: Peer, returncode: int | None, rows: list[dict[str, Any]], output: str, bound_s: float
+    peer: PeerDrain, returncode: int | None, rows: list[dict[str, Any]], output: str, bound_s: float
 ) -> dict[str, Any]:
     """The figure of one run of a peer's program, from its exit, its rows and its output."""
     mine = [row for row in rows if isinstance(row, dict) and row.get("system") == peer.system]
@@ -114,7 +114,7 @@ def judge(
     return figure
 
 
-def _missing(folder: Path, peer: Peer, node: str | None) -> str | None:
+def _missing(folder: Path, peer: PeerDrain, node: str | None) -> str | None:
     """Why a peer cannot be run on this machine as it is, or None."""
     if node is None:
         return "node is not on PATH (the peers' programs are Node programs)"
@@ -127,7 +127,7 @@ def _missing(folder: Path, peer: Peer, node: str | None) -> str | None:
     return None
 
 
-def _version(folder: Path, peer: Peer) -> str | None:
+def _version(folder: Path, peer: PeerDrain) -> str | None:
     path = folder / peer.folder / "node_modules" / peer.package / "package.json"
     with contextlib.suppress(OSError, ValueError, AttributeError):
         version = json.loads(path.read_text()).get("version")
@@ -135,12 +135,12 @@ def _version(folder: Path, peer: Peer) -> str | None:
     return None
 
 
-def _none(folder: Path, peer: Peer, jobs: int, repeats: int, why: str) -> dict[str, Any]:
+def _none(folder: Path, peer: PeerDrain, jobs: int, repeats: int, why: str) -> dict[str, Any]:
     _say(f"peer {peer.key}: no figure: {why}")
     return {"median_per_s": None, "why": why, **_about(folder, peer, jobs, repeats)}
 
 
-def _about(folder: Path, peer: Peer, jobs: int, repeats: int) -> dict[str, Any]:
+def _about(folder: Path, peer: PeerDrain, jobs: int, repeats: int) -> dict[str, Any]:
     """What a figure is of, whether it was measured or not."""
     about: dict[str, Any] = {
         "describe": peer.describe,
@@ -152,7 +152,9 @@ def _about(folder: Path, peer: Peer, jobs: int, repeats: int) -> dict[str, Any]:
     return about
 
 
-def _run_peer(folder: Path, peer: Peer, jobs: int, repeats: int, bound_s: float) -> dict[str, Any]:
+def _run_peer(
+    folder: Path, peer: PeerDrain, jobs: int, repeats: int, bound_s: float
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="raftcron-peer-") as scratch:
         results = Path(scratch) / "results.jsonl"
         returncode, output = _run(

@@ -36,7 +36,7 @@ class Server:
 
 
 @dataclass(frozen=True)
-class Peer:
+class PeerDrain:
     """One drain of one peer: a Node program of DIR run with our drain's jobs."""
 
     key: str  # its name in the figures
@@ -72,7 +72,7 @@ POSTGRESQL = Server(
 
 # In the order they run; the two of a server run one after the other on one start of it.
 PEERS = (
-    Peer(
+    PeerDrain(
         key="bullmq_fsync_always_keep",
         system="bullmq",
         folder="bullmq",
@@ -82,7 +82,7 @@ PEERS = (
         package="bullmq",
         describe="BullMQ, appendfsync always, finished jobs kept, concurrency 100",
     ),
-    Peer(
+    PeerDrain(
         key="bullmq_fsync_always_remove",
         system="bullmq",
         folder="bullmq",
@@ -92,7 +92,7 @@ PEERS = (
         package="bullmq",
         describe="BullMQ, appendfsync always, finished jobs removed, concurrency 100",
     ),
-    Peer(
+    PeerDrain(
         key="graphile_batched",
         system="graphile-worker",
         folder="graphile",
@@ -102,7 +102,7 @@ PEERS = (
         package="graphile-worker",
         describe="graphile-worker, batched (local queue 500), concurrency 24",
     ),
-    Peer(
+    PeerDrain(
         key="graphile_default",
         system="graphile-worker",
         folder="graphile",
@@ -115,7 +115,7 @@ PEERS = (
 )
 
 
-def expected_files(peers: tuple[Peer, ...] = PEERS) -> list[str]:
+def expected_files(peers: tuple[PeerDrain, ...] = PEERS) -> list[str]:
     """The files DIR must hold for the peers to be run, relative to it."""
     files = {"common.mjs"}  # the Node programs' shared RESULT line and row
     for peer in peers:
@@ -123,7 +123,7 @@ def expected_files(peers: tuple[Peer, ...] = PEERS) -> list[str]:
     return sorted(files)
 
 
-def problem(folder: Path, peers: tuple[Peer, ...] = PEERS) -> str | None:
+def problem(folder: Path, peers: tuple[PeerDrain, ...] = PEERS) -> str | None:
     """What is wrong with `--peers folder`, or None: checked before anything is started."""
     if not folder.exists():
         return f"--peers {folder}: no such folder (the baselines folder, e.g. ../shared/baselines)"

@@ -20,7 +20,7 @@ from raftcron.cluster.dev.bench import (
     soak,
     soakrecord,
 )
-from raftcron.cluster.dev.bench.target import Target
+from raftcron.cluster.dev.bench.target import BenchTarget
 from raftcron.cluster.dev.localcluster import LocalCluster
 
 MEASURES = (
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = None
     try:
         if args.connect:
-            target = Target(
+            target = BenchTarget(
                 [u.strip().rstrip("/") for u in args.connect.split(",")], token=args.api_token
             )
         else:
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             )
             cluster.start()
             cluster.wait_ready(timeout_s=60)
-            target = Target([node.url for node in cluster.nodes], cluster=cluster)
+            target = BenchTarget([node.url for node in cluster.nodes], cluster=cluster)
         if "submit_batched" in chosen and "drain" in chosen:
             sizes["drain_jobs"] = sizes["batched_jobs"]  # the drain takes the batched jobs
         figures = asyncio.run(_measure(target, chosen, sizes, args, folder))
@@ -246,7 +246,7 @@ def _peers_problem(args: argparse.Namespace, chosen: list[str]) -> str | None:
 
 
 async def _measure(
-    target: Target,
+    target: BenchTarget,
     chosen: list[str],
     sizes: dict[str, Any],
     args: argparse.Namespace,

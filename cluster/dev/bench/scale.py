@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raftcron.cluster.dev.bench.stats import Progress
-from raftcron.cluster.dev.bench.target import Target
-from raftcron.cluster.dev.localcluster import LocalCluster, LocalNode
+from raftcron.cluster.dev.bench.stats import ProgressLine
+from raftcron.cluster.dev.bench.target import BenchTarget
+from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.cluster.dev.nodeprocesses import LocalNode
 
 
 def rss_mb(pid: int) -> float:
@@ -27,7 +28,7 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def measure(target: Target, *, schedules: int, jobs: int) -> dict[str, Any]:
+async def measure(target: BenchTarget, *, schedules: int, jobs: int) -> dict[str, Any]:
     cluster = target.cluster
     if cluster is None:
         return {"scale_note": "the scale measure needs a cluster started by the bench"}
@@ -54,8 +55,8 @@ async def measure(target: Target, *, schedules: int, jobs: int) -> dict[str, Any
     return figures
 
 
-async def _put_schedules(target: Target, count: int) -> None:
-    progress = Progress("scale schedules", count, quiet=target.quiet)
+async def _put_schedules(target: BenchTarget, count: int) -> None:
+    progress = ProgressLine("scale schedules", count, quiet=target.quiet)
     sem = asyncio.Semaphore(32)
     done = 0
 
@@ -77,8 +78,8 @@ async def _put_schedules(target: Target, count: int) -> None:
     progress.done(f"{count:,} schedules")
 
 
-async def _retain_jobs(target: Target, count: int) -> None:
-    progress = Progress("scale jobs", count, quiet=target.quiet)
+async def _retain_jobs(target: BenchTarget, count: int) -> None:
+    progress = ProgressLine("scale jobs", count, quiet=target.quiet)
     queue = "scale-retained"
     batch = {"jobs": [{"task": "noop", "queue": queue, "payload": {"n": 1}}] * 1_000}
     url = await target.leader_url()
@@ -117,7 +118,7 @@ def rss_per_node(cluster: LocalCluster) -> list[float]:
     return [round(rss_mb(node.pid), 1) for node in cluster.nodes if node.pid]
 
 
-async def snapshot(target: Target, node: LocalNode) -> dict[str, Any]:
+async def snapshot(target: BenchTarget, node: LocalNode) -> dict[str, Any]:
     """Force a compaction on a node; the dump's size and the time until it was written."""
     dump = node.data_dir / "snapshot"  # made current by the node once written and synced
     before = dump.stat().st_mtime if dump.exists() else 0.0
@@ -135,7 +136,7 @@ async def snapshot(target: Target, node: LocalNode) -> dict[str, Any]:
     }
 
 
-async def restart_to_ready(target: Target) -> dict[str, Any]:
+async def restart_to_ready(target: BenchTarget) -> dict[str, Any]:
     cluster = target.cluster
     assert cluster is not None
     leader = cluster.leader()

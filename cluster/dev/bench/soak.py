@@ -38,7 +38,7 @@ from raftcron.cluster.dev.bench.soakload import (
     settle,
 )
 from raftcron.cluster.dev.bench.soakrecord import CLAIM_LATENCY_SOURCE, Reading
-from raftcron.cluster.dev.bench.target import Target
+from raftcron.cluster.dev.bench.target import BenchTarget
 from raftcron.cluster.dev.bench.workers import (
     exited,
     logged_actions,
@@ -46,7 +46,7 @@ from raftcron.cluster.dev.bench.workers import (
     stop_workers,
     until_waiting,
 )
-from raftcron.cluster.dev.localcluster import ClusterError
+from raftcron.cluster.dev.nodeprocesses import ClusterError
 from raftcron.scheduler.settings import BUDGET_BYTES_MAX, BUDGET_BYTES_MIN
 
 MINUTES_MAX = 24 * 60
@@ -86,7 +86,7 @@ def arguments_problem(args: argparse.Namespace, *, minutes: float) -> str | None
 
 
 async def measure(
-    target: Target,
+    target: BenchTarget,
     *,
     minutes: float,
     rate: float | None,
@@ -158,7 +158,7 @@ async def measure(
 
 
 async def _soak(
-    target: Target,
+    target: BenchTarget,
     queue: str,
     producer: Producer,
     task: asyncio.Task[None],
@@ -195,7 +195,9 @@ async def _soak(
     return records, elapsed_s, spent
 
 
-async def _cpu(target: Target, processes: list[subprocess.Popen[bytes]]) -> cpu.Reading | None:
+async def _cpu(
+    target: BenchTarget, processes: list[subprocess.Popen[bytes]]
+) -> cpu.CpuReading | None:
     """Every process's CPU time now, with who leads (a local cluster only: None otherwise)."""
     cluster = target.cluster
     if cluster is None:
@@ -205,11 +207,11 @@ async def _cpu(target: Target, processes: list[subprocess.Popen[bytes]]) -> cpu.
     except ClusterError:  # no leader now: the figure will say so
         leader = None
     nodes = {node.node_id: node.pid for node in cluster.nodes if node.pid is not None}
-    return cpu.Reading.take(leader, nodes, [process.pid for process in processes])
+    return cpu.CpuReading.take(leader, nodes, [process.pid for process in processes])
 
 
 def _check(
-    target: Target, task: asyncio.Task[None], processes: list[subprocess.Popen[bytes]]
+    target: BenchTarget, task: asyncio.Task[None], processes: list[subprocess.Popen[bytes]]
 ) -> None:
     """Stop the soak when something it runs on stopped by itself."""
     if task.done():
@@ -241,7 +243,7 @@ def _totals(records: list[dict[str, Any]], elapsed_s: float) -> dict[str, Any]:
     }
 
 
-async def _end(target: Target, queue: str, say: Say) -> dict[str, Any]:
+async def _end(target: BenchTarget, queue: str, say: Say) -> dict[str, Any]:
     """With the load stopped: snapshots and a restart (a local cluster), or a clean-up of the
     soak's queue (a running cluster: the bench leaves none of its jobs queued there)."""
     cluster = target.cluster
@@ -274,7 +276,7 @@ async def _end(target: Target, queue: str, say: Say) -> dict[str, Any]:
     return figures
 
 
-async def _cancel_queued(target: Target, queue: str) -> int:
+async def _cancel_queued(target: BenchTarget, queue: str) -> int:
     """Cancel the soak's queued jobs in bulk (a part per command, bounded); how many."""
     cancelled, cursor = 0, 0
     for _ in range(CLEANUP_ROUNDS_MAX):
@@ -290,7 +292,7 @@ async def _cancel_queued(target: Target, queue: str) -> int:
     return cancelled
 
 
-def _evictions(target: Target) -> Evictions:
+def _evictions(target: BenchTarget) -> Evictions:
     """Finished jobs evicted so far (GET /v1/settings, its usage), from the leader."""
 
     async def evictions() -> int:
@@ -302,7 +304,7 @@ def _evictions(target: Target) -> Evictions:
     return evictions
 
 
-def _probe(target: Target, queue: str) -> Probe:
+def _probe(target: BenchTarget, queue: str) -> Probe:
     """The ramp's reading: the soak queue's backlog and jobs succeeded, from the leader."""
 
     async def probe() -> tuple[float, float]:
@@ -316,7 +318,7 @@ def _probe(target: Target, queue: str) -> Probe:
     return probe
 
 
-def _say(target: Target) -> Say:
+def _say(target: BenchTarget) -> Say:
     def say(text: str) -> None:
         if not target.quiet:
             sys.stderr.write(f"soak  {text}\n")

@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raftcron.cluster.dev.bench.soakrecord import Counts
-from raftcron.cluster.dev.bench.target import Target
+from raftcron.cluster.dev.bench.soakrecord import ProducerCounts
+from raftcron.cluster.dev.bench.target import BenchTarget
 
 BATCH_JOBS = 1_000
 PAYLOAD_BATCH_JOBS = 8  # 8 x 60 KB: a body well under the API's 8 MiB
@@ -44,7 +44,7 @@ class Producer:
     0 pauses a paced producer."""
 
     def __init__(
-        self, target: Target, queue: str, *, rate: float | None, payload_kb: int, until: float
+        self, target: BenchTarget, queue: str, *, rate: float | None, payload_kb: int, until: float
     ) -> None:
         self.target = target
         self.rate = rate
@@ -58,8 +58,8 @@ class Producer:
         self.submitted = self.refused = self.refused_jobs = 0
         self._stopped = asyncio.Event()
 
-    def counts(self) -> Counts:
-        return Counts(self.submitted, self.refused, self.refused_jobs)
+    def counts(self) -> ProducerCounts:
+        return ProducerCounts(self.submitted, self.refused, self.refused_jobs)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -20,7 +20,7 @@ import aiohttp
 
 from raftcron.cluster.dev.bench import cpu, scrape
 from raftcron.cluster.dev.bench.scale import rss_mb
-from raftcron.cluster.dev.bench.target import Target
+from raftcron.cluster.dev.bench.target import BenchTarget
 
 OUTCOMES = ("succeeded", "failed", "cancelled")
 EVICTION_REASONS = ("age", "count", "budget")
@@ -31,7 +31,7 @@ CLAIM_LATENCY_SOURCE = (
 
 
 @dataclass(frozen=True)
-class Counts:
+class ProducerCounts:
     """What the bench's own producers counted, at one moment."""
 
     submitted: int = 0  # jobs accepted (201)
@@ -42,7 +42,7 @@ class Counts:
 @dataclass(frozen=True)
 class Reading:
     at_s: float  # time.monotonic()
-    counts: Counts
+    counts: ProducerCounts
     succeeded: float  # the soak queue's raftcron_jobs_succeeded_total
     backlog: float  # every queue's raftcron_queue_depth
     running: float  # every queue's raftcron_queue_running
@@ -56,7 +56,7 @@ class Reading:
     rss_mb: dict[str, float] | None = field(default=None)  # by node id, local cluster only
 
 
-async def pages(target: Target) -> dict[str, str]:
+async def pages(target: BenchTarget) -> dict[str, str]:
     """Every node's `/metrics` text, by url (a node that did not answer is left out)."""
 
     async def page(url: str) -> str | None:
@@ -78,7 +78,7 @@ def leader_page(texts: dict[str, str]) -> str:
     return max(texts.values(), key=lambda t: scrape.sample(t, "raftcron_raft_applied_index"))
 
 
-async def read(target: Target, queue: str, counts: Counts) -> Reading:
+async def read(target: BenchTarget, queue: str, counts: ProducerCounts) -> Reading:
     texts = await pages(target)
     if not texts:
         raise RuntimeError("no node answered GET /metrics")

@@ -1,4 +1,4 @@
-"""Percentiles and a progress line, for the benchmark's measures."""
+"""Percentiles, latency figures and a progress line, for the benchmark's measures."""
 
 from __future__ import annotations
 
@@ -13,7 +13,16 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-class Progress:
+def latency(seconds: list[float]) -> dict[str, float]:
+    """p50, p99 and max of durations in seconds, in milliseconds."""
+    return {
+        "p50_ms": percentile(seconds, 0.50) * 1e3,
+        "p99_ms": percentile(seconds, 0.99) * 1e3,
+        "max_ms": max(seconds) * 1e3,
+    }
+
+
+class ProgressLine:
     """One line on stderr, rewritten in place: `drain  41,000/100,000  12,301/s`."""
 
     def __init__(self, name: str, total: int | None = None, *, quiet: bool = False) -> None:

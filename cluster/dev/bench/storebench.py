@@ -34,6 +34,9 @@ Figures:
 The files go to a temporary folder under --dir (default: the current directory), removed at the
 end. A tmpfs or ramfs is refused (fsync means nothing there) unless --allow-tmpfs. `--quick` runs
 every measure with tiny sizes (a smoke run of a few seconds, for the test suite).
+
+What the disk under --dir is (mount, device, write cache, counters) is `diskinfo`'s; the text
+report is `storereport`'s.
 """
 
 from __future__ import annotations
@@ -41,10 +44,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -53,15 +54,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raftcron.cluster.dev.bench.diskinfo import (
+    MEMORY_FILESYSTEMS,
+    bytes_on_disk,
+    disk_counters,
+    drop_page_cache,
+    environment,
+    filesystem,
+)
 from raftcron.cluster.dev.bench.logstores import (
     SEGMENT_BYTES,
-    LoadReport,
     LogStore,
     Meta,
+    OpenReport,
     SegmentStore,
     SqliteStore,
 )
-from raftcron.cluster.dev.bench.stats import percentile
+from raftcron.cluster.dev.bench.stats import latency, percentile
+from raftcron.cluster.dev.bench.storereport import render
 
 STORES = (
     "sqlite-full",
@@ -74,39 +84,7 @@ STORES = (
 CANDIDATES = ("sqlite-full", "segment-fdatasync")
 ENTRY_SIZES = (200, 2 * 1024, 64 * 1024)
 BATCHES = (1, 16, 256)
-MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 TRUNCATIONS = 5  # the truncation is timed this many times (the entries appended back each time)
-APPEND_HEAD = [
-    "entry",
-    "batch",
-    "store",
-    "batches",
-    "entries/s",
-    "MB/s",
-    "p50 ms",
-    "p99 ms",
-    "max ms",
-    "CPU ms/batch",
-    "flushes/batch",
-    "disk B/data B",
-]
-MAINTENANCE_HEAD = [
-    "store",
-    "build s",
-    "MB on disk",
-    "meta p50 ms",
-    "meta p99 ms",
-    "load warm s",
-    "load cold s",
-    "truncate ms (median of 5)",
-    "truncate max ms",
-    "compact ms",
-    "MB after compact",
-    "entries read after",
-    "reload s",
-]
-
-
 @dataclass(frozen=True)
 class Sizes:
     max_batches: int  # timed batches per append cell, at most...
@@ -133,7 +111,7 @@ def make_store(name: str, directory: Path, sizes: Sizes) -> LogStore:
     return SegmentStore(directory, _segment_sync(mode), segment_bytes=sizes.segment_bytes)
 
 
-def open_store(name: str, directory: Path, sizes: Sizes) -> tuple[LogStore, LoadReport]:
+def open_store(name: str, directory: Path, sizes: Sizes) -> tuple[LogStore, OpenReport]:
     kind, mode = name.split("-")
     if kind == "sqlite":
         return SqliteStore.open(directory, mode.upper())
@@ -144,101 +122,7 @@ def _segment_sync(mode: str) -> str:
     return "none" if mode == "os" else mode
 
 
-# --- where the files go ----------------------------------------------------------------------
-
-
-def filesystem(path: Path) -> dict[str, str]:
-    """The mount holding path, from /proc/self/mountinfo: type, device, mount point, options."""
-    real = str(path.resolve())
-    best: dict[str, str] = {}
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        point = fields[4].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best.get("mount_point", "")):
-            best = {"type": tail[0], "device": tail[1], "mount_point": point, "options": fields[5]}
-    return best
-
-
-def block_device(path: Path) -> str | None:
-    """The name of the whole disk (as in /proc/diskstats) holding path, if there is one."""
-    st = path.stat()
-    sys_path = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
-    if not sys_path.exists():
-        return None
-    device = sys_path.resolve()
-    if (device / "partition").exists():
-        device = device.parent
-    return device.name
-
-
-def write_cache(device: str | None) -> str | None:
-    try:
-        return Path(f"/sys/block/{device}/queue/write_cache").read_text().strip()
-    except OSError:
-        return None
-
-
-def disk_counters(device: str | None) -> tuple[int, int] | None:
-    """(flush requests, bytes written) the device completed so far, from /proc/diskstats."""
-    if device is None:
-        return None
-    for line in Path("/proc/diskstats").read_text().splitlines():
-        fields = line.split()  # major, minor, name, then the fields: 7 sectors written, 16 flushes
-        if len(fields) >= 20 and fields[2] == device:
-            return int(fields[18]), int(fields[9]) * 512
-    return None
-
-
-def bytes_on_disk(directory: Path) -> int:
-    return sum(p.stat().st_blocks * 512 for p in directory.iterdir() if p.is_file())
-
-
-def drop_page_cache(directory: Path) -> None:
-    """Write back, then ask the kernel to forget the cached pages of every file (no root)."""
-    os.sync()
-    for path in directory.iterdir():
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-
-def environment(root: Path) -> dict[str, Any]:
-    device = block_device(root)
-    return {
-        "directory": str(root),
-        "filesystem": filesystem(root),
-        "block_device": device,
-        "write_cache": write_cache(device),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "sqlite_secure_delete_default": _sqlite_default("secure_delete"),
-        "cpus": os.cpu_count(),
-    }
-
-
-def _sqlite_default(pragma: str) -> object:
-    db = sqlite3.connect(":memory:")
-    try:
-        return db.execute(f"PRAGMA {pragma}").fetchone()[0]
-    finally:
-        db.close()
-
-
 # --- measures -------------------------------------------------------------------------------
-
-
-def latency(seconds: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": percentile(seconds, 0.50) * 1e3,
-        "p99_ms": percentile(seconds, 0.99) * 1e3,
-        "max_ms": max(seconds) * 1e3,
-    }
 
 
 def payload_pool(entry_bytes: int, count: int = 64) -> list[bytes]:
@@ -372,7 +256,7 @@ def measure_maintenance(name: str, root: Path, sizes: Sizes) -> dict[str, Any]:
             store.close()
         figures["bytes_on_disk"] = bytes_on_disk(directory)
 
-        def load(expect: tuple[int, int]) -> tuple[LogStore, LoadReport, float]:
+        def load(expect: tuple[int, int]) -> tuple[LogStore, OpenReport, float]:
             started = time.perf_counter()
             store, report = open_store(name, directory, sizes)
             took = time.perf_counter() - started
@@ -521,124 +405,6 @@ def run(root: Path, sizes: Sizes, *, quiet: bool = False) -> dict[str, Any]:
         "ratios": ratios(append, maintenance),
         "elapsed_s": time.monotonic() - started,
     }
-
-
-# --- output ---------------------------------------------------------------------------------
-
-
-def number(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    if abs(value) >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
-
-
-def size_name(entry_bytes: int) -> str:
-    return f"{entry_bytes // 1024} KB" if entry_bytes >= 1024 else f"{entry_bytes} B"
-
-
-def table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def render(figures: dict[str, Any]) -> str:
-    env = figures["environment"]
-    fs = env["filesystem"]
-    out = [
-        f"storebench{' --quick' if figures['quick'] else ''}: {env['directory']} on"
-        f" {fs.get('type')} ({fs.get('device')} at {fs.get('mount_point')},"
-        f" {fs.get('options')}), disk {env['block_device']} write cache {env['write_cache']};"
-        f" Linux {env['kernel']}, Python {env['python']}, SQLite {env['sqlite']},"
-        f" {env['cpus']} CPUs; {figures['elapsed_s']:.0f} s",
-        "",
-        f"fdatasync after a 4 KB write, {figures['fsync_4k']['calls']} calls:",
-        "",
-        table(
-            ["write", "p50 ms", "p99 ms", "max ms"],
-            [
-                [
-                    kind,
-                    *(number(figures["fsync_4k"][kind][f]) for f in ("p50_ms", "p99_ms", "max_ms")),
-                ]
-                for kind in ("append", "overwrite")
-            ],
-        ),
-        "",
-        "append (one durable commit per batch; MB/s counts data bytes):",
-        "",
-        table(
-            APPEND_HEAD,
-            [
-                [
-                    size_name(r["entry_bytes"]),
-                    str(r["batch"]),
-                    r["store"],
-                    str(r["batches"]),
-                    number(r["entries_per_s"]),
-                    number(r["mb_per_s"]),
-                    number(r["p50_ms"]),
-                    number(r["p99_ms"]),
-                    number(r["max_ms"]),
-                    number(r["cpu_ms_per_batch"]),
-                    number(r["flushes_per_batch"]),
-                    number(r["disk_bytes_per_data_byte"]),
-                ]
-                for r in figures["append"]
-            ],
-        ),
-        "",
-        "sqlite-full ÷ segment-fdatasync (entries/s below 1: SQLite slower; latency above 1:"
-        " SQLite slower):",
-        "",
-        table(
-            ["entry", "batch", "entries/s", "p50", "p99", "max"],
-            [
-                [size_name(r["entry_bytes"]), str(r["batch"])]
-                + [f"{r[f]:.2f}" for f in ("entries_per_s", "p50_ms", "p99_ms", "max_ms")]
-                for r in figures["ratios"]["append"]
-            ],
-        ),
-        "",
-    ]
-    rows = figures["maintenance"]
-    n = rows[0]["entries"]
-    out += [
-        f"maintenance on {n:,} entries of 2 KB (truncate: the last {rows[0]['truncated']:,};"
-        f" compact: the {rows[0]['compacted']:,} below {rows[0]['compacted'] + 1:,}):",
-        "",
-        table(
-            MAINTENANCE_HEAD,
-            [
-                [
-                    r["store"],
-                    number(r["build_s"]),
-                    number(r["bytes_on_disk"] / 1e6),
-                    number(r["meta"]["p50_ms"]),
-                    number(r["meta"]["p99_ms"]),
-                    number(r["load_warm_s"]),
-                    number(r["load_cold_s"]),
-                    number(r["truncate_ms"]),
-                    number(r["truncate_max_ms"]),
-                    number(r["compact_ms"]),
-                    number(r["bytes_after_compact"] / 1e6),
-                    f"{r['entries_read_after_compact']:,}",
-                    number(r["load_after_compact_s"]),
-                ]
-                for r in rows
-            ],
-        ),
-        "",
-        "sqlite-full ÷ segment-fdatasync: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in figures["ratios"]["maintenance"].items()),
-    ]
-    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:

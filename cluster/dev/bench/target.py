@@ -23,7 +23,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass
-class Target:
+class BenchTarget:
     urls: list[str]
     token: str | None = None
     cluster: LocalCluster | None = None  # set when the bench started the cluster itself

@@ -22,14 +22,14 @@ from pathlib import Path
 import aiohttp
 
 from raftcron.cluster.dev.bench.scrape import sample
-from raftcron.cluster.dev.bench.target import Target
+from raftcron.cluster.dev.bench.target import BenchTarget
 
 REPO = str(Path(__file__).resolve().parents[3])
 STOP_S = 30.0  # a worker's own drain of its running no-op jobs takes far less
 
 
 def start_workers(
-    target: Target,
+    target: BenchTarget,
     *,
     queues: list[str],
     workers: int,
@@ -100,7 +100,7 @@ def exited(processes: list[subprocess.Popen[bytes]]) -> bool:
 
 
 async def until_waiting(
-    target: Target, workers: int, processes: list[subprocess.Popen[bytes]], deadline: float
+    target: BenchTarget, workers: int, processes: list[subprocess.Popen[bytes]], deadline: float
 ) -> None:
     """Until the cluster's nodes hold `workers` long-polling claims (each worker started and
     connected), bounded by `deadline`."""
