@@ -128,8 +128,8 @@ class MembershipSettings:
 
 @dataclass(frozen=True)
 class TracingSettings:
-    """Traces (README "Traces", cluster/tracing.py): off unless ``otlp_endpoint`` names an
-    OTLP/HTTP collector (``http://collector:4318``; spans go to its ``/v1/traces``)."""
+    """Traces (docs/operations/monitor.md, cluster/tracing.py): off unless ``otlp_endpoint``
+    names an OTLP/HTTP collector (``http://collector:4318``; spans go to its ``/v1/traces``)."""
 
     otlp_endpoint: str | None = None
 

@@ -42,7 +42,8 @@ HELP_WIDTH = 100
 
 def cell(text: object) -> str:
     """Text fit for one Markdown table cell."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+    shown = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+    return shown.replace("<", "&lt;")  # "<trace id>" is text, not a tag
 
 
 def code(text: object) -> str:
