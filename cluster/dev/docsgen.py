@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -31,6 +32,7 @@ import raftcron
 from raftcron.chaos.__main__ import build_parser as build_chaos_parser
 from raftcron.cluster import config, configenv
 from raftcron.cluster.cli import build_parser
+from raftcron.cluster.opsargs import split_command
 
 PACKAGE = Path(raftcron.__file__).resolve().parent  # raftcron/, with cluster/ linked in it
 OPENAPI = PACKAGE / "cluster" / "http" / "openapi.json"
@@ -67,10 +69,21 @@ def environment_hidden(prefix: str = "RAFTCRON_") -> Iterator[None]:
         os.environ.update(hidden)
 
 
+@functools.cache
 def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """(raftcron's parser, the chaos suite's), as `raftcron` itself builds them."""
     with environment_hidden():
         return build_parser(), build_chaos_parser()
+
+
+def parse_command_line(words: list[str]) -> argparse.Namespace:
+    """The words after `raftcron` parsed as `raftcron` parses them (raises SystemExit, as
+    argparse does, on a line it refuses): what the docs' tests check each command line with."""
+    main, chaos = parsers()
+    if words[:1] == ["chaos"]:
+        return chaos.parse_args(words[1:])
+    before, _ = split_command(words)  # `submit shell -- sh -c ...`: the command is the job's
+    return main.parse_args(before)
 
 
 def subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
@@ -298,11 +311,11 @@ def _expand(tree: ast.Module, module: Any, call: ast.Call, source: str) -> list[
     return found
 
 
-def metrics() -> list[Metric]:
-    """Every metric a `.metric(name, kind, help, ...)` or `.histogram(name, help, ...)` call of
-    the package writes (an AST walk). A call whose name cannot be read is an error, never a
-    metric left out."""
-    found: dict[str, Metric] = {}
+def metric_calls() -> list[tuple[str, int, list[Metric]]]:
+    """(file, line, the metrics it writes) of every `.metric(name, kind, help, ...)` and
+    `.histogram(name, help, ...)` call of the package that writes a raftcron_ metric (an AST
+    walk). A call whose name cannot be read is an error, never a metric left out."""
+    calls: list[tuple[str, int, list[Metric]]] = []
     for path in sorted((PACKAGE / "cluster").rglob("*.py")):
         relative = path.relative_to(PACKAGE)
         if relative.parts[:2] == ("cluster", "dev"):
@@ -330,9 +343,19 @@ def metrics() -> list[Metric]:
                     dotted = ".".join(("raftcron", *relative.with_suffix("").parts))
                     module = importlib.import_module(dotted)
                 pairs = _expand(tree, module, call, str(relative))
-            for metric_name, help_text in pairs:
-                found.setdefault(metric_name, Metric(metric_name, kind, help_text,
-                                                     relative.as_posix()))
+            calls.append((relative.as_posix(), call.lineno,
+                          [Metric(metric_name, kind, help_text, relative.as_posix())
+                           for metric_name, help_text in pairs]))
+    return calls
+
+
+def metrics() -> list[Metric]:
+    """Every metric the package writes, once each (a name written in two places is the first
+    one's), by name."""
+    found: dict[str, Metric] = {}
+    for _, _, written in metric_calls():
+        for metric in written:
+            found.setdefault(metric.name, metric)
     return sorted(found.values(), key=lambda metric: metric.name)
 
 
