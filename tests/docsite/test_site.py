@@ -52,3 +52,22 @@ def test_the_readme_is_short_and_its_links_into_docs_exist() -> None:
     assert len(into_docs) >= 10, links
     assert [link for link in links if not (REPO / link).is_file()
             and not link.startswith(("http://", "https://"))] == []
+
+
+def test_what_names_a_readme_section_names_one_the_readme_has() -> None:
+    """The manual moved into docs/: code, configs and manifests name the page now
+    (`docs/operations/size.md, "Sizing the state"`), not a README section that is gone."""
+    headings = set(re.findall(r"^#+ (.+)$", README.read_text(), re.M))
+    stale = []
+    for path in REPO.rglob("*"):
+        parts = path.relative_to(REPO).parts
+        if (not path.is_file() or parts[0] in {".git", ".venv", "build", "data", "docs"}
+                or path.suffix not in {".py", ".yml", ".yaml", ".toml", ".example", ".service",
+                                       ".json", ".sh", ""}):
+            continue
+        text = path.read_text(errors="replace")
+        for match in re.finditer(r'README(?:,|:)?\s+"([^"]+)"', text):
+            title = " ".join(match.group(1).split())
+            if title not in headings:
+                stale.append(f"{path.relative_to(REPO)}: {title}")
+    assert stale == []
