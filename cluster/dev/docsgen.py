@@ -164,7 +164,11 @@ def config_page() -> str:
            "a variable: [Configuration from the environment]"
            "(../operations/deploy.md#configuration-from-the-environment).", ""]
     sections: dict[str, list[tuple[str, str, str, str]]] = {}
+    templates = []
     for variable, key, kind, default in configenv.table(config.KEYS):
+        if kind == "template":  # not a key: how a pod's own addresses are made
+            templates.append((variable, key, default))
+            continue
         section = key.partition(".")[0] if "." in key else ""
         sections.setdefault(section, []).append((variable, key, kind, default))
     for section, rows in sections.items():
@@ -173,6 +177,14 @@ def config_page() -> str:
         out += [f"| {code(key)} | {code(variable)} | {kind} | {cell(default)} |"
                 for variable, key, kind, default in rows]
         out.append("")
+    out += ["## Address templates of a Kubernetes pod", "",
+            "Variables, not keys: templates a pod's own addresses are made from "
+            "([Values a Kubernetes pod gives]"
+            "(../operations/deploy.md#values-a-kubernetes-pod-gives)).", "",
+            "| variable | makes the key | default |", "| --- | --- | --- |"]
+    out += [f"| {code(variable)} | {code(key)} | {cell(default)} |"
+            for variable, key, default in templates]
+    out.append("")
     out += ["## Other RAFTCRON_* variables", "",
             "Not config keys, but names the project uses, so a node does not refuse them as "
             "unknown:", "", "| variable | what reads it |", "| --- | --- |"]
