@@ -66,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/raftcron bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build/site
