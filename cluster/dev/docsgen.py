@@ -204,9 +204,12 @@ def resolve(document: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def grant(description: str) -> str:
-    """The token grant a route's description states ("Needs a token with the submit grant")."""
-    words = description.split()
+def grant(operation: dict[str, Any]) -> str:
+    """The token grant a route's description states ("Needs a token with the submit grant"),
+    or "none" for a route that asks for no token (`security: []`)."""
+    if operation.get("security") == []:
+        return "none"
+    words = operation.get("description", "").split()
     for index, word in enumerate(words[:-1]):
         if words[index + 1].rstrip(".,;:") == "grant" and index > 0 and words[index - 1] == "the":
             return word
@@ -232,7 +235,7 @@ def http_page() -> str:
         for method, path, operation, _ in entries:
             out.append(f"| {code(method.upper() + ' ' + path)} | "
                        f"{cell(operation.get('summary', ''))} | "
-                       f"{grant(operation.get('description', ''))} |")
+                       f"{grant(operation)} |")
     out.append("")
     for tag, entries in routes.items():
         out += [f"## {tag}", ""]
@@ -244,7 +247,7 @@ def http_page() -> str:
                 out += [f"**{cell(operation['summary'])}.**", ""]
             if operation.get("description"):
                 out += [cell(operation["description"]), ""]
-            needed = grant(operation.get("description", ""))
+            needed = grant(operation)
             if needed:
                 out += [f"Grant: `{needed}`.", ""]
             parameters = [resolve(document, p) for p in [*shared, *operation.get("parameters", [])]]

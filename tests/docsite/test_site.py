@@ -80,3 +80,15 @@ def test_what_names_a_readme_section_names_one_the_readme_has() -> None:
             if title not in headings:
                 stale.append(f"{path.relative_to(REPO)}: {title}")
     assert stale == []
+
+
+def test_the_readme_tour_is_the_tour_page() -> None:
+    """The tour is in both (the README's first steps, the site's getting started): the same
+    words, so neither drifts."""
+    readme = README.read_text()
+    start = readme.index("## A five-minute tour\n") + len("## A five-minute tour\n")
+    end = readme.index("\n## ", start)
+    page = (DOCS / "getting-started" / "tour.md").read_text()
+    body = page.split("\n", 1)[1]
+    assert page.startswith("# A five-minute tour\n")
+    assert readme[start:end].strip() == body.strip()
