@@ -3,14 +3,15 @@ docs/reference/cli.md (the argparse tree), config.md (the config schema and its 
 variables), http.md (the OpenAPI document) and metrics.md (every metric a node writes).
 
 `python -m raftcron.cluster.dev.docsgen` (what `make docs` runs before the site build) writes
-them; `--check` only compares, exit 1 naming each page that differs. tests/docs/ fails the
-same way, so a change to a flag, a key, a route or a metric that is not carried into the pages
-says "run make docs".
+them; `--check` only compares, exit 1 naming each page that differs. The unit tests
+(tests/docsite) fail the same way, so a change to a flag, a key, a route or a metric that is not
+carried into the pages says "run make docs".
 
 What it must not do: start anything, read the network or the environment (the parser is built
 with every RAFTCRON_* variable hidden, so a default taken from the environment is the code's).
-Every module it reads is imported here, at the top, and nowhere else in this file: when the
-package's modules move, this block is the one place to follow them.
+Every module it reads is imported here, at the top: when the package's modules move, this block
+is the one place to follow them. (The metrics are found by walking the package's files, and a
+module whose table a metric's name is built from is imported by its file's path.)
 """
 
 from __future__ import annotations
