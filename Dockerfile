@@ -1,5 +1,5 @@
 # raftcron's image: the wheel built from this checkout, installed into a venv on Debian
-# bookworm's python3 (3.11). README, "Containers".
+# bookworm's python3 (3.11). docs/operations/containers.md.
 #
 #   docker build -t raftcron .            (podman build -t raftcron . the same)
 #   docker run ... raftcron               (a node: `raftcron node`, configured by RAFTCRON_*)

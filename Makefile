@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint typecheck unit integration upgrade container demo bench clean
+.PHONY: test lint typecheck docs unit integration upgrade container demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,7 +44,17 @@ upgrade: $(STAMP)
 container: $(STAMP)
 	$(BIN)/pytest tests/container --durations=5
 
-test: lint typecheck unit integration
+# The documentation site (mkdocs.yml): the reference pages written from the code
+# (cluster/dev/docsgen.py: the CLI, the config keys, the HTTP API, the metrics), then the site
+# built into build/site, strictly: a broken link or anchor, or a page outside the nav, fails.
+# Under `make test` the pages are only compared (--check: a page that differs from the code
+# fails, "run make docs"), so a commit that forgot them does not pass because CI rewrote them.
+docs: $(STAMP)
+	$(BIN)/python -m raftcron.cluster.dev.docsgen $(DOCSGEN_FLAGS)
+	$(BIN)/mkdocs build --strict --quiet
+
+test: DOCSGEN_FLAGS = --check
+test: lint typecheck docs unit integration
 
 demo: $(STAMP)
 	$(BIN)/raftcron demo
@@ -56,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/raftcron bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build/site

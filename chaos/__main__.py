@@ -23,7 +23,8 @@ from pathlib import Path
 DEFAULT_OUT = Path("data/chaos")
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """`raftcron chaos`'s words (also read by the CLI reference, docs/reference/cli.md)."""
     parser = argparse.ArgumentParser(prog="raftcron chaos")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run scenarios and check them")
@@ -43,7 +44,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     check.add_argument("folders", type=Path, nargs="+", metavar="FOLDER")
     commands.add_parser("cleanup", help="remove what a crashed run left behind")
     commands.add_parser("worker", help="(internal) a worker process", add_help=False)
-    return parser.parse_known_args(argv)[0]
+    return parser
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    return build_parser().parse_known_args(argv)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

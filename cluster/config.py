@@ -128,8 +128,9 @@ class MembershipSettings:
 
 @dataclass(frozen=True)
 class TracingSettings:
-    """Traces (README "Traces", cluster/telemetry/tracing.py): off unless ``otlp_endpoint`` names an
-    OTLP/HTTP collector (``http://collector:4318``; spans go to its ``/v1/traces``)."""
+    """Traces (docs/operations/monitor.md, cluster/telemetry/tracing.py): off unless
+    ``otlp_endpoint`` names an OTLP/HTTP collector (``http://collector:4318``; spans go to its
+    ``/v1/traces``)."""
 
     otlp_endpoint: str | None = None
 

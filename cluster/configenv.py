@@ -170,8 +170,8 @@ def merge(
             if key.required and key.path not in merged.raw:
                 raise ConfigError(key.variable, "is required: no config file was given "
                                   "(--config or RAFTCRON_CONFIG), so the node's config comes "
-                                  "from the environment (README, \"Configuration from the "
-                                  "environment\")")
+                                  "from the environment (docs/operations/deploy.md, "
+                                  "\"Configuration from the environment\")")
     if peers is not None:
         _add_peers(merged, peers, environ)
     return merged

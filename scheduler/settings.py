@@ -144,8 +144,8 @@ _OUTCOME_FIELDS = frozenset(OUTCOMES)
 _RETENTION_FIELDS = frozenset({*OUTCOMES, "queues"})
 
 # The state budget's default, in bytes of the memory model (scheduler/sizes.py). Chosen by
-# measurement (README, "Sizing the state"): at this budget a default node stays under 1.5 GiB
-# of RSS and its snapshot and restart under 5 s.
+# measurement (docs/operations/size.md, "Sizing the state"): at this budget a default node
+# stays under 1.5 GiB of RSS and its snapshot and restart under 5 s.
 BUDGET_BYTES_DEFAULT = 512 << 20
 
 

@@ -9,7 +9,7 @@ payload); a finished one (`FrozenJob`, the bytes object of its packed record, th
 slot, its retention entry, its id) ~360 bytes besides its record (a state filled with 1.39 M
 finished jobs of 122-byte records held 710 MiB of RSS); a key entry (the table's slot, the
 order entry, the tuple) ~220 bytes besides the key. The model is close to, not exactly, what
-the process holds; the README's sizing section says how the budget relates to RSS.
+the process holds; docs/operations/size.md ("Sizing the state") says how the budget relates to RSS.
 
 A live job changes size where its status changes too (a claim adds an attempt, an ack a
 result or an error, a debounce a payload), and `JobTable.set_status` counts it again there,

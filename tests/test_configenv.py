@@ -89,7 +89,7 @@ def test_every_raftcron_variable_the_project_reads_is_known():
              | set(configenv.OTHER_USES))
     named: dict[str, str] = {}
     files = [ROOT / "README.md", ROOT / "Makefile", ROOT / "Dockerfile", ROOT / "compose.yaml",
-             *(ROOT / ".ci").glob("*")]
+             *(ROOT / ".ci").glob("*"), *(ROOT / "docs").rglob("*.md")]
     for room in ("cluster", "scheduler", "chaos", "tests", "configs"):
         files += [path for path in (ROOT / room).rglob("*") if path.suffix in (
             ".py", ".md", ".toml", ".example", ".service", ".sh")]

@@ -1,6 +1,7 @@
 """raftcron.testing.Inline: a user's handlers against the real core, in the test's process.
 
-The README's example is run here as it is written, so the documented test is a real one."""
+The example of docs/getting-started/handlers.md is run here as it is written, so the documented
+test is a real one."""
 
 import asyncio
 import re
@@ -13,22 +14,22 @@ from raftcron.cluster.worker import TaskRegistry, default_registry
 from raftcron.scheduler.commands import Tick
 from raftcron.testing import Inline, InlineError
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "getting-started" / "handlers.md"
 
 
-def readme_example() -> str:
-    text = README.read_text()
+def page_example() -> str:
+    text = PAGE.read_text()
     found = re.search(r"<!-- inline-example -->\n```python\n(.*?)```", text, re.S)
-    assert found, "the README lost its inline-example block"
+    assert found, "the handlers page lost its inline-example block"
     return found.group(1)
 
 
-def test_the_readme_example_is_a_test_that_passes(monkeypatch):
+def test_the_handlers_page_example_is_a_test_that_passes(monkeypatch):
     # The example registers with the default registry (as a user's module does); keep it
     # from leaking into other tests.
     monkeypatch.setattr(default_registry, "_tasks", dict(default_registry._tasks))
     namespace: dict = {}
-    exec(compile(readme_example(), "README.md inline-example", "exec"), namespace)
+    exec(compile(page_example(), "handlers.md inline-example", "exec"), namespace)
     tests = [value for name, value in namespace.items() if name.startswith("test_")]
     assert len(tests) == 3
     for test in tests:

@@ -12,16 +12,16 @@ import pytest
 from raftcron.cluster.worker import JobContext, TaskRegistry, default_registry
 from raftcron.testing import Inline, InlineError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "getting-started" / "handlers.md"
 
 
-def test_the_readme_example_is_a_test_that_passes(monkeypatch, capsys):
-    text = README.read_text()
+def test_the_handlers_page_example_is_a_test_that_passes(monkeypatch, capsys):
+    text = PAGE.read_text()
     found = re.search(r"<!-- upstream-example -->\n```python\n(.*?)```", text, re.S)
-    assert found, "the README lost its upstream-example block"
+    assert found, "the handlers page lost its upstream-example block"
     monkeypatch.setattr(default_registry, "_tasks", dict(default_registry._tasks))
     namespace: dict[str, Any] = {}
-    exec(compile(found.group(1), "README.md upstream-example", "exec"), namespace)
+    exec(compile(found.group(1), "handlers.md upstream-example", "exec"), namespace)
     namespace["test_a_child_reads_its_parents_result"]()
     assert capsys.readouterr().out == "extract returned {'rows': 3}\n"
 

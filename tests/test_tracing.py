@@ -1,6 +1,6 @@
-"""cluster/telemetry/tracing.py (README "Traces"): off, nothing of OpenTelemetry is imported and no
-span is made; on, spans are named and nested as a job's trace needs; an endpoint configured without
-the `otel` extra is refused at start, naming the install command."""
+"""cluster/telemetry/tracing.py (docs/operations/monitor.md): off, nothing of OpenTelemetry is
+imported and no span is made; on, spans are named and nested as a job's trace needs; an endpoint
+configured without the `otel` extra is refused at start, naming the install command."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ load, for the drain needs its consumer and its observer):
   finished large jobs are there to evict; every ack answered "ok" is a `final` event (source
   "ack"); acks whose answer never came are settled by reading their jobs (source "read");
 - the operator: when the flood has been refused for FULL_HOLD_S, it cancels the oldest
-  CANCEL_BATCH idle jobs (what the README tells a full cluster's operator to do: cancel work),
+  CANCEL_BATCH idle jobs (what the docs tell a full cluster's operator to do: cancel work),
   so the state swings between full (refusals) and merely at its budget (evictions); each
   cancel answered is a `final` event (source "cancel"); when submitting stops it cancels every
   idle job left, so the drain can end;

@@ -437,7 +437,7 @@ def _raft_alarms(nodes: Path) -> list[str]:
 
 def _snapshots_installed(nodes: Path) -> dict[str, int]:
     """How many leader's snapshots each node installed, from the node logs (such a node
-    filled from a peer what the entries it skipped removed: README "Bounded state")."""
+    filled from a peer what the entries it skipped removed: docs/concepts/retention.md)."""
     found: Counter[str] = Counter()
     for log_path in sorted(nodes.glob("*/*.log")):
         with log_path.open(errors="replace") as lines:

@@ -418,7 +418,7 @@ class ArchiveStore:
     def add_attribute(self, path: str, *, through_index: int = 0) -> None:
         """Index a search attribute, declared by the setting of the entry at `through_index`.
         SQLite builds an index whole, in one transaction that holds the archive's write lock
-        throughout: every row is read (seconds per million rows: README, "Benchmarks"), and
+        throughout: every row is read (seconds per million rows: docs/proof/benchmarks.md), and
         no row can be written meanwhile."""
         index = _index_name(path)
         self._change_schema(

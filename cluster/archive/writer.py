@@ -27,7 +27,7 @@ the file is made by this one thread in order.
 Search attributes' indexes are built and dropped here too, when the state's setting changes
 (`set_attributes`, handed over as the floor is), one at a time between batches. SQLite builds
 an index whole, holding the write lock: on a big archive the jobs handed over meanwhile wait
-(about 3 s per million rows, README "Benchmarks"), and past the hand-over's bound so does
+(about 3 s per million rows, docs/proof/benchmarks.md), and past the hand-over's bound so does
 applying.
 """
 

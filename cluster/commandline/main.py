@@ -8,7 +8,9 @@ import os
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command but `chaos`'s own words (the suite parses those: chaos.__main__): what
+    `main` parses, and what the CLI reference (docs/reference/cli.md) and the docs' tests read."""
     parser = argparse.ArgumentParser(
         prog="raftcron", description="A distributed job scheduler on Raft."
     )
@@ -30,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         help="this node lost its data: start empty, catch up from the leader, and vote only "
         "once caught up (refused if the data dir still holds a log). =auto (a Kubernetes pod): "
         "with an empty data dir, ask the peers and rejoin only if they hold a cluster that "
-        "lists this node (README, \"Kubernetes\")",
+        "lists this node (docs/operations/kubernetes.md)",
     )
     node.add_argument(
         "--ask-peers-s",
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     from raftcron.cluster.ops import backup as backup_module
 
     backup_module.add_restore_arguments(restore)
-    from raftcron.cluster.commandline import opsargs, opscli
+    from raftcron.cluster.commandline import opsargs
 
     opsargs.add_commands(commands)
     config_command = commands.add_parser(
@@ -84,11 +86,23 @@ def main(argv: list[str] | None = None) -> int:
         "chaos", help="the chaos suite: run | check FOLDER | cleanup (raftcron chaos --help)",
         add_help=False,
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["chaos"]:  # its own parser: every word after `chaos` is the suite's
         from raftcron.chaos.__main__ import main as chaos_main
 
         return chaos_main(words[1:])
+    from raftcron.cluster.commandline import notifycli, opsargs, opscli, settingscli
+    from raftcron.cluster.dev import demo as demo_module
+    from raftcron.cluster.dev.bench import run as bench_run
+    from raftcron.cluster.ops import backup as backup_module
+    from raftcron.cluster.storage import tool as storage_tool
+    from raftcron.cluster.worker import cli as worker_cli
+
     words, command_words = opsargs.split_command(words)
     args = parser.parse_args(words)
     if args.command in ("submit", "jobs", "schedules", "queues", "cluster", "audit", "backup"):

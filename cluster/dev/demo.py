@@ -1,9 +1,10 @@
 """`raftcron demo`: a 3-node cluster on loopback, one worker and two sample schedules.
 
-The nodes use `configs/local-3` (HTTP on 8001-8003, Raft on 7001-7003), so the README's tour
-and the CLI's default `--connect` reach them; all state lives under `data/local-3` and survives
-a restart of the demo (`--fresh` starts empty). Logs go to `data/local-3/logs/`. Ctrl-C stops
-the worker (it drains), then the nodes, and waits for every process to exit.
+The nodes use `configs/local-3` (HTTP on 8001-8003, Raft on 7001-7003), so the tour (README,
+docs/getting-started/tour.md) and the CLI's default `--connect` reach them; all state lives under
+`data/local-3` and survives a restart of the demo (`--fresh` starts empty). Logs go to
+`data/local-3/logs/`. Ctrl-C stops the worker (it drains), then the nodes, and waits for every
+process to exit.
 
 `--tls` serves the API over HTTPS: a throwaway CA and a certificate for 127.0.0.1 are made
 under `<data>/tls/` (with the openssl command), each node runs from a copy of its config with

@@ -1,4 +1,4 @@
-"""Growing and shrinking a `LocalCluster` the way an operator does (README, Operations).
+"""Growing and shrinking a `LocalCluster` the way an operator does (docs/operations/membership.md).
 
 `join_node` writes the config of a NEW node only (fresh loopback ports, the current members as
 its ``[[peers]]``, ``join = true``) and leaves every member's config as it was: members learn

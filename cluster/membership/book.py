@@ -23,8 +23,8 @@ snapshot and log, never from a stale config file.
 Wire: like the core's commands, msgpack ``[1, tag, {field: value}]``, with tags from 1001
 (the core's stay below 1000). A release that does not know them answers "unknown tag" and
 changes nothing, so they are proposed only when every member runs a release that does (the
-README's upgrade rule). Snapshot: ``to_wire``/``from_wire``, under the key ``members`` of the
-storage's snapshot body; an older snapshot without it loads as an empty book.
+upgrade rule of docs/operations/upgrade.md). Snapshot: ``to_wire``/``from_wire``, under the
+key ``members`` of the storage's snapshot body; an older snapshot without it loads as an empty book.
 """
 
 from __future__ import annotations

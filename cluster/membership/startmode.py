@@ -31,7 +31,7 @@ new is not, and only that is guarded.
 
 Rule 4 cannot tell a first start from the loss of a majority of the volumes at once; nothing
 can without memory outside the volumes, and Raft promises nothing once a majority is lost
-(restore a backup then, README "Backup and restore").
+(restore a backup then, docs/operations/backup.md, "Backup and restore").
 
 What it must not do: start the node (cluster/node.py does), or trust an answer it did not
 check: an answer from another node than the one asked, or one that does not parse, counts as

@@ -1,5 +1,5 @@
-"""Traces (README "Traces", DESIGN.md §9.5): OpenTelemetry spans of a job's life, off unless
-an OTLP endpoint is configured.
+"""Traces (docs/operations/monitor.md, DESIGN.md §9.5): OpenTelemetry spans of a job's life,
+off unless an OTLP endpoint is configured.
 
 Off, this module imports nothing of OpenTelemetry and every call is one test of a global: a
 node or worker without the `otel` extra pays nothing. On (`start` with an endpoint: a node's

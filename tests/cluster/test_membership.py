@@ -37,7 +37,7 @@ def members(module_cluster_factory: Any) -> LocalCluster:
 def figures(request: pytest.FixtureRequest) -> Iterator[dict[str, float]]:
     measured: dict[str, float] = {}
     yield measured
-    if measured:  # shown with -rP; the README's figures come from these lines
+    if measured:  # shown with -rP; the docs' figures come from these lines
         print(f"figures of {request.node.name}: {measured}")
 
 
@@ -203,7 +203,8 @@ def test_replace_a_node_whose_data_dir_was_deleted_by_rejoining_empty(
         writer.wait_for(20)
         cluster.kill(lost)
         shutil.rmtree(lost.data_dir)
-        # As the README says: its peers are the members of today (its config may be older).
+        # As docs/operations/membership.md says: its peers are the members of today (its config
+        # may be older).
         members = [n for n in cluster.nodes if n is not lost]
         lost.config_path.write_text(cluster.config_text(lost, peers=members))
         command = cluster.command

@@ -1,5 +1,5 @@
-"""A rolling upgrade from the previous release (DESIGN.md §8.4, §9.0; README, "Upgrading"): its
-wheel is built from its git commit into a venv of its own, three nodes run it, and they are
+"""A rolling upgrade from the previous release (DESIGN.md §8.4, §9.0; docs/operations/upgrade.md):
+its wheel is built from its git commit into a venv of its own, three nodes run it, and they are
 upgraded one at a time under writes. Along the way each release installs a snapshot the other
 made (a node of this release rejoins empty from a leader of the previous one, and the other
 way round) and loads its own data dir written by the other. While releases are mixed the

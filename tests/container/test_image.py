@@ -306,8 +306,8 @@ def test_three_nodes_form_a_cluster_the_worker_runs_a_job_and_a_node_stops_on_si
     assert {member["http_address"] for member in view["members"]} == {
         f"{node}:8080" for node in NODES}
 
-    # The README's ways in: the CLI on the host through the published ports, and the image's
-    # own CLI inside a node's container.
+    # The ways in of docs/operations/containers.md: the CLI on the host through the published
+    # ports, and the image's own CLI inside a node's container.
     connect = ",".join(f"http://127.0.0.1:{project.host_ports[node]}" for node in NODES)
     on_host = subprocess.run(
         [sys.executable, "-m", "raftcron.cluster.commandline", "cluster", "status", "--json",

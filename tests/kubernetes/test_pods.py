@@ -274,7 +274,7 @@ def test_the_statefulset_forms_a_cluster_and_a_pod_that_lost_its_volume_rejoins(
 
 def test_scaling_up_adds_a_pod_that_waits_to_be_added_and_scaling_down_removes_it(
         pods: Pods) -> None:
-    """README "Kubernetes": `kubectl scale --replicas=4`, then `raftcron cluster add`; and
+    """docs/operations/kubernetes.md: `kubectl scale --replicas=4`, then `raftcron cluster add`; and
     `raftcron cluster remove`, then `--replicas=3` (and the volume deleted)."""
     ready_port = probe_port(pods, "readinessProbe")
     admin = pods.spec(0).environment["RAFTCRON_API_TOKENS"].split(",")[0].split(":")[2]

@@ -4,6 +4,7 @@ names they use (tests/monitoring/test_live_metrics.py checks those against a liv
 
 from __future__ import annotations
 
+import re
 from itertools import combinations
 
 import pytest
@@ -84,9 +85,11 @@ def test_every_rule_waits_names_its_severity_and_says_what_to_do() -> None:
         assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
         annotations = rule["annotations"]
         assert annotations["summary"].strip(), rule["alert"]
-        # what to do: a command to run or the README entry to read
-        assert "README" in annotations["description"] or "`raftcron " in \
+        # what to do: a command to run or the section of the docs to read
+        assert "docs/" in annotations["description"] or "`raftcron " in \
             annotations["description"], rule["alert"]
+        for page in re.findall(r"docs/[\w/.-]+\.md", annotations["description"]):
+            assert (REPO / page).is_file(), (rule["alert"], page)
 
 
 def test_every_alert_the_issue_asks_for_is_there() -> None:
@@ -166,8 +169,8 @@ def test_the_dashboard_draws_what_an_operator_looks_for() -> None:
     } <= shown
 
 
-def test_the_readme_says_what_every_alert_means() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_the_monitoring_page_says_what_every_alert_means() -> None:
+    readme = (REPO / "docs" / "operations" / "monitor.md").read_text()
     assert "deploy/monitoring/grafana-dashboard.json" in readme
     missing = [rule["alert"] for rule in rules() if f"`{rule['alert']}`" not in readme]
     assert missing == []

@@ -1,5 +1,5 @@
 """Power loss of all three nodes, and of a majority, loses no acknowledged job (CHAOS.md "Wave
-2", issue 11 "Prove it"; README "Durability").
+2", issue 11 "Prove it"; docs/concepts/durability.md).
 
 Each node of a real 3-node `raftcron node` cluster on loopback keeps its data dir on its own
 powerfs mount (chaos/powerfs: a FUSE filesystem that keeps written-but-unsynced data apart and

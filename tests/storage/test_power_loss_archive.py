@@ -1,5 +1,5 @@
 """Power loss of all three nodes loses no finished job the archives hold (DESIGN.md §9.2, issue
-26 "Prove it"; README "Bounded state").
+26 "Prove it"; docs/concepts/retention.md).
 
 A powered cluster (tests/storage/powered.py: each data dir on a powerfs mount, which drops
 every unsynced change at a cut and tears the last unsynced write of each file) in `fsync`

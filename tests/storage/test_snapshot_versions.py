@@ -1,4 +1,4 @@
-"""The versioning rule for snapshots (README, "Upgrading"): a snapshot of a newer format than
+"""The versioning rule for snapshots (docs/operations/upgrade.md): a snapshot of a newer format than
 this release reads is refused with both versions named; a key that older releases ignore needs
 no new version, and a snapshot without it (written by the previous release) still loads (the
 member book as an empty one, the cluster name as unknown)."""

@@ -1,7 +1,7 @@
-"""Traces across processes (README "Traces"): a client's span submits a job to a real node,
-a real worker process runs it, and the spans of the node and the worker, sent over OTLP/HTTP to
-a collector stub on loopback (decoded with opentelemetry-proto), continue the submitter's
-trace: submit -> commit on the node, run -> the handler's own span on the worker, complete."""
+"""Traces across processes (docs/operations/monitor.md): a client's span submits a job to a real
+node, a real worker process runs it, and the spans of the node and the worker, sent over OTLP/HTTP
+to a collector stub on loopback (decoded with opentelemetry-proto), continue the submitter's trace:
+submit -> commit on the node, run -> the handler's own span on the worker, complete."""
 
 from __future__ import annotations
 

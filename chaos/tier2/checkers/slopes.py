@@ -18,8 +18,8 @@ new PID), for each of the five figures:
    sampled run: how much the figure would grow over a run as long at that rate;
 4. the memory judged is the resident size less the replicated state's bytes
    (`rss_beyond_state_bytes`: the state is bounded by its own rules and budget, and the
-   README sizes a node as its state plus what it needs of its own); the resident size and the
-   state's bytes are shown beside it, not judged;
+   docs/operations/size.md sizes a node as its state plus what it needs of its own); the
+   resident size and the state's bytes are shown beside it, not judged;
 5. the series fails when `growth > max(RELATIVE_TOLERANCE * median, FLOOR[figure])` and the
    slope is not noise (`s > SIGNIFICANCE * se`): it has not levelled off.
 

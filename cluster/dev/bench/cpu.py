@@ -1,6 +1,6 @@
 """CPU time per job, by role: what each process of a local cluster spent over the soak.
 
-The figure issue-sized work is judged by (README, "Benchmarks"): user + system time from
+The figure issue-sized work is judged by (docs/proof/benchmarks.md): user + system time from
 `/proc/<pid>/stat` of the leader, each follower and each worker, and `os.times()` of the bench
 itself (the load generator), read at the soak's start and end, divided by the jobs that
 succeeded in between. A node that restarted, or a leader that changed, makes the roles

@@ -4,7 +4,8 @@ Two ratios, because our drain has two clocks (measures.drain): from the workers'
 start-up included, and from the moment every worker waits on a claim. The peers' programs start
 theirs in between: BullMQ's after its Worker connected, graphile-worker's at its run() call
 (its pool's start included), so neither of ours is exactly theirs and both are shown.
-A ratio is ours over theirs, as the README's tables say "5.2x the baseline".
+A ratio is ours over theirs, as the benchmark tables (docs/proof/benchmarks.md) say "5.2x the
+baseline".
 """
 
 from __future__ import annotations
