@@ -42,10 +42,13 @@ QUIET_AFTER_FAILURE_S = 1.0  # after a failed ask, claims go unstamped this long
 @requires("stamp")
 async def post_stamp(request: web.Request) -> web.Response:
     svc = services(request)
+    if not svc.node.is_leader():  # the wrong node to ask, not a failing one
+        raise HttpError(421, "not_leader", "this node does not lead: ask the leader "
+                        "(X-Raftcron-Leader names it)")
     tick = None if svc.stamp is None else svc.stamp()
     if tick is None:
-        raise HttpError(503, "unavailable", "this node does not lead a committed term with an "
-                        "agreed time: ask the leader", headers={"Retry-After": "1"})
+        raise HttpError(503, "unavailable", "this node leads, but not yet a committed term "
+                        "with an agreed time", headers={"Retry-After": "1"})
     return json_response(tick.to_wire())
 
 

@@ -125,6 +125,7 @@ ERROR_NAMES = {
     "409": "Conflict",
     "408": "Timeout",
     "413": "TooLarge",
+    "421": "NotLeader",
     "503": "Unavailable",
     "507": "StateFull",
 }

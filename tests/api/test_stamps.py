@@ -40,7 +40,7 @@ class Clock:
 
 
 def serve(handler: RouteHandler, test: Callable[[str, list[web.Request]], Awaitable[None]],
-          *, stamp: Callable[[], Tick | None] | None = None) -> None:
+          *, stamp: Callable[[], Tick | None] | None = None, leads: bool = True) -> None:
     """Run `test(address, requests seen)` against a server answering the stamp route with
     `handler`, over a node whose ticker's stamp is `stamp`."""
     seen: list[web.Request] = []
@@ -51,7 +51,8 @@ def serve(handler: RouteHandler, test: Callable[[str, list[web.Request]], Awaita
 
     async def main() -> None:
         app = web.Application(middlewares=[errors_as_answers])
-        app[SERVICES] = SimpleNamespace(stamp=stamp)  # type: ignore[misc]
+        node = SimpleNamespace(is_leader=lambda: leads)
+        app[SERVICES] = SimpleNamespace(stamp=stamp, node=node)  # type: ignore[misc]
         app.router.add_post(stamps.PATH, recording)
         server = TestServer(app)
         await server.start_server()
@@ -85,7 +86,18 @@ def test_the_leader_answers_its_tick_and_a_node_without_one_answers_503() -> Non
         finally:
             await follower.close()
 
-    serve(stamps.post_stamp, refused, stamp=lambda: None)
+    serve(stamps.post_stamp, refused, stamp=lambda: None)  # a leader not yet ticking: 503
+
+    async def misdirected(address: str, seen: list[Any]) -> None:
+        follower = stamps.LeaderStamps(PeerDialer("http", None, {}), lambda: ("n1", address))
+        try:
+            assert await follower.ask() is None
+            assert follower.outcomes == {"failed": 1}
+        finally:
+            await follower.close()
+
+    # A node that no longer leads answers 421 and builds no Tick from its own clock.
+    serve(stamps.post_stamp, misdirected, stamp=lambda: Tick(5, "n1"), leads=False)
 
 
 @pytest.mark.parametrize("answer", [

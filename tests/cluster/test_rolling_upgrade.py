@@ -73,11 +73,11 @@ class MixedCluster(LocalCluster):
         self.extra_args: dict[str, list[str]] = {}
 
     def command(self, node: LocalNode) -> list[str]:
-        args = ["-m", "raftcron.cluster.commandline", "node", "--config", str(node.config_path),
-                *self.extra_args.pop(node.node_id, [])]
+        args = ["node", "--config", str(node.config_path), *self.extra_args.pop(node.node_id, [])]
         if self.release.get(node.node_id, "previous") == "previous":
-            return [self.old_python, "-I", "-u", *args]
-        return [self.python, *args]
+            # The previous release's command module, before cluster/ had its rooms.
+            return [self.old_python, "-I", "-u", "-m", "raftcron.cluster.cli", *args]
+        return [self.python, "-m", "raftcron.cluster.commandline", *args]
 
 
 def runs_this_release(cluster: LocalCluster, node: LocalNode) -> bool:

@@ -219,7 +219,7 @@ def test_without_an_endpoint_nothing_imports_opentelemetry(tmp_path: Path) -> No
         "import sys\n"
         "import raftcron.cluster.node, raftcron.cluster.http.app, raftcron.cluster.clients.client\n"
         "import raftcron.cluster.worker.cli\n"
-        "from raftcron.cluster import tracing\n"
+        "from raftcron.cluster.telemetry import tracing\n"
         "assert tracing.start_from_environment('raftcron-worker') is False\n"
         "with tracing.span('submit'):\n"
         "    pass\n"
