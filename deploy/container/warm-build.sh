@@ -17,11 +17,13 @@ cd "$(dirname "$0")/../.."
 LOCK=${RAFTCRON_IMAGE_LOCK:-/var/tmp/raftcron-image.lock}
 exec 9>"$LOCK"
 flock 9
-deploy/container/base-image.sh
+# The commands below run with the lock's descriptor closed (9>&-): a process they leave behind
+# (podman's helpers) must not hold the lock after this script ends.
+deploy/container/base-image.sh 9>&-
 secret=()
 bundle=${PIP_CERT:-$(python3 -c 'import ssl; print(ssl.get_default_verify_paths().cafile or "")')}
 if [ -n "$bundle" ] && [ -e "$bundle" ]; then
   secret=(--secret "id=ca-certificates,src=$bundle")
 fi
 podman --runtime runc build --network host "${secret[@]}" --file Dockerfile \
-  --tag localhost/raftcron-warm:latest .
+  --tag localhost/raftcron-warm:latest . 9>&-
