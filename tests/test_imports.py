@@ -354,7 +354,10 @@ CLUSTER_ROOMS = (
 # when the command runs; test_the_product_imports_no_tool_but_the_commands_that_run_them).
 TOOL_DOOR = "raftcron.cluster.commandline.main"
 CLUSTER_ROOT = {"raftcron.cluster", "raftcron.cluster.config", "raftcron.cluster.configenv",
-                "raftcron.cluster.node"}
+                "raftcron.cluster.node", "raftcron.cluster.cli"}
+# cluster/cli.py is the command's entry point from before the rooms (`python -m
+# raftcron.cluster.cli` keeps working): a door into the command line's room, nothing more.
+ROOT_DOORS = {"cli": "commandline"}
 
 
 def cluster_room(name: str) -> str | None:
@@ -362,7 +365,9 @@ def cluster_room(name: str) -> str | None:
     parts = name.split(".")
     if parts[:2] != ["raftcron", "cluster"] or len(parts) < 3:
         return None
-    return "config" if parts[2] in ("config", "configenv") else parts[2]
+    if parts[2] in ("config", "configenv"):
+        return "config"
+    return ROOT_DOORS.get(parts[2], parts[2])
 
 
 def upward_imports(edges: dict[str, set[str]]) -> list[str]:
@@ -404,3 +409,21 @@ def test_each_room_of_the_shell_imports_only_the_rooms_before_it() -> None:
 def test_the_room_check_catches_an_import_of_a_later_room(importer: str, imported: str) -> None:
     assert upward_imports({importer: {imported}}) != []
     assert upward_imports({imported: {importer}}) == []
+
+
+def test_the_commands_entry_point_from_before_the_rooms_still_runs(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Scripts and service files run `python -m raftcron.cluster.cli`; it is the same command."""
+    import runpy
+    import sys
+
+    from raftcron.cluster import cli
+    from raftcron.cluster.commandline import main
+
+    assert cli.main is main.main
+    monkeypatch.setattr(sys, "argv", ["raftcron", "--help"])
+    monkeypatch.delitem(sys.modules, "raftcron.cluster.cli")  # run afresh, as -m runs it
+    with pytest.raises(SystemExit) as done:  # as `python -m raftcron.cluster.cli --help` runs
+        runpy.run_module("raftcron.cluster.cli", run_name="__main__")
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: raftcron")
