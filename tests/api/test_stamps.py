@@ -14,21 +14,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from routeapps import errors_as_answers
 
 from raftcron.cluster.clients.peerhttp import PeerDialer
 from raftcron.cluster.http import stamps
-from raftcron.cluster.http.common import SERVICES, HttpError, RouteHandler
+from raftcron.cluster.http.common import SERVICES, RouteHandler
 from raftcron.scheduler.commands import Tick
 
 PEER = {"Authorization": "Bearer peer-credential"}
-
-
-@web.middleware
-async def errors_as_answers(request: web.Request, handler: RouteHandler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except HttpError as error:
-        return error.response()
 
 
 class Clock:
@@ -39,10 +32,13 @@ class Clock:
         return self.now_s
 
 
-def serve(handler: RouteHandler, test: Callable[[str, list[web.Request]], Awaitable[None]],
-          *, stamp: Callable[[], Tick | None] | None = None, leads: bool = True) -> None:
-    """Run `test(address, requests seen)` against a server answering the stamp route with
-    `handler`, over a node whose ticker's stamp is `stamp`."""
+def serve(handler: RouteHandler,
+          test: Callable[[stamps.LeaderStamps, Clock, list[web.Request]], Awaitable[None]],
+          *, stamp: Callable[[], Tick | None] | None = None, leads: bool = True,
+          knows_leader: bool = True) -> None:
+    """Run `test(follower, its clock, requests seen)` against a server answering the stamp
+    route with `handler`, over a node whose ticker's stamp is `stamp`; the follower asks it as
+    the leader "n1" (or knows no leader) with the peer credential."""
     seen: list[web.Request] = []
 
     async def recording(request: web.Request) -> web.StreamResponse:
@@ -56,48 +52,35 @@ def serve(handler: RouteHandler, test: Callable[[str, list[web.Request]], Awaita
         app.router.add_post(stamps.PATH, recording)
         server = TestServer(app)
         await server.start_server()
+        address = f"{server.host}:{server.port}"
+        clock = Clock()
+        follower = stamps.LeaderStamps(
+            PeerDialer("http", None, PEER),
+            (lambda: ("n1", address)) if knows_leader else (lambda: None), clock=clock)
         try:
-            await test(f"{server.host}:{server.port}", seen)
+            await test(follower, clock, seen)
         finally:
+            await follower.close()
             await server.close()
 
     asyncio.run(main())
 
 
-def test_the_leader_answers_its_tick_and_a_node_without_one_answers_503() -> None:
-    async def test(address: str, seen: list[Any]) -> None:
-        clock = Clock()
-        follower = stamps.LeaderStamps(PeerDialer("http", None, PEER), lambda: ("n1", address),
-                                       clock=clock)
-        try:
-            assert await follower.ask() == Tick(1_700_000_000_123, "n1")
-            assert follower.outcomes == {"stamped": 1}
-            assert seen[-1].headers["Authorization"] == PEER["Authorization"]
-        finally:
-            await follower.close()
+async def refused_once(follower: stamps.LeaderStamps, clock: Clock, seen: list[Any]) -> None:
+    assert await follower.ask() is None
+    assert follower.outcomes == {"failed": 1} and len(seen) == 1
 
-    serve(stamps.post_stamp, test, stamp=lambda: Tick(1_700_000_000_123, "n1"))
 
-    async def refused(address: str, seen: list[Any]) -> None:
-        follower = stamps.LeaderStamps(PeerDialer("http", None, {}), lambda: ("n1", address))
-        try:
-            assert await follower.ask() is None
-            assert follower.outcomes == {"failed": 1}
-        finally:
-            await follower.close()
+def test_the_leader_answers_its_tick_and_a_node_without_one_refuses() -> None:
+    async def stamped(follower: stamps.LeaderStamps, clock: Clock, seen: list[Any]) -> None:
+        assert await follower.ask() == Tick(1_700_000_000_123, "n1")
+        assert follower.outcomes == {"stamped": 1}
+        assert seen[-1].headers["Authorization"] == PEER["Authorization"]
 
-    serve(stamps.post_stamp, refused, stamp=lambda: None)  # a leader not yet ticking: 503
-
-    async def misdirected(address: str, seen: list[Any]) -> None:
-        follower = stamps.LeaderStamps(PeerDialer("http", None, {}), lambda: ("n1", address))
-        try:
-            assert await follower.ask() is None
-            assert follower.outcomes == {"failed": 1}
-        finally:
-            await follower.close()
-
+    serve(stamps.post_stamp, stamped, stamp=lambda: Tick(1_700_000_000_123, "n1"))
+    serve(stamps.post_stamp, refused_once, stamp=lambda: None)  # a leader not yet ticking: 503
     # A node that no longer leads answers 421 and builds no Tick from its own clock.
-    serve(stamps.post_stamp, misdirected, stamp=lambda: Tick(5, "n1"), leads=False)
+    serve(stamps.post_stamp, refused_once, stamp=lambda: Tick(5, "n1"), leads=False)
 
 
 @pytest.mark.parametrize("answer", [
@@ -110,15 +93,7 @@ def test_a_follower_takes_only_a_tick_naming_the_leader_it_asked(answer: Any) ->
     async def handler(request: web.Request) -> web.StreamResponse:
         return web.json_response(answer)
 
-    async def test(address: str, seen: list[Any]) -> None:
-        follower = stamps.LeaderStamps(PeerDialer("http", None, {}), lambda: ("n1", address))
-        try:
-            assert await follower.ask() is None
-            assert follower.outcomes == {"failed": 1}
-        finally:
-            await follower.close()
-
-    serve(handler, test)
+    serve(handler, refused_once)
 
 
 def test_after_a_failure_a_follower_claims_unstamped_for_a_second_without_asking(
@@ -131,33 +106,23 @@ def test_after_a_failure_a_follower_claims_unstamped_for_a_second_without_asking
             await state["answering"].wait()  # a leader that does not answer in time
         return web.json_response({"now_ms": 7, "leader": "n1"})
 
-    async def test(address: str, seen: list[Any]) -> None:
+    async def test(follower: stamps.LeaderStamps, clock: Clock, seen: list[Any]) -> None:
         state["answering"] = asyncio.Event()
-        clock = Clock()
-        follower = stamps.LeaderStamps(PeerDialer("http", None, {}), lambda: ("n1", address),
-                                       clock=clock)
-        try:
-            assert await follower.ask() is None  # timed out
-            state["answering"].set()
-            clock.now_s += stamps.QUIET_AFTER_FAILURE_S - 0.01
-            assert await follower.ask() is None  # quiet: not asked
-            assert follower.outcomes == {"failed": 1, "skipped": 1} and len(seen) == 1
-            clock.now_s += 0.02
-            assert await follower.ask() == Tick(7, "n1")
-            assert follower.outcomes == {"failed": 1, "skipped": 1, "stamped": 1}
-        finally:
-            await follower.close()
+        assert await follower.ask() is None  # timed out
+        state["answering"].set()
+        clock.now_s += stamps.QUIET_AFTER_FAILURE_S - 0.01
+        assert await follower.ask() is None  # quiet: not asked
+        assert follower.outcomes == {"failed": 1, "skipped": 1} and len(seen) == 1
+        clock.now_s += 0.02
+        assert await follower.ask() == Tick(7, "n1")
+        assert follower.outcomes == {"failed": 1, "skipped": 1, "stamped": 1}
 
     serve(handler, test)
 
 
 def test_a_follower_that_knows_no_leader_does_not_ask() -> None:
-    async def test(address: str, seen: list[Any]) -> None:
-        follower = stamps.LeaderStamps(PeerDialer("http", None, {}), lambda: None)
-        try:
-            assert await follower.ask() is None
-            assert follower.outcomes == {"skipped": 1} and not seen
-        finally:
-            await follower.close()
+    async def test(follower: stamps.LeaderStamps, clock: Clock, seen: list[Any]) -> None:
+        assert await follower.ask() is None
+        assert follower.outcomes == {"skipped": 1} and not seen
 
-    serve(stamps.post_stamp, test, stamp=lambda: Tick(1, "n1"))
+    serve(stamps.post_stamp, test, stamp=lambda: Tick(1, "n1"), knows_leader=False)

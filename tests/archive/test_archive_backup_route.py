@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from archives import make_archive
+from routeapps import errors_as_answers
 
 from raftcron.cluster.archive.copies import COPY_NAME, check_file
 from raftcron.cluster.archive.node import NodeArchive
@@ -25,7 +26,7 @@ from raftcron.cluster.archive.store import ArchiveStore
 from raftcron.cluster.archive.writer import ArchiveWriter
 from raftcron.cluster.http import backup as backup_route
 from raftcron.cluster.http import bounds
-from raftcron.cluster.http.common import SERVICES, HttpError, RouteHandler
+from raftcron.cluster.http.common import SERVICES
 
 ROUTE = "/v1/cluster/backup/archive"
 PLENTY = 1 << 50
@@ -43,15 +44,6 @@ def fake_node(directory: Path, *, free_bytes: int = PLENTY, applied_index: int =
         commit_index=commit_index,
         archive=node_archive,
         storage=SimpleNamespace(directory=str(directory), free_bytes=lambda: free_bytes))
-
-
-@web.middleware
-async def errors_as_answers(request: web.Request, handler: RouteHandler) -> web.StreamResponse:
-    """What the node's middleware does with an HttpError (the rest of it is not needed here)."""
-    try:
-        return await handler(request)
-    except HttpError as error:
-        return error.response()
 
 
 def serve(node: Any, test: Callable[[TestClient[Any, Any]], Awaitable[None]]) -> None:
