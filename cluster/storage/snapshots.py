@@ -409,7 +409,7 @@ class SnapshotStore:
             return None
         sending = self._outgoing.get(node)
         if sending is None:
-            data = self.disk.read(self.path)
+            data = self._file_to_send()
             index, term, _, _ = read_header(data, self.path)
             sending = (data, 0, index, term)
         data, sent, index, term = sending
@@ -420,6 +420,16 @@ class SnapshotStore:
         else:
             self._outgoing[node] = (data, sent + len(chunk), index, term)
         return _CHUNK_HEAD.pack(index, term, sent, len(data)) + chunk, first, last
+
+    def _file_to_send(self) -> bytes:
+        """The current snapshot file's bytes: those of a transfer under way when it sends the
+        same snapshot (followers behind at once share one copy, not one each), else read."""
+        current = self.current
+        assert current is not None
+        for data, _, index, term in self._outgoing.values():
+            if (index, term) == (current.index, current.term):
+                return data
+        return self.disk.read(self.path)
 
     def setTransmissionData(self, data: Any) -> bool:
         """One chunk from the leader; True once a whole snapshot was received and installed."""

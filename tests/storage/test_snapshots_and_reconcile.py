@@ -191,6 +191,40 @@ def test_a_snapshot_sent_in_chunks_arrives_whole_and_is_loaded(
     assert disk.listdir("/a") == ["snapshot"]
 
 
+def test_followers_sent_the_same_snapshot_at_once_share_one_copy_of_it(
+        disk: SimDisk, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader sending its snapshot to two followers holds the file's bytes once, not once per
+    follower (a state of hundreds of MB); a newer snapshot is read afresh."""
+    monkeypatch.setattr(snapshots, "CHUNK_BYTES", 64)
+    state = random.Random(0).randbytes(2_000)
+    leader = written(disk, "/b", 10, 2, Source(state))
+    reads: list[str] = []
+    real_read = disk.read
+    monkeypatch.setattr(disk, "read", lambda path: (reads.append(path), real_read(path))[1])
+    for directory in ("/n2", "/n3", "/n4"):
+        disk.makedirs(directory)
+    followers = {name: store_on(disk, f"/{name}", Source()) for name in ("n2", "n3")}
+    done = {name: False for name in followers}
+    for _ in range(1_000):  # chunks to each in turn, as the Raft thread sends them
+        for name, follower in followers.items():
+            if done[name]:
+                continue
+            data = leader.getTransmissionData(name)
+            assert data is not None
+            chunk, first, last = data
+            done[name] = follower.setTransmissionData((chunk, first, last)) or last
+        if all(done.values()):
+            break
+    assert all(follower.current is not None and follower.current.index == 10
+               for follower in followers.values())
+    assert reads == ["/b/snapshot"]
+    # A transfer that starts once a newer snapshot is current reads the newer file.
+    leader.serialize(serialized(20, 3), 19)
+    assert leader.checkSerializing() == (SERIALIZER_STATE.SUCCESS, 19)
+    assert transfer(leader, store_on(disk, "/n4", Source())) is True
+    assert reads.count("/b/snapshot") == 2
+
+
 def test_a_snapshot_names_the_cluster_of_the_node_that_wrote_it_wherever_it_goes(
         disk: SimDisk) -> None:
     """Written with the node's [cluster] name, read back at start, sent to a follower, and
