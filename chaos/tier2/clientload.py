@@ -31,9 +31,12 @@ STATE_TIME_EVERY_S = 2.0  # how often the monitor records a node's state time wh
 
 class LoopThread:
     """An asyncio loop in a thread of its own, for the harness's loads: `start` runs `_main`
-    there, `stop` sets `stopping` (which `_main` creates and waits on) and joins (bounded)."""
+    there, `stop` sets `stopping` (which `_main` creates and waits on) and joins (bounded).
+    Its loops run under `_guard` and end on `_stopped`; `_pause` sleeps until stopped."""
 
     THREAD_NAME = "chaos-load"
+    LOOPS = "client loop"  # what a crash note calls this load's loops
+    history: History
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -60,6 +63,25 @@ class LoopThread:
 
     async def _main(self) -> None:
         raise NotImplementedError
+
+    async def _guard(self, coroutine: Any) -> None:
+        try:
+            await coroutine
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a harness bug must show, not silently stop the load
+            self.history.record("note", text=f"{self.LOOPS} crashed: {error!r}")
+            raise
+
+    def _stopped(self) -> bool:
+        # Loops end on this flag, not only on cancellation: aiohttp can turn a cancellation
+        # into a timeout that the client's retry loop then swallows.
+        return self.stopping is not None and self.stopping.is_set()
+
+    async def _pause(self, seconds: float) -> None:
+        assert self.stopping is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
 
 
 class ClientLoad(LoopThread):
@@ -109,25 +131,6 @@ class ClientLoad(LoopThread):
         for client in (self.submitter, self.worker_client, self.reader):
             await client.close()
         await self.session.close()
-
-    async def _guard(self, coroutine: Any) -> None:
-        try:
-            await coroutine
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # a harness bug must show, not silently stop the load
-            self.history.record("note", text=f"client loop crashed: {error!r}")
-            raise
-
-    def _stopped(self) -> bool:
-        # Loops end on this flag, not only on cancellation: aiohttp can turn a cancellation
-        # into a timeout that the client's retry loop then swallows.
-        return self.stopping is not None and self.stopping.is_set()
-
-    async def _pause(self, seconds: float) -> None:
-        assert self.stopping is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), seconds)
 
     # -- submits --------------------------------------------------------------------------
 

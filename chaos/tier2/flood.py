@@ -57,6 +57,7 @@ class Flood(LoopThread):
     """The flood, its consumer, its operator and the observer, on one loop in a thread."""
 
     THREAD_NAME = "chaos-flood"
+    LOOPS = "flood loop"
 
     def __init__(self, urls: list[str], history: History) -> None:
         super().__init__()
@@ -107,23 +108,6 @@ class Flood(LoopThread):
                 await task
         for client in (self.submitter, self.consumer, self.reader, self.operator):
             await client.close()
-
-    async def _guard(self, coroutine: Any) -> None:
-        try:
-            await coroutine
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # a harness bug must show, not silently stop the flood
-            self.history.record("note", text=f"flood loop crashed: {error!r}")
-            raise
-
-    def _stopped(self) -> bool:
-        return self.stopping is not None and self.stopping.is_set()
-
-    async def _pause(self, seconds: float) -> None:
-        assert self.stopping is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), seconds)
 
     def _final(self, job_id: int, status: str, source: str) -> None:
         if job_id not in self.seen_final:
