@@ -7,29 +7,18 @@ renders it, no node started."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from metricfakes import ProposerFigures
 
 from raftcron.cluster.ops.metrics import NodeStats, render
-from raftcron.cluster.telemetry.histogram import Histogram
 from raftcron.scheduler.driver import Driver
 from raftcron.scheduler.flowcommands import PauseQueue, PutQueue
 from raftcron.scheduler.flowspecs import QueueSpec
 from raftcron.scheduler.flowviews import HELD_REASONS, queue_view
 
 KEY = {"key": "acct-42", "max": 1}
-
-
-@dataclass
-class ProposerFigures:
-    """What `render` reads of a node's Proposer (its counters and histograms)."""
-
-    proposals: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
-    commit_latency: Histogram = field(default_factory=Histogram)
-    batch_sizes: Histogram = field(default_factory=Histogram)
 
 
 def put_queue(d: Driver, name: str, **spec: Any) -> None:

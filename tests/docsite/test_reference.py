@@ -4,8 +4,9 @@ metrics page misses no metric a node writes to `/metrics`."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from types import SimpleNamespace
+
+from metricfakes import ProposerFigures
 
 from raftcron.cluster.clock.clocks import ClockView
 from raftcron.cluster.dev import docsgen
@@ -29,16 +30,6 @@ def test_a_page_changed_by_hand_is_found_stale(tmp_path) -> None:
     assert docsgen.stale(tmp_path) == []
     (tmp_path / "metrics.md").write_text(docsgen.pages()["metrics.md"] + "edited\n")
     assert docsgen.stale(tmp_path) == ["metrics.md"]
-
-
-@dataclass
-class ProposerFigures:
-    """What `render` reads of a node's Proposer."""
-
-    proposals: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
-    commit_latency: Histogram = field(default_factory=Histogram)
-    batch_sizes: Histogram = field(default_factory=Histogram)
 
 
 def every_branch_rendered() -> str:
