@@ -15,7 +15,9 @@ import gc
 import logging
 import signal
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -47,6 +49,11 @@ from raftcron.cluster.telemetry import logs, tracing
 log = logging.getLogger("raftcron.node")
 STOP_STACKS_AFTER_S = 5.0
 GC_THRESHOLDS = (50_000, 20, 100)
+# Reads that would block the event loop (the archive's SQLite, backup files, the disk's free
+# space) run on these threads, all started with the node: asyncio's default pool grows a thread
+# at a time to min(32, CPUs + 4) as bursts come, which an endurance run saw take an hour, and
+# a node whose thread count is fixed from its first second shows a thread leak as one.
+IO_THREADS = 4
 
 
 class Node:
@@ -241,8 +248,19 @@ class Node:
                  extra={"action": "node_stopped", "steps_s": steps})
 
 
+def io_pool(threads: int = IO_THREADS) -> ThreadPoolExecutor:
+    """A pool with all its `threads` started: each of as many first tasks waits for the others,
+    so none finds a thread idle and each starts one (the pool starts threads on submit only)."""
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="raftcron-io")
+    everyone = threading.Barrier(threads, timeout=10)
+    for started in [pool.submit(everyone.wait) for _ in range(threads)]:
+        started.result()
+    return pool
+
+
 async def _serve(config: NodeConfig, dialer: PeerDialer, rejoin_empty: bool) -> None:
     loop = asyncio.get_running_loop()
+    loop.set_default_executor(io_pool())  # asyncio.run shuts it down at the end
     node = Node(config, loop, dialer, rejoin_empty=rejoin_empty)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
