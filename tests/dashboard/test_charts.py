@@ -8,27 +8,18 @@ and for the drawing through Playwright's `expect`, each with a deadline, never a
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
+from playwrightguard import playwright_expect
 
 from raftcron.cluster.dev.localcluster import LocalCluster
 from raftcron.cluster.dev.nodeprocesses import LocalNode
 from raftcron.cluster.ops import activity
 
-try:
-    from playwright.sync_api import expect
-except ImportError as missing:  # a skip on a developer's machine, a failure in CI
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        raise
-    pytest.skip(
-        f"playwright is not installed ({missing}): pip install -e '.[test]'",
-        allow_module_level=True,
-    )
+expect = playwright_expect()
 
 SAMPLE_WAIT_S = 4 * activity.SAMPLE_S  # a sample is due within SAMPLE_S; a margin for a busy CI
 POSITIVE = re.compile(r"^(?!0$)\d+(\.\d+)?$")  # a number above 0

@@ -8,27 +8,18 @@ polled condition with a deadline, never a fixed sleep.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
+from playwrightguard import playwright_expect
 
 from raftcron.cluster.dev.localcluster import LocalCluster
 from raftcron.cluster.dev.nodeprocesses import LocalNode
 
-try:
-    from playwright.sync_api import expect
-except ImportError as missing:  # a skip on a developer's machine, a failure in CI
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        raise
-    pytest.skip(
-        f"playwright is not installed ({missing}): pip install -e '.[test]'",
-        allow_module_level=True,
-    )
+expect = playwright_expect()
 
 TOKENS = {"dash-admin-token-0123": "admin", "dash-read-token-0123": "read"}
 ADMIN, READ = "dash-admin-token-0123", "dash-read-token-0123"

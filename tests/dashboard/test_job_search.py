@@ -10,7 +10,6 @@ deadline.
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from collections.abc import Callable
@@ -18,18 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwrightguard import playwright_expect
 
 from raftcron.cluster.dev.localcluster import LocalCluster
 
-try:
-    from playwright.sync_api import expect
-except ImportError as missing:  # a skip on a developer's machine, a failure in CI
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        raise
-    pytest.skip(
-        f"playwright is not installed ({missing}): pip install -e '.[test]'",
-        allow_module_level=True,
-    )
+expect = playwright_expect()
 
 KEPT = 2  # finished jobs retention keeps in the state: the older ones go to the archive
 MARKUP = "<img src=x onerror=document.title=1>"  # a payload that must show as text

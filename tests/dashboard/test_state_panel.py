@@ -9,24 +9,16 @@ a polled condition with a deadline, never a fixed sleep.
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from typing import Any
 
 import pytest
+from playwrightguard import playwright_expect
 
 from raftcron.cluster.dev.localcluster import LocalCluster
 
-try:
-    from playwright.sync_api import expect
-except ImportError as missing:  # a skip on a developer's machine, a failure in CI
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        raise
-    pytest.skip(
-        f"playwright is not installed ({missing}): pip install -e '.[test]'",
-        allow_module_level=True,
-    )
+expect = playwright_expect()
 
 pytestmark = pytest.mark.processes
 
