@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -48,6 +49,7 @@ from raftcron.cluster.telemetry import logs, tracing
 
 log = logging.getLogger("raftcron.node")
 STOP_STACKS_AFTER_S = 5.0
+STOP_STEP_SLOW_S = 2.0
 GC_THRESHOLDS = (50_000, 20, 100)
 # Reads that would block the event loop (the archive's SQLite, backup files, the disk's free
 # space) run on these threads, all started with the node: asyncio's default pool grows a thread
@@ -205,47 +207,47 @@ class Node:
             faulthandler.cancel_dump_traceback_later()
 
     async def _stop_steps(self) -> None:
-        # Each step timed, so that a stop that takes long says which step held it.
+        # Each step timed, so that a stop that takes long says which step held it, and a step
+        # still running after STOP_STEP_SLOW_S says so then (a stop killed for its slowness
+        # never reaches the summary line).
         steps: dict[str, float] = {}
-        started = time.monotonic()
 
-        def done(step: str) -> None:
-            nonlocal started
-            now = time.monotonic()
-            steps[step] = round(now - started, 3)
-            started = now
+        async def step(name: str, work: Awaitable[None]) -> None:
+            started = time.monotonic()
+            task = asyncio.ensure_future(work)
+            finished, _ = await asyncio.wait({task}, timeout=STOP_STEP_SLOW_S)
+            if not finished:
+                log.warning("stopping: %s not done after %g s", name, STOP_STEP_SLOW_S,
+                            extra={"action": "node_stop_slow", "step": name})
+            await task
+            steps[name] = round(time.monotonic() - started, 3)
 
         self.services.stopping.set()  # requests that wait (membership changes) answer now
         if self.listener is not None:
             self.listener.close()
         self.waiters.close()  # long-polling claims answer now instead of at their deadline
-        if self.runner is not None:
-            await self.runner.cleanup()
-        await self.leader_stamps.close()
-        done("http")
+        await step("http", self._stop_http())
         if self.listener is not None:
-            await self.listener.wait_closed()
-        done("listener")
-        await self.notifier.stop()
-        done("notifier")
-        await self.ticker.stop()
-        done("ticker")
-        await self.membership.stop()
-        done("membership")
-        await self.clock_poller.stop()
-        done("clock_poller")
-        await self.reach_watch.stop()
-        done("reach_watch")
-        await self.activity_sampler.stop()
-        done("activity_sampler")
+            await step("listener", self.listener.wait_closed())
+        await step("notifier", self.notifier.stop())
+        await step("ticker", self.ticker.stop())
+        await step("membership", self.membership.stop())
+        await step("clock_poller", self.clock_poller.stop())
+        await step("reach_watch", self.reach_watch.stop())
+        await step("activity_sampler", self.activity_sampler.stop())
         if self.archive_filler is not None:
-            await self.archive_filler.stop()
-            done("archive_filler")
+            await step("archive_filler", self.archive_filler.stop())
+        started = time.monotonic()
         self.raft.destroy()
-        done("raft")
+        steps["raft"] = round(time.monotonic() - started, 3)
         log.info("stopped in %.2f s (%s)", sum(steps.values()),
                  ", ".join(f"{step} {took:g} s" for step, took in steps.items()),
                  extra={"action": "node_stopped", "steps_s": steps})
+
+    async def _stop_http(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+        await self.leader_stamps.close()
 
 
 def io_pool(threads: int = IO_THREADS) -> ThreadPoolExecutor:

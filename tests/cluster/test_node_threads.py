@@ -5,10 +5,16 @@ to its bound over an hour looks like a leak there and hides a real one."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
+import pytest
+
+from raftcron.cluster import node as node_module
 from raftcron.cluster.dev.localcluster import LocalCluster
 from raftcron.cluster.dev.nodeprocesses import LocalNode
 from raftcron.cluster.node import io_pool
@@ -46,3 +52,38 @@ def test_the_io_pool_has_all_its_threads_when_made_and_starts_no_more() -> None:
     finally:
         pool.shutdown(wait=True)
     assert threading.active_count() == before
+
+
+class _Part:
+    """A node's part with an async stop, slow or not."""
+
+    def __init__(self, stop_s: float = 0.0) -> None:
+        self.stop_s = stop_s
+
+    async def stop(self) -> None:
+        await asyncio.sleep(self.stop_s)
+
+    async def close(self) -> None:
+        pass
+
+    def destroy(self) -> None:
+        pass
+
+
+def test_a_stop_step_still_running_after_its_bound_says_which_step_it_is(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A stop killed for its slowness never logs its summary: the slow step names itself."""
+    monkeypatch.setattr(node_module, "STOP_STEP_SLOW_S", 0.05)
+    fast = _Part()
+    parts = SimpleNamespace(
+        services=SimpleNamespace(stopping=asyncio.Event()), listener=None, runner=None,
+        waiters=SimpleNamespace(close=lambda: None), leader_stamps=fast, notifier=fast,
+        ticker=_Part(stop_s=0.3), membership=fast, clock_poller=fast, reach_watch=fast,
+        activity_sampler=fast, archive_filler=None, raft=fast)
+    parts._stop_http = lambda: node_module.Node._stop_http(parts)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="raftcron.node"):
+        asyncio.run(node_module.Node._stop_steps(parts))  # type: ignore[arg-type]
+    slow = [r for r in caplog.records if getattr(r, "action", None) == "node_stop_slow"]
+    assert [r.step for r in slow] == ["ticker"]  # type: ignore[attr-defined]
+    [summary] = [r for r in caplog.records if getattr(r, "action", None) == "node_stopped"]
+    assert summary.steps_s["ticker"] >= 0.3  # type: ignore[attr-defined]
