@@ -223,6 +223,7 @@ class Node:
             steps[name] = round(time.monotonic() - started, 3)
 
         self.services.stopping.set()  # requests that wait (membership changes) answer now
+        self.proposer.stop()  # and writes waiting for a commit answer now, unknown
         if self.listener is not None:
             self.listener.close()
         self.waiters.close()  # long-polling claims answer now instead of at their deadline

@@ -107,6 +107,10 @@ class Proposer:
         self._inbox: deque[tuple[list[_Pending], Any, int, asyncio.Future[None]]] = deque()
         self._inbox_lock = threading.Lock()
         self._inbox_scheduled = False
+        # Set when the node stops: a failed proposal is then not retried. The HTTP server's
+        # stop waits for the requests in flight, and a write retrying for a leader that will not
+        # come (twice the commit timeout) held a node's stop that long.
+        self.stopping = False
         self.proposals = 0  # log entries proposed (for metrics)
         self.commands = 0  # commands carried by them
         self.failures: dict[str, int] = {}
@@ -134,6 +138,8 @@ class Proposer:
             # could be its to answer for (a removed node would only wait for a leader).
             self._count("not_member")
             raise NotApplied("this node is not a member of the cluster", reason="not_member")
+        if self.stopping:  # a request the HTTP server took just before it closed
+            raise NotApplied("this node is stopping", reason="stopping")
         if len(frame) > FRAME_BYTES_MAX:
             raise TooLarge(
                 f"the command is {len(frame)} bytes encoded; the limit is {FRAME_BYTES_MAX}"
@@ -192,6 +198,18 @@ class Proposer:
             finally:
                 self._in_flight.pop(id(done), None)
             self.node.machine.forget([p.frame for p in batch])
+
+    def stop(self) -> None:
+        """The node stops: nothing is retried, and each caller waiting for a commit is told now
+        that its outcome is unknown (the entry may still commit; a client retries with the
+        same request id through another node), so the HTTP server's stop, which waits for the
+        requests in flight, does not wait a commit timeout for them."""
+        self.stopping = True
+        waiting = [p for batch, _ in self._in_flight.values() for p in batch] + list(self.queue)
+        for pending in waiting:
+            if not pending.future.done():
+                pending.future.set_exception(Indeterminate(
+                    "this node is stopping: the outcome is unknown", reason="stopping"))
 
     def leadership_lost(self) -> None:
         """On the Raft thread, when this node stops leading: what it proposed as leader may
@@ -296,7 +314,7 @@ class Proposer:
             try:
                 return await self.propose(command)
             except ProposalFailed as error:
-                if not retriable or error.reason == "not_member" or \
+                if not retriable or error.reason == "not_member" or self.stopping or \
                         time.monotonic() + delay_s >= deadline:
                     raise  # a node that is not a member stays one for long: answer now
                 if on_retry is not None:

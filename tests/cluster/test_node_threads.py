@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
@@ -79,7 +80,8 @@ def test_a_stop_step_still_running_after_its_bound_says_which_step_it_is(
         services=SimpleNamespace(stopping=asyncio.Event()), listener=None, runner=None,
         waiters=SimpleNamespace(close=lambda: None), leader_stamps=fast, notifier=fast,
         ticker=_Part(stop_s=0.3), membership=fast, clock_poller=fast, reach_watch=fast,
-        activity_sampler=fast, archive_filler=None, raft=fast)
+        activity_sampler=fast, archive_filler=None, raft=fast,
+        proposer=SimpleNamespace(stop=lambda: None))
     parts._stop_http = lambda: node_module.Node._stop_http(parts)  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO, logger="raftcron.node"):
         asyncio.run(node_module.Node._stop_steps(parts))  # type: ignore[arg-type]
@@ -87,3 +89,36 @@ def test_a_stop_step_still_running_after_its_bound_says_which_step_it_is(
     assert [r.step for r in slow] == ["ticker"]  # type: ignore[attr-defined]
     [summary] = [r for r in caplog.records if getattr(r, "action", None) == "node_stopped"]
     assert summary.steps_s["ticker"] >= 0.3  # type: ignore[attr-defined]
+
+
+def proposal_failures(cluster: LocalCluster, node: LocalNode) -> float:
+    status, text, _ = cluster.request(node, "GET", "/metrics")
+    assert status == 200
+    return sum(float(line.rsplit(" ", 1)[1]) for line in str(text).splitlines()
+               if line.startswith("raftcron_proposal_failures_total"))
+
+
+def test_a_node_stops_promptly_while_a_write_waits_for_a_leader_it_will_not_get(
+        cluster: LocalCluster) -> None:
+    """A write that cannot commit (no majority) waits its commit timeout, and retries for up
+    to twice that; the HTTP server's stop waits for the requests in flight, so a stopping node
+    waited 3 s here (the test cluster's commit timeout), up to 9 before it cancelled the write
+    (the harness allows 10). A stopping node answers its waiting writes and retries nothing."""
+    alone, *others = cluster.nodes
+    for node in others:
+        cluster.stop(node)
+    answers: list[object] = []
+    writer = threading.Thread(target=lambda: answers.append(cluster.request(
+        alone, "POST", "/v1/jobs", {"task": "t", "request_id": "stop-while-waiting"},
+        timeout_s=20)))
+    writer.start()
+    try:
+        cluster.wait_for(lambda: proposal_failures(cluster, alone) > 0 or None, 5,
+                         "the write's first failed proposal")
+        assert writer.is_alive()
+        started = time.monotonic()
+        cluster.stop(alone)
+        took = time.monotonic() - started
+    finally:
+        writer.join(30)
+    assert took < 2.0, (took, answers)

@@ -159,3 +159,36 @@ def test_what_a_leader_proposed_is_sent_again_at_once_when_it_stops_leading():
     result, took_s = asyncio.run(run())
     assert result == Ok({"again": True})
     assert took_s < 1.0, took_s
+
+
+def test_a_stopping_proposer_answers_a_waiting_write_now_and_proposes_nothing_more():
+    """The HTTP server's stop waits for requests in flight: a write waiting for its commit is
+    told at once that its outcome is unknown, and one that comes later is refused."""
+    applied: list[Any] = []
+    node: Any = SimpleNamespace(
+        is_voter=lambda: True, leader_id=lambda: "n1",
+        machine=SimpleNamespace(expect=lambda *_: None, forget=lambda *_: None,
+                                apply=lambda entry, callback: applied.append(entry)))
+
+    async def run() -> tuple[Any, Any, float]:
+        loop = asyncio.get_running_loop()
+        proposer = proposing.Proposer(node, loop, commit_timeout_s=30.0, batch_commands_max=16)
+        waiting = loop.create_task(proposer.submit(Barrier("waits")))
+        for _ in range(1_000):  # until proposed: then it waits for a commit that never comes
+            if applied:
+                break
+            await asyncio.sleep(0)
+        assert applied
+        started = loop.time()
+        proposer.stop()
+        with pytest.raises(proposing.Indeterminate) as first:
+            await waiting
+        took = loop.time() - started
+        with pytest.raises(proposing.NotApplied) as later:
+            await proposer.submit(Barrier("later"))
+        return first.value, later.value, took
+
+    first, later, took = asyncio.run(run())
+    assert first.reason == "stopping" and later.reason == "stopping"
+    assert took < 1.0
+    assert len(applied) == 1  # the later write was never proposed
