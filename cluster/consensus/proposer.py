@@ -139,6 +139,7 @@ class Proposer:
             self._count("not_member")
             raise NotApplied("this node is not a member of the cluster", reason="not_member")
         if self.stopping:  # a request the HTTP server took just before it closed
+            self._count("stopping")
             raise NotApplied("this node is stopping", reason="stopping")
         if len(frame) > FRAME_BYTES_MAX:
             raise TooLarge(

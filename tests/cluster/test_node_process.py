@@ -1,7 +1,10 @@
-"""A node's threads are all started with it: a burst of requests that read off the event loop
-(the archive's summary in `GET /v1/cluster` and `/metrics`) adds none. The endurance run judges
-a node's thread count for growth (chaos/tier2/checkers/slopes.py), so a pool that grows lazily
-to its bound over an hour looks like a leak there and hides a real one."""
+"""What a node process does with its threads and at its stop.
+
+Its threads are all started with it: a burst of requests that read off the event loop (the
+archive's summary in `GET /v1/cluster` and `/metrics`) adds none. The endurance run judges a
+node's thread count for growth (chaos/tier2/checkers/slopes.py), so a pool that grows lazily to
+its bound over an hour looks like a leak there and hides a real one. And a stop is prompt: it
+names a slow step while it runs, and it does not wait out writes that cannot commit."""
 
 from __future__ import annotations
 
