@@ -180,7 +180,9 @@ class Node:
             access_log=None,
             handle_signals=False,
             keepalive_timeout=self.config.api.idle_timeout_s,
-            # At a stop, a request in flight waits at most for its commit (then it is cancelled).
+            # At a stop, writes waiting for a commit and long-polling claims are answered at
+            # once (stop() below); this bounds the rest in flight (a body still arriving, an
+            # answer still being written), after which it is cancelled.
             shutdown_timeout=self.config.raft.commit_timeout_s + 1.0,
         )
         await self.runner.setup()

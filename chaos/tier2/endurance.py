@@ -6,7 +6,9 @@ What it owns:
 
 - `Sampler`: a thread that every `every_s` (`CHAOS_SAMPLE_EVERY_S`, 60 s by default) records
   one `resource` event per running node, read from its main PID (the snapshot writer lives a
-  second or two and is not sampled): `rss_bytes` (VmRSS), `threads` (/proc/PID/status),
+  second or two and is not sampled): `rss_bytes` (VmRSS) with its parts `rss_anon_bytes` (the
+  heaps: Python's objects, malloc's arenas, stacks) and `rss_file_bytes` (mapped code and
+  files, which the kernel may drop and read again), `threads` (/proc/PID/status),
   `fds` (entries of /proc/PID/fd), `log_bytes` (the data dir's `log-*.seg` files) and
   `log_entries` (the live entries of its Raft log, from its /metrics) and `state_bytes` (the
   replicated state's size in its memory model, the same on every node), with
@@ -61,15 +63,21 @@ def _setting(name: str, default: float) -> float:
 
 
 def read_process(pid: int) -> dict[str, int] | None:
-    """VmRSS (bytes), Threads and open descriptors of a process; None once it is gone."""
+    """VmRSS (bytes) and its anonymous and file-backed parts, Threads and open descriptors of
+    a process; None once it is gone."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    rss_kib = int(fields.get("VmRSS", "0 kB").split()[0])
-    return {"rss_bytes": rss_kib * 1024, "threads": int(fields.get("Threads", "0")), "fds": fds}
+
+    def kib(name: str) -> int:
+        return int(fields.get(name, "0 kB").split()[0]) * 1024
+
+    return {"rss_bytes": kib("VmRSS"), "rss_anon_bytes": kib("RssAnon"),
+            "rss_file_bytes": kib("RssFile"), "threads": int(fields.get("Threads", "0")),
+            "fds": fds}
 
 
 def log_bytes(data_dir: Path) -> int:

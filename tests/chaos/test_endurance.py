@@ -22,6 +22,7 @@ import pytest
 
 from raftcron.chaos.tier2.checkers import RunData, check_slopes, slopes_table
 from raftcron.chaos.tier2.checkers.slopes import fit, slopes
+from raftcron.chaos.tier2.endurance import read_process
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
@@ -115,6 +116,28 @@ def test_a_short_series_is_listed_but_not_judged() -> None:
     assert "short" in slopes_table(history)
 
 
+def test_the_sampler_splits_the_resident_size_into_anonymous_and_file_pages() -> None:
+    figures = read_process(os.getpid())
+    assert figures is not None
+    anon, file, rss = figures["rss_anon_bytes"], figures["rss_file_bytes"], figures["rss_bytes"]
+    assert anon > 4 * MIB and file > 1 * MIB  # an interpreter's heaps, and its mapped code
+    assert anon + file <= rss <= anon + file + 64 * MIB  # the rest: shared memory, if any
+    blob = bytearray(32 * MIB)  # written pages are anonymous
+    grown = read_process(os.getpid())
+    assert grown is not None and grown["rss_anon_bytes"] - anon > 24 * MIB
+    del blob
+
+
+def test_the_parts_of_the_resident_size_are_shown_not_judged() -> None:
+    history = [_sampler()] + [{**e, "rss_anon_bytes": e["rss_bytes"] * (1 + i),
+                               "rss_file_bytes": 8 * MIB}
+                              for i, e in enumerate(_samples("n1", 100, [60 * MIB] * 40))]
+    found = {s.figure: s for s in slopes(history)}
+    assert found["rss_anon_bytes"].verdict == "info" and found["rss_file_bytes"].verdict == "info"
+    assert check_slopes(_run(history)).ok  # the anonymous part "grows": not judged
+    assert "rss_anon_bytes" in slopes_table(history)
+
+
 def test_no_samples_is_no_verdict_and_no_table() -> None:
     result = check_slopes(_run([]))
     assert result.ok and result.counts["samples"] == 0 and slopes_table([]) == ""
@@ -139,6 +162,7 @@ def test_the_endurance_smoke_samples_every_node_and_judges_the_slopes(tmp_path: 
     samples = [e for e in events if e["kind"] == "resource"]
     assert {e["node"] for e in samples} == {"n1", "n2", "n3"}
     assert all(e["rss_bytes"] > 0 and e["threads"] >= 1 and e["fds"] >= 3 for e in samples)
+    assert all(0 < e["rss_anon_bytes"] + e["rss_file_bytes"] <= e["rss_bytes"] for e in samples)
     for node in ("n1", "n2", "n3"):  # a process sampled right after its start is still small
         mine = [e for e in samples if e["node"] == node]
         assert max(e["rss_bytes"] for e in mine) > 30 * MIB
@@ -148,5 +172,5 @@ def test_the_endurance_smoke_samples_every_node_and_judges_the_slopes(tmp_path: 
     results = json.loads((folder / "results.json").read_text())["results"]
     [slope_result] = [r for r in results if r["name"] == "resources level off"]
     assert slope_result["counts"]["samples"] == len(samples) >= 3 * 8
-    assert "figure" in done.stdout and "rss_bytes" in done.stdout  # the table is printed
+    assert "figure" in done.stdout and "rss_anon_bytes" in done.stdout  # the table is printed
     assert time.monotonic() - started < SMOKE_TIMEOUT_S

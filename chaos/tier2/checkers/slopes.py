@@ -19,7 +19,8 @@ new PID), for each of the five figures:
 4. the memory judged is the resident size less the replicated state's bytes
    (`rss_beyond_state_bytes`: the state is bounded by its own rules and budget, and the
    docs/operations/size.md sizes a node as its state plus what it needs of its own); the
-   resident size and the state's bytes are shown beside it, not judged;
+   resident size, its anonymous and file-backed parts and the state's bytes are shown beside
+   it, not judged;
 5. the series fails when `growth > max(RELATIVE_TOLERANCE * median, FLOOR[figure])` and the
    slope is not noise (`s > SIGNIFICANCE * se`): it has not levelled off.
 
@@ -38,12 +39,15 @@ from raftcron.chaos.tier2.checkers.data import CheckResult, RunData
 from raftcron.cluster.storage.raftlog import SEGMENT_BYTES_MAX
 
 FIGURES = ("rss_beyond_state_bytes", "fds", "threads", "log_entries", "log_bytes")
-SHOWN = ("rss_bytes", "state_bytes")  # in the table, not judged: what the first one is made of
+# In the table, not judged: what the first one is made of (the resident size by kind of page,
+# and the state's bytes).
+SHOWN = ("rss_bytes", "rss_anon_bytes", "rss_file_bytes", "state_bytes")
 # The floors of what growth over a run is let pass. The log on disk only shrinks by whole
 # segments (cluster/storage/raftlog.py), so it legitimately grows up to two of them between
 # drops, for hours at a modest rate; its live entries are what compaction bounds (a snapshot
 # every minute in the endurance run), judged on their own.
 FLOOR: dict[str, float] = {"rss_beyond_state_bytes": 8 << 20, "rss_bytes": 8 << 20,
+                           "rss_anon_bytes": 8 << 20, "rss_file_bytes": 8 << 20,
                            "state_bytes": 8 << 20, "fds": 8, "threads": 4,
                            "log_entries": 5_000, "log_bytes": 2 * SEGMENT_BYTES_MAX}
 RELATIVE_TOLERANCE = 0.10
