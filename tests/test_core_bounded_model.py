@@ -128,10 +128,15 @@ def test_the_state_stays_within_its_budget_under_any_sequence() -> None:
     SEEN.clear()
     BoundedModel.TestCase.settings = settings(max_examples=150, stateful_step_count=60,
                                               deadline=None)
-    BoundedModel.TestCase().runTest()
     # The runs reached what this model is for: a test that never fills the budget proves nothing.
-    for reached in ("state_full", "evicted_budget", "evicted_count", "evicted_age",
-                    "misfire_state_full"):
+    # Random runs miss a rare one now and then (150 of them reached no count eviction once in a
+    # unit tier of 2,916 tests here): another 150 then, at most twice, keep the generation random.
+    reach = ("state_full", "evicted_budget", "evicted_count", "evicted_age", "misfire_state_full")
+    for _batch in range(3):
+        BoundedModel.TestCase().runTest()
+        if all(SEEN[reached] > 0 for reached in reach):
+            break
+    for reached in reach:
         assert SEEN[reached] > 0, f"no run reached {reached}: {dict(SEEN)}"
 
 
