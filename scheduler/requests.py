@@ -38,6 +38,7 @@ from typing import Any
 import msgpack
 
 from raftcron.scheduler import limits
+from raftcron.scheduler.commands import Barrier, Command, Heartbeat
 from raftcron.scheduler.errors import Ok, Rejected, Result
 from raftcron.scheduler.packing import to_msgpack
 
@@ -60,6 +61,30 @@ REFUSED = "\x00refused"  # the key of a remembered refusal (no Ok value has it)
 # first key is REFUSED: one byte of map header, then this.
 _REFUSED_KEY = msgpack.packb(REFUSED, use_bin_type=True)
 REMEMBERED_REFUSALS = frozenset({"state_full"})
+
+
+def dedupe_id(command: Command, *, finalized: bool) -> str | None:
+    """The request id whose entry in the table answers this command's repeats (and that the
+    command adds there); None for a command that is applied again when repeated:
+
+    * a Barrier, a no-op: a consistent read or an audit must not take a write's place in the
+      table (DESIGN.md §8.2);
+    * in a `finalized` cluster (scheduler/gate.py: the previous release remembers them), a
+      heartbeat without a progress report. Applied again it moves the lease's end to now +
+      lease at the latest, or is refused (409) when the lease has gone since, which is the
+      truth its worker needs, where the first answer would say the lease holds. Remembered,
+      each took ~200 bytes of the table for an hour: 20,000 running jobs beating every 10 s (a
+      30 s lease's third) kept 244 MiB of it, of a 512 MiB default budget, and 24,000 filled
+      its 256 MiB of young entries in 8.8 minutes, after which every new request, heartbeats
+      and submits alike, was refused busy. A heartbeat with a report stays remembered:
+      applied again late, an older report would replace a newer one.
+    """
+    if isinstance(command, Barrier):
+        return None
+    if finalized and type(command) is Heartbeat and command.progress is None:
+        return None
+    request_id: str | None = getattr(command, "request_id", None)
+    return request_id
 
 
 def remembered(result: Result) -> bool:

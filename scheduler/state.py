@@ -148,11 +148,7 @@ class SchedulerState:
             # A state that never ticked has no time: a request remembered "at 0" would be
             # forgotten by the first Tick, and a lease granted from 0 would end at once.
             return Rejected("not_ready", "the cluster's clock has not started yet; retry shortly")
-        # A Barrier is a no-op: repeating it is harmless, and a consistent read or an audit
-        # must not take a write's place in the table (DESIGN.md §8.2).
-        request_id: str | None = (
-            None if isinstance(command, Barrier) else getattr(command, "request_id", None)
-        )
+        request_id = requests.dedupe_id(command, finalized=self.finalized)
         if request_id is not None:
             seen = self.requests.get(request_id)
             if seen is not None:

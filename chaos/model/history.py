@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftcron.scheduler import jobs as j
-from raftcron.scheduler import limits
+from raftcron.scheduler import limits, requests
 from raftcron.scheduler.commands import (
     BackfillSchedule,
     Barrier,
@@ -347,7 +347,7 @@ class StepFacts:
 
 def remembered_result(state: SchedulerState, command: Command) -> dict[str, Any] | None:
     """The stored first result when this command's request id will be answered from memory."""
-    request_id = getattr(command, "request_id", None)
+    request_id = requests.dedupe_id(command, finalized=state.finalized)
     if request_id is None or state.now_ms == 0:
         return None
     seen = state.requests.get(request_id)

@@ -38,6 +38,7 @@ from raftcron.chaos.tier1.checks import (
     check_fencing,
     check_final_state,
     check_fires,
+    check_leases_kept,
     check_probe,
     replay,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "check_fencing",
     "check_final_state",
     "check_fires",
+    "check_leases_kept",
     "check_probe",
     "leadership_entry",
     "main",

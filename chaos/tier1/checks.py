@@ -24,15 +24,18 @@ from raftcron.chaos.tier1.workload import KEPT, POLL_S
 from raftcron.chaos.tier1.world import SimWorld
 from raftcron.cluster.consensus.replica import decode_batch
 from raftcron.scheduler import codec
+from raftcron.scheduler import jobs as j
 from raftcron.scheduler.commands import (
     Ack,
     ClaimJobs,
     CompleteJob,
     FailJob,
+    Heartbeat,
     SubmitJobs,
     SubmitWorkflow,
 )
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
+from raftcron.scheduler.frozen import readable
 from raftcron.scheduler.invariants import violations
 from raftcron.scheduler.schedules import fire_times_between
 from raftcron.scheduler.snapshot import digest
@@ -105,7 +108,11 @@ def audit(run: AuditRun, folded: Replay) -> list[str]:
     problems += [f"history: {problem}" for problem in folded.checker.problems]
     problems += [f"fires: {name} fired an older nominal time after a newer one"
                  for name in folded.checker.out_of_order if name not in BACKFILLED]
-    ok_keys = [r.request_id for r in run.all_requests if isinstance(r.acknowledged(), Ok)]
+    # A plain heartbeat leaves no entry in the table (scheduler/requests.py `dedupe_id`):
+    # that its answer came from the log, and the log's fold is every replica's state, is
+    # what says it was kept (check_answers, check_digests below).
+    ok_keys = [r.request_id for r in run.all_requests if isinstance(r.acknowledged(), Ok)
+               and not _plain_heartbeat(r.command)]
     report = check_replicas(ok_keys, run.cluster.nodes, run.machine)
     if report.lost or report.divergent:
         problems.append(f"replicas: lost {report.lost[:10]}, divergent {report.divergent}")
@@ -117,6 +124,38 @@ def audit(run: AuditRun, folded: Replay) -> list[str]:
         problems += [f"{node_id}: invariant: {v}" for v in violations(state)[:5]]
         problems += [f"{node_id}: {p}" for p in check_final_state(
             state, run.all_requests, exempt=BACKFILLED, retained=retained)]
+        problems += [f"{node_id}: {p}" for p in check_leases_kept(state, run.all_requests)]
+    return problems
+
+
+def check_leases_kept(state: SchedulerState, requests: list[Request]) -> list[str]:
+    """What an acknowledged plain heartbeat promised stands (it leaves no entry in the request
+    table to look for): the lease of its attempt ended no earlier than the answer said, or
+    still runs at least that long (a job retention took is not looked at)."""
+    promised: dict[tuple[int, int], int] = {}
+    for request in requests:
+        command, answer = request.command, request.acknowledged()
+        if _plain_heartbeat(command) and isinstance(answer, Ok):
+            assert isinstance(command, Heartbeat)
+            attempt = (command.job_id, command.token)
+            promised[attempt] = max(promised.get(attempt, 0), answer.value["lease_until_ms"])
+    problems = []
+    for (job_id, token), until_ms in sorted(promised.items()):
+        record = state.table.get(job_id)
+        if record is None:
+            continue
+        job = readable(record)
+        if job.status == j.RUNNING and job.token == token:
+            ends_ms = job.lease_until_ms or 0
+        else:
+            ended = [a.end_ms for a in job.history if a.token == token
+                     and a.outcome == j.OUTCOME_LEASE_EXPIRED]
+            if not ended:
+                continue  # completed, failed or cancelled: its lease no longer matters
+            ends_ms = ended[0] or 0
+        if ends_ms < until_ms:
+            problems.append(f"lost heartbeat: job {job_id} token {token}'s lease was answered to "
+                            f"last until {until_ms} and ends at {ends_ms}")
     return problems
 
 
@@ -149,11 +188,17 @@ def check_digests(replayed: str, replicas: dict[str, str]) -> list[str]:
             for node_id, value in replicas.items() if value != replayed]
 
 
+def _plain_heartbeat(command: object) -> bool:
+    return isinstance(command, Heartbeat) and command.progress is None
+
+
 def check_answers(requests: list[Request], results: dict[bytes, list[Result]]) -> list[str]:
-    """Every answer (a `not_ready` too) came from the log; one Ok answer per request id; one
-    job per idempotency key across all acknowledged submits."""
+    """Every answer (a `not_ready` too) came from the log; one Ok answer per request id (a
+    plain heartbeat's repeat is applied again, scheduler/requests.py `dedupe_id`: its Ok
+    answers may differ, but a lease never ends earlier than one answered before); one job per
+    idempotency key across all acknowledged submits."""
     problems: list[str] = []
-    ok_by_id: dict[str, Result] = {}
+    ok_by_id: dict[str, Ok] = {}
     job_by_key: dict[str, int] = {}
     for request in requests:
         for _at_s, answer in request.answers:
@@ -162,7 +207,13 @@ def check_answers(requests: list[Request], results: dict[bytes, list[Result]]) -
             if not isinstance(answer, Ok):
                 continue
             first = ok_by_id.setdefault(request.request_id, answer)
-            if first != answer:
+            if _plain_heartbeat(request.command):
+                if answer.value["lease_until_ms"] < first.value["lease_until_ms"]:
+                    problems.append(f"{request.request_id}: a lease answered to end at "
+                                    f"{first.value['lease_until_ms']} and then earlier, at "
+                                    f"{answer.value['lease_until_ms']}")
+                ok_by_id[request.request_id] = answer
+            elif first != answer:
                 problems.append(f"{request.request_id} answered {first} and then {answer}")
             if isinstance(request.command, SubmitJobs):
                 for spec, (job_id, _created) in zip(

@@ -48,6 +48,7 @@ from raftcron.chaos.tier1 import (
     check_digests,
     check_fencing,
     check_final_state,
+    check_leases_kept,
     check_probe,
     leadership_entry,
     run_seed,
@@ -61,6 +62,7 @@ from raftcron.scheduler.commands import (
     ClaimJobs,
     Command,
     CompleteJob,
+    Heartbeat,
     SubmitJobs,
     Tick,
 )
@@ -421,6 +423,43 @@ def test_a_job_rerun_later_than_its_bound_is_reported() -> None:
     assert check_probe(late, profile, tick_s=0.1) == [
         "liveness: the probe job re-ran 4.00 s after its worker died (bound 3.30 s)"
     ]
+
+
+T0_MS = 1_800_000_000_000
+
+
+def _leased_job(*, beat: bool) -> tuple[SchedulerState, int, int]:
+    """A finalized state with one job claimed at T0 for 30 s, heartbeaten at T0 + 5 s when
+    `beat` (its lease then ends at T0 + 35 s), ticked to T0 + 31 s."""
+    state = SchedulerState()
+    state.apply(Tick(T0_MS))
+    state.apply(Finalize(None))
+    state.apply(SubmitJobs("s", (JobSpec(task="t"),)))
+    claimed = state.apply(ClaimJobs("c", "w1", ("default",), 1, 30_000))
+    assert isinstance(claimed, Ok)
+    [[job_id, token]] = claimed.value["jobs"]
+    state.apply(Tick(T0_MS + 5_000))
+    if beat:
+        assert state.apply(Heartbeat("h", job_id, token)) == Ok(
+            {"lease_until_ms": T0_MS + 35_000})
+    state.apply(Tick(T0_MS + 31_000))
+    return state, job_id, token
+
+
+def test_an_acknowledged_heartbeat_a_replica_lost_is_reported_by_the_lease_it_promised() -> None:
+    """A plain heartbeat leaves no request-table entry to look for: what it promised is that the
+    lease lasts until the answer's time."""
+    kept, job_id, token = _leased_job(beat=True)
+    lost, _, _ = _leased_job(beat=False)  # the lease ran out at T0 + 30 s
+    beat = answered(Heartbeat("h", job_id, token), Ok({"lease_until_ms": T0_MS + 35_000}))
+    assert check_leases_kept(kept, [beat]) == []
+    assert check_leases_kept(lost, [beat]) == [
+        f"lost heartbeat: job {job_id} token {token}'s lease was answered to last until "
+        f"{T0_MS + 35_000} and ends at {T0_MS + 31_000}"]
+    kept.apply(Tick(T0_MS + 36_000))  # it runs out at its promised end: nothing lost
+    assert check_leases_kept(kept, [beat]) == []
+    refused = answered(Heartbeat("h", job_id, token), Rejected("stale_token", "stale"))
+    assert check_leases_kept(lost, [refused]) == []  # promised nothing
 
 
 def test_a_rejected_answer_is_not_an_acceptance() -> None:
