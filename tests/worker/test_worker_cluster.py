@@ -224,3 +224,32 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except (FileNotFoundError, IndexError):
         return True
+
+
+def test_running_jobs_heartbeats_take_no_room_in_the_request_table(
+    client: Client, queue: str, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """A new cluster is finalized: a heartbeat without a progress report leaves no entry in the
+    request table (scheduler/requests.py `dedupe_id`), so the jobs running at once do not fill
+    it. 20 jobs on a 1 s lease beat three times a second each."""
+    start_worker(queue, "w-beats", concurrency=20, lease_ms=1000)
+    jobs = [client.submit("block", payload(tmp_path), queue=queue)["id"] for _ in range(20)]
+    eventually(lambda: all(markers(tmp_path, job_id, "started") for job_id in jobs), 30,
+               "every job started")
+
+    def requests_bytes() -> int:
+        return int(client.request("GET", "/v1/settings")["usage"]["parts"]["requests"])
+
+    def lease_ends() -> list[int]:
+        return [int(client.job(job_id)["lease_until_ms"] or 0) for job_id in jobs]
+
+    before, first_ends = requests_bytes(), lease_ends()
+    # Four seconds of leases moved on: about 12 heartbeats a job, 240 in all, which took ~200
+    # bytes each of the table (48 KB) when they were remembered.
+    eventually(lambda: min(e - f for e, f in zip(lease_ends(), first_ends, strict=True)) >= 4000,
+               30, "every lease extended by 4 s")
+    grown = requests_bytes() - before
+    assert grown < 10_000, f"the request table grew {grown} bytes while the jobs only beat"
+    (tmp_path / "release").write_text("")
+    for job_id in jobs:
+        assert client.wait(job_id, timeout_s=30)["status"] == "succeeded"
