@@ -34,6 +34,7 @@ from raftcron.chaos.__main__ import build_parser as build_chaos_parser
 from raftcron.cluster import config, configenv
 from raftcron.cluster.commandline.main import build_parser
 from raftcron.cluster.commandline.opsargs import split_command
+from raftcron.cluster.dev import configabout
 
 PACKAGE = Path(raftcron.__file__).resolve().parent  # raftcron/, with cluster/ linked in it
 OPENAPI = PACKAGE / "cluster" / "http" / "openapi.json"
@@ -161,7 +162,8 @@ def config_page() -> str:
     out = [GENERATED.format(source="the config schema, `config.KEYS`"), "",
            "# Configuration keys", "",
            "Every key of a node's TOML config file (`raftcron node --config node.toml`), its "
-           "environment variable, kind and default, as `raftcron config env` lists them. A key "
+           "environment variable, kind, default and what it does (`raftcron config env` lists "
+           "the first four). A key "
            "set both in the file and in the environment is refused. How values are written in "
            "a variable: [Configuration from the environment]"
            "(../operations/deploy.md#configuration-from-the-environment).", ""]
@@ -175,8 +177,10 @@ def config_page() -> str:
         sections.setdefault(section, []).append((variable, key, kind, default))
     for section, rows in sections.items():
         out += [f"## [{section}]" if section else "## Top-level keys", ""]
-        out += ["| file key | variable | kind | default |", "| --- | --- | --- | --- |"]
-        out += [f"| {code(key)} | {code(variable)} | {kind} | {cell(default)} |"
+        out += ["| file key | variable | kind | default | what it does |",
+                "| --- | --- | --- | --- | --- |"]
+        out += [f"| {code(key)} | {code(variable)} | {kind} | {cell(default)} | "
+                f"{cell(configabout.ABOUT[key])} |"
                 for variable, key, kind, default in rows]
         out.append("")
     out += ["## Address templates of a Kubernetes pod", "",
