@@ -168,9 +168,10 @@ SCENARIOS: dict[str, Scenario] = {
                  "allowed), then OOM kills of the main PID mid-load and mid-snapshot",
                  plan_memory, raft=STORAGE_RAFT, cluster_class=MemoryCluster,
                  settings={"budget": {"bytes": STATE_BUDGET_BYTES}}, flood=True),
-        Scenario("endurance", "the mixed faults for --minutes (60 for the soak) at the "
-                 "sustained rate, node kills spaced; each node's RSS, descriptors, threads "
-                 "and Raft log sampled every minute must level off", plan_endurance,
+        Scenario("endurance", "the mixed faults for --minutes (120 to judge memory: request "
+                 "ids live an hour) at the sustained rate, node kills spaced; each node's RSS, "
+                 "descriptors, threads and Raft log sampled every minute must level off",
+                 plan_endurance,
                  raft=ENDURANCE_RAFT, settings=endurance_settings(ENDURANCE_BUDGET_BYTES, 20),
                  workflow_every_s=2.0),
     ]
