@@ -3,7 +3,9 @@ long-polling up to `wait_ms` when nothing is queued.
 
 The wait happens before proposing: the handler waits until this node's state shows queued jobs
 in one of the requested queues (`cluster.consensus.waiters.ClaimWaiters` is woken from the Raft
-thread when an applied entry leaves jobs queued), then proposes ONE claim. When the claim comes back
+thread when an applied entry leaves jobs queued), then proposes ONE claim. A wait that ends with
+no queued job, for a claim with no acks to send, proposes nothing and answers no jobs: idle
+workers' polls write nothing to the log. When the claim comes back
 empty (another worker was faster) and time remains, it waits and proposes again under
 `<request_id>/<n>`, so a worker that re-sends a lost request with the same request_id replays
 the same commands and gets the same jobs and tokens back. A replay does not wait before a round
@@ -71,11 +73,18 @@ async def _claim(request: web.Request) -> tuple[int, int, web.Response]:
     machine = svc.node.machine
     acks: list[Any] = []
     claimed: list[list[int]] = []
+    queues = command.queues
     for round_number in range(bounds.CLAIM_ROUNDS_MAX):
         round_id = f"{request_id}/{round_number}" if round_number else request_id
         replayed = machine.read(lambda state: views.answered(state, round_id))  # noqa: B023
         if (round_number or not command.acks) and not replayed:
             await _wait_for_work(svc.claims, machine, command.queues, deadline, request)
+            if wait_ms and not _gone(request) and not svc.claims.closed and not machine.read(
+                    lambda state: views.queues_with_work(state, queues)):
+                # Waited out with nothing to lease and nothing to ack: a claim would lease
+                # nothing, so none is written (an idle worker's polls cost the log nothing,
+                # and take no place in the request table).
+                break
         if _gone(request) or svc.claims.closed:
             # The worker hung up, or this node is stopping: leasing it jobs now would strand
             # them for a whole lease. Its acks still count (they report finished work), so

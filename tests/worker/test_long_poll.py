@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 from raftcron.cluster.clients.client import Client
 from raftcron.cluster.dev.localcluster import LocalCluster
@@ -52,3 +53,29 @@ def test_a_long_poll_of_a_worker_that_died_claims_nothing(
     start_worker(queue, "w-live")
     done = client.wait(late["id"], timeout_s=30)
     assert [a["worker"] for a in done["history"]] == ["w-live"], done["history"]
+
+
+def test_a_long_poll_that_waits_out_its_time_with_nothing_queued_writes_nothing(
+    client: Client, queue: str
+) -> None:
+    """An idle worker's poll: nothing to lease, nothing to ack, so nothing is proposed (it took
+    a log entry, a sync on every member and a request-table entry each time)."""
+
+    def requests_bytes() -> int:
+        return int(client.request("GET", "/v1/settings")["usage"]["parts"]["requests"])
+
+    before = requests_bytes()
+    for n in range(3):
+        started = time.monotonic()
+        answer = client.request("POST", "/v1/claims", {
+            "worker": "idle", "queues": [queue], "max": 4, "wait_ms": 300,
+            "request_id": f"{queue}-idle-{n}"}, write=True)
+        assert answer == {"jobs": [], "acks": []}
+        assert time.monotonic() - started >= 0.3  # it waited its time out
+    assert requests_bytes() == before
+    # A poll that finds a job still claims it, under its request id.
+    job = client.submit("echo", {}, queue=queue)
+    [claimed] = client.request("POST", "/v1/claims", {
+        "worker": "busy", "queues": [queue], "max": 4, "wait_ms": 300,
+        "request_id": f"{queue}-busy"}, write=True)["jobs"]
+    assert claimed["id"] == job["id"] and requests_bytes() > before
