@@ -683,6 +683,39 @@ def test_a_leader_change_restarts_the_re_run_clock() -> None:
     assert not checkers.check_rerun(fresh(run)).ok
 
 
+def test_a_fault_on_the_worker_that_claimed_the_job_again_restarts_the_re_run_clock() -> None:
+    """The 120-minute run's case: the killed worker, restarted, claimed the job again 5 s
+    after the kill and was paused before it started it; a third worker ran it after that
+    lease too, 10.1 s after the kill, 5.2 s after the pause."""
+    run = good_run()
+    job = _rerun_job(run)
+    first, last = job["history"]
+    kill_at = first["start_ms"] + 50
+    middle = {**first, "attempt": 2, "token": last["token"], "worker": "w2",
+              "start_ms": kill_at + 5_000, "end_ms": kill_at + 10_000,
+              "outcome": "lease_expired"}
+    last = {**last, "attempt": 3, "token": last["token"] + 1}
+    for node in run.jobs.values():
+        for j in node:
+            if j["id"] == job["id"]:
+                j["history"] = [first, middle, last]
+    for row in run.sink:
+        if row["job_id"] == job["id"] and row["token"] == middle["token"]:
+            row["token"], row["t_ms"] = last["token"], kill_at + 10_100
+    assert not checkers.check_rerun(fresh(run)).ok  # from the kill alone: 10.1 s
+    run.history.append({"kind": "fault", "t": kill_at + 4_990, "phase": "start", "id": "f-p",
+                        "fault": "worker_pause", "targets": ["w2"]})
+    run.history.append({"kind": "fault", "t": kill_at + 11_000, "phase": "end", "id": "f-p",
+                        "fault": "worker_pause", "targets": ["w2"]})
+    result = checkers.check_rerun(fresh(run))
+    assert result.ok, result.violations  # 5.1 s after the pause of the worker holding it
+    assert result.counts["worst_after_last_leader_change_ms"] == 5_110
+    for row in run.sink:
+        if row["job_id"] == job["id"] and row["token"] == last["token"]:
+            row["t_ms"] = kill_at + 16_000  # 11 s after that pause: too late still
+    assert not checkers.check_rerun(fresh(run)).ok
+
+
 def test_a_job_never_claimed_again_after_its_worker_died_fails() -> None:
     run = good_run()
     job = next(j for j in run.jobs["n1"] if j["key"] == "k-2")
