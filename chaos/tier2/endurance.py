@@ -71,6 +71,8 @@ def read_process(pid: int) -> dict[str, int] | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if "VmRSS" not in fields or fields.get("State", "").strip().startswith("Z"):
+        return None  # killed and not reaped yet: no memory, no descriptors, not a sample
 
     def kib(name: str) -> int:
         return int(fields.get(name, "0 kB").split()[0]) * 1024

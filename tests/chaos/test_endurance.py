@@ -128,6 +128,23 @@ def test_the_sampler_splits_the_resident_size_into_anonymous_and_file_pages() ->
     del blob
 
 
+@pytest.mark.processes
+def test_a_process_killed_and_not_yet_reaped_is_no_sample() -> None:
+    """A node the nemesis has just killed is a zombie until it is reaped: its status has no
+    memory and its descriptors are gone. Sampled, it read as 0 bytes and 0 descriptors (the
+    smoke's own check failed on one in a fresh-clone CI)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while "zombie" not in Path(f"/proc/{child.pid}/status").read_text():
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.01)
+        assert read_process(child.pid) is None
+    finally:
+        child.wait(10)
+    assert read_process(child.pid) is None  # reaped: gone
+
+
 def test_the_parts_of_the_resident_size_are_shown_not_judged() -> None:
     history = [_sampler()] + [{**e, "rss_anon_bytes": e["rss_bytes"] * (1 + i),
                                "rss_file_bytes": 8 * MIB}
