@@ -81,10 +81,16 @@ def dedupe_id(command: Command, *, finalized: bool) -> str | None:
     """
     if isinstance(command, Barrier):
         return None
-    if finalized and type(command) is Heartbeat and command.progress is None:
+    if finalized and plain_heartbeat(command):
         return None
     request_id: str | None = getattr(command, "request_id", None)
     return request_id
+
+
+def plain_heartbeat(command: object) -> bool:
+    """A heartbeat without a progress report: what a finalized cluster applies again when it
+    is repeated (`dedupe_id`)."""
+    return type(command) is Heartbeat and command.progress is None
 
 
 def remembered(result: Result) -> bool:

@@ -37,6 +37,7 @@ from raftcron.scheduler.commands import (
 from raftcron.scheduler.errors import Invalid, Ok, Rejected, Result
 from raftcron.scheduler.frozen import readable
 from raftcron.scheduler.invariants import violations
+from raftcron.scheduler.requests import plain_heartbeat
 from raftcron.scheduler.schedules import fire_times_between
 from raftcron.scheduler.snapshot import digest
 from raftcron.scheduler.state import SchedulerState
@@ -112,7 +113,7 @@ def audit(run: AuditRun, folded: Replay) -> list[str]:
     # that its answer came from the log, and the log's fold is every replica's state, is
     # what says it was kept (check_answers, check_digests below).
     ok_keys = [r.request_id for r in run.all_requests if isinstance(r.acknowledged(), Ok)
-               and not _plain_heartbeat(r.command)]
+               and not plain_heartbeat(r.command)]
     report = check_replicas(ok_keys, run.cluster.nodes, run.machine)
     if report.lost or report.divergent:
         problems.append(f"replicas: lost {report.lost[:10]}, divergent {report.divergent}")
@@ -135,7 +136,7 @@ def check_leases_kept(state: SchedulerState, requests: list[Request]) -> list[st
     promised: dict[tuple[int, int], int] = {}
     for request in requests:
         command, answer = request.command, request.acknowledged()
-        if _plain_heartbeat(command) and isinstance(answer, Ok):
+        if plain_heartbeat(command) and isinstance(answer, Ok):
             assert isinstance(command, Heartbeat)
             attempt = (command.job_id, command.token)
             promised[attempt] = max(promised.get(attempt, 0), answer.value["lease_until_ms"])
@@ -188,10 +189,6 @@ def check_digests(replayed: str, replicas: dict[str, str]) -> list[str]:
             for node_id, value in replicas.items() if value != replayed]
 
 
-def _plain_heartbeat(command: object) -> bool:
-    return isinstance(command, Heartbeat) and command.progress is None
-
-
 def check_answers(requests: list[Request], results: dict[bytes, list[Result]]) -> list[str]:
     """Every answer (a `not_ready` too) came from the log; one Ok answer per request id (a
     plain heartbeat's repeat is applied again, scheduler/requests.py `dedupe_id`: its Ok
@@ -207,7 +204,7 @@ def check_answers(requests: list[Request], results: dict[bytes, list[Result]]) -
             if not isinstance(answer, Ok):
                 continue
             first = ok_by_id.setdefault(request.request_id, answer)
-            if _plain_heartbeat(request.command):
+            if plain_heartbeat(request.command):
                 if answer.value["lease_until_ms"] < first.value["lease_until_ms"]:
                     problems.append(f"{request.request_id}: a lease answered to end at "
                                     f"{first.value['lease_until_ms']} and then earlier, at "

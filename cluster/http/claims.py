@@ -78,9 +78,8 @@ async def _claim(request: web.Request) -> tuple[int, int, web.Response]:
         round_id = f"{request_id}/{round_number}" if round_number else request_id
         replayed = machine.read(lambda state: views.answered(state, round_id))  # noqa: B023
         if (round_number or not command.acks) and not replayed:
-            await _wait_for_work(svc.claims, machine, command.queues, deadline, request)
-            if wait_ms and not _gone(request) and not svc.claims.closed and not machine.read(
-                    lambda state: views.queues_with_work(state, queues)):
+            found = await _wait_for_work(svc.claims, machine, queues, deadline, request)
+            if wait_ms and not found and not _gone(request) and not svc.claims.closed:
                 # Waited out with nothing to lease and nothing to ack: a claim would lease
                 # nothing, so none is written (an idle worker's polls cost the log nothing,
                 # and take no place in the request table).
@@ -153,14 +152,17 @@ async def _wait_for_work(
     queues: tuple[str, ...],
     deadline: float,
     request: web.Request,
-) -> None:
+) -> bool:
+    """Whether this node's state shows work in `queues`; False once the deadline came first,
+    the worker hung up or the node stops."""
     while not _gone(request) and not waiters.closed:
         if machine.read(lambda state: views.queues_with_work(state, queues)):
-            return
+            return True
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return
+            return False
         await waiters.wait(queues, min(remaining, 1.0))
+    return False
 
 
 def routes() -> list[web.RouteDef]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -133,11 +134,13 @@ def test_a_process_killed_and_not_yet_reaped_is_no_sample() -> None:
     """A node the nemesis has just killed is a zombie until it is reaped: its status has no
     memory and its descriptors are gone. Sampled, it read as 0 bytes and 0 descriptors (the
     smoke's own check failed on one in a fresh-clone CI)."""
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        assert read_process(child.pid) is not None  # alive: a sample
+        os.kill(child.pid, signal.SIGKILL)  # as the nemesis kills a node's main PID
         deadline = time.monotonic() + 10
         while "zombie" not in Path(f"/proc/{child.pid}/status").read_text():
-            assert time.monotonic() < deadline, "the child never exited"
+            assert time.monotonic() < deadline, "the child never died"
             time.sleep(0.01)
         assert read_process(child.pid) is None
     finally:

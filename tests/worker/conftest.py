@@ -43,6 +43,11 @@ def eventually(condition: Callable[[], T], timeout_s: float = 20.0, what: str = 
         time.sleep(POLL_S)
 
 
+def request_table_bytes(client: Client) -> int:
+    """The request-id table's bytes in the cluster's state (GET /v1/settings, its usage)."""
+    return int(client.request("GET", "/v1/settings")["usage"]["parts"]["requests"])
+
+
 def markers(folder: Path, job_id: int, what: str) -> list[int]:
     """Tokens of the attempts of `job_id` that wrote marker `what` (see sample_tasks)."""
     return sorted(int(p.name.split(".")[1]) for p in folder.glob(f"{job_id}.*.{what}"))

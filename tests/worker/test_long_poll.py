@@ -9,7 +9,7 @@ import time
 from raftcron.cluster.clients.client import Client
 from raftcron.cluster.dev.localcluster import LocalCluster
 
-from .conftest import StartWorker
+from .conftest import StartWorker, request_table_bytes
 
 GHOST_LEASE_MS = 3_000
 
@@ -61,10 +61,7 @@ def test_a_long_poll_that_waits_out_its_time_with_nothing_queued_writes_nothing(
     """An idle worker's poll: nothing to lease, nothing to ack, so nothing is proposed (it took
     a log entry, a sync on every member and a request-table entry each time)."""
 
-    def requests_bytes() -> int:
-        return int(client.request("GET", "/v1/settings")["usage"]["parts"]["requests"])
-
-    before = requests_bytes()
+    before = request_table_bytes(client)
     for n in range(3):
         started = time.monotonic()
         answer = client.request("POST", "/v1/claims", {
@@ -72,10 +69,10 @@ def test_a_long_poll_that_waits_out_its_time_with_nothing_queued_writes_nothing(
             "request_id": f"{queue}-idle-{n}"}, write=True)
         assert answer == {"jobs": [], "acks": []}
         assert time.monotonic() - started >= 0.3  # it waited its time out
-    assert requests_bytes() == before
+    assert request_table_bytes(client) == before
     # A poll that finds a job still claims it, under its request id.
     job = client.submit("echo", {}, queue=queue)
     [claimed] = client.request("POST", "/v1/claims", {
         "worker": "busy", "queues": [queue], "max": 4, "wait_ms": 300,
         "request_id": f"{queue}-busy"}, write=True)["jobs"]
-    assert claimed["id"] == job["id"] and requests_bytes() > before
+    assert claimed["id"] == job["id"] and request_table_bytes(client) > before

@@ -15,7 +15,7 @@ import pytest
 
 from raftcron.cluster.clients.client import ApiError, Client
 
-from .conftest import StartWorker, eventually, markers
+from .conftest import StartWorker, eventually, markers, request_table_bytes
 
 
 def payload(folder: Path, **extra: object) -> dict[str, object]:
@@ -237,18 +237,15 @@ def test_running_jobs_heartbeats_take_no_room_in_the_request_table(
     eventually(lambda: all(markers(tmp_path, job_id, "started") for job_id in jobs), 30,
                "every job started")
 
-    def requests_bytes() -> int:
-        return int(client.request("GET", "/v1/settings")["usage"]["parts"]["requests"])
-
     def lease_ends() -> list[int]:
         return [int(client.job(job_id)["lease_until_ms"] or 0) for job_id in jobs]
 
-    before, first_ends = requests_bytes(), lease_ends()
+    before, first_ends = request_table_bytes(client), lease_ends()
     # Four seconds of leases moved on: about 12 heartbeats a job, 240 in all, which took ~200
     # bytes each of the table (48 KB) when they were remembered.
     eventually(lambda: min(e - f for e, f in zip(lease_ends(), first_ends, strict=True)) >= 4000,
                30, "every lease extended by 4 s")
-    grown = requests_bytes() - before
+    grown = request_table_bytes(client) - before
     assert grown < 10_000, f"the request table grew {grown} bytes while the jobs only beat"
     (tmp_path / "release").write_text("")
     for job_id in jobs:

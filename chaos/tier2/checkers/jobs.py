@@ -33,6 +33,10 @@ ACKED_PHASES = {"acked_succeeded": "succeeded", "acked_failed": "failed"}
 # -- 2. no lost job, 3. idempotent submit --------------------------------------------------
 
 
+# The faults that take a worker away from the jobs it holds (a lease then has to run out).
+WORKER_FAULTS = ("worker_kill", "worker_pause", "worker_cut")
+
+
 def _acked_submits(history: list[RecordedEvent]) -> dict[str, set[int]]:
     acked: dict[str, set[int]] = defaultdict(set)
     for event in history:
@@ -366,10 +370,10 @@ def check_rerun(run: RunData) -> CheckResult:
     leader_changes = sorted(
         int(e["time_ms"]) for e in run.cluster_events if e.get("kind") == "leader_changed"
     )
+    worker_faults = [(start, end, event) for start, end, event in run.faults()
+                     if event.get("fault") in WORKER_FAULTS]
     worst_ms = worst_anchored_ms = cases = 0
-    for start, _end, event in run.faults():
-        if event.get("fault") not in ("worker_kill", "worker_pause", "worker_cut"):
-            continue
+    for start, _end, event in worker_faults:
         worker = event["targets"][0]
         for job_id, token in _held(run, worker, start):
             job = jobs.get(job_id)
@@ -379,8 +383,8 @@ def check_rerun(run: RunData) -> CheckResult:
             mine = [a for a in attempts if int(a["token"]) == token]
             if mine and mine[0].get("outcome") in ("succeeded", "failed"):
                 continue  # its ack made it before the fault: nothing to re-run
-            later = [
-                r["t_ms"] for r in run.sink
+            later = [  # (started at, token) of the attempts after the held one
+                (r["t_ms"], int(r["token"])) for r in run.sink
                 if int(r["job_id"]) == job_id and int(r["token"]) > token and r["phase"] == "start"
             ]
             cases += 1
@@ -389,9 +393,9 @@ def check_rerun(run: RunData) -> CheckResult:
                     result.violate(f"job {job_id} held by {worker} (token {token}) at "
                                    f"{event['fault']} was never claimed again")
                 continue
-            rerun_ms = min(later)
+            rerun_ms, rerun_token = min(later)
             anchor_ms = max([start, *(t for t in leader_changes if t < rerun_ms),
-                             *_refaulted(run, job_id, token, rerun_ms, attempts)])
+                             *_refaulted(worker_faults, token, rerun_token, rerun_ms, attempts)])
             worst_ms = max(worst_ms, rerun_ms - start)
             worst_anchored_ms = max(worst_anchored_ms, rerun_ms - anchor_ms)
             if rerun_ms - anchor_ms > bound_ms:
@@ -405,24 +409,21 @@ def check_rerun(run: RunData) -> CheckResult:
     return result
 
 
-def _refaulted(run: RunData, job_id: int, token: int, rerun_ms: int,
-               attempts: list[dict[str, Any]]) -> list[int]:
+def _refaulted(worker_faults: list[tuple[int, int, RecordedEvent]], token: int, rerun_token: int,
+               rerun_ms: int, attempts: list[dict[str, Any]]) -> list[int]:
     """Starts of faults on the workers the job went to between the held attempt and the one
     that re-ran it: a worker paused, cut off or killed while holding the new lease (found
     in the 120-minute run: w1, restarted after its kill, claimed the job again 5.0 s after
     it and was paused 7 ms before that claim applied) makes it wait out one more lease, so
-    the re-run is judged from that fault, as from the first one."""
-    rerun_token = min(int(r["token"]) for r in run.sink if int(r["job_id"]) == job_id
-                      and int(r["token"]) > token and r["phase"] == "start"
-                      and r["t_ms"] == rerun_ms)
+    the re-run is judged from that fault, as from the first one. `rerun_token`: the attempt
+    that re-ran it."""
     starts = []
     for attempt in attempts:
         if not token < int(attempt["token"]) < rerun_token:
             continue
         claimed_ms, ended_ms = int(attempt["start_ms"]), attempt.get("end_ms") or rerun_ms
-        for fault_start, fault_end, event in run.faults():
-            if (event.get("fault") in ("worker_kill", "worker_pause", "worker_cut")
-                    and attempt.get("worker") in event["targets"]
+        for fault_start, fault_end, event in worker_faults:
+            if (attempt.get("worker") in event["targets"]
                     and fault_start <= int(ended_ms) and fault_end >= claimed_ms):
                 starts.append(fault_start)
     return starts
