@@ -135,3 +135,22 @@ def test_a_hung_peer_is_killed_at_its_bound_and_failed_checks_are_not_a_figure(
     assert figures["graphile_default"]["median_per_s"] == 50.0  # of runs 45 and 50
     assert peerfolder.calls(folder) == ["redis_start.sh always", "redis_stop.sh ",
                                         "pg_start.sh ", "pg_stop.sh "]
+
+
+@pytest.mark.usefixtures("on_path")
+def test_a_relative_folder_is_found_from_where_bench_was_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `raftcron bench --peers ../shared/baselines`: the servers' scripts run in their own
+    # folders, so a path relative to where bench started must be made absolute first.
+    folder = peerfolder.make(tmp_path, behave={"keep": {"rate": 2000.0}}, modules=("bullmq",))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    relative = Path(os.path.relpath(folder, tmp_path / "elsewhere"))
+    assert not relative.is_absolute()
+    fake = peerfolder.peers(peerfolder.free_port(), peerfolder.free_port())
+    found = peerrun.measure(relative, jobs=500, repeats=3, peers=fake)
+    assert found["peers"]["bullmq_fsync_always_keep"]["median_per_s"] == 2000.0
+    assert peerfolder.calls(folder) == ["redis_start.sh always", "redis_stop.sh "]
+    assert found["peers_servers"]["redis"].startswith("started by bullmq/redis_start.sh")
+    assert found["peers"]["bullmq_fsync_always_keep"]["command"].startswith(f"cd {folder}/")

@@ -51,6 +51,9 @@ def measure(
 ) -> dict[str, Any]:
     """Run each peer's drain of `jobs` jobs, `repeats` times; return `peers` (key -> figure)
     and `peers_servers` (name -> what was done with it)."""
+    # Absolute: the servers' scripts run in their own folders, where a path relative to the
+    # caller's would name nothing.
+    folder = folder.resolve()
     figures: dict[str, dict[str, Any]] = {}
     servers: dict[str, str] = {}
     node = shutil.which("node")
