@@ -38,6 +38,9 @@ def claim(state: FlowState, command: ClaimJobs) -> Result:
     if budgets:
         open_queues = tuple(q for q in open_queues if budgets.get(q) != 0)
     held_back = 0
+    # Jobs started per queue, counted once per queue after the loop (in the order the queues
+    # were first met, as counting each job did: the counters' order is part of the state).
+    started: dict[str, int] = {}
     while len(claimed) < command.max:
         name = table.best_ready(open_queues)
         if name is None:
@@ -61,12 +64,15 @@ def claim(state: FlowState, command: ClaimJobs) -> Result:
             continue
         _start_attempt(state, job, command)
         claimed.append([job.id, state.fence])
+        started[name] = started.get(name, 0) + 1
         if budgets:  # the common claim names no limited queue: nothing to count
             left = budgets.get(name)
             if left is not None:
                 budgets[name] = left - 1
                 if left == 1:  # its budget is spent: the rest of this claim skips it
                     open_queues = tuple(q for q in open_queues if q != name)
+    for name, count in started.items():
+        state.count("claimed", name, count)
     for name, left in budgets.items():  # the tokens of what each limited queue handed out
         queues.spend(state.queues[name], state.now_ms, granted[name] - left)
     return Ok({"jobs": claimed, "acks": acks})
@@ -83,4 +89,3 @@ def _start_attempt(state: FlowState, job: Job, command: ClaimJobs) -> None:
     if job.rate is not None:  # counted before it leaves the line: no room is freed by it
         state.table.rates.started(job, state.now_ms)
     state.table.set_status(job, j.RUNNING)
-    state.count("claimed", job.queue)

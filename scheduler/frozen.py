@@ -16,6 +16,7 @@ that froze a job and one that restored it from a snapshot hold the same bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -85,9 +86,19 @@ class FrozenJob:
         raise AttributeError(f"job {self._id} is frozen ({self._status}); {name!r} needs it live")
 
 
-def freeze(job: Job, *, compact: bool = False) -> FrozenJob:
-    assert job.final, f"freezing job {job.id} in {job.status}"
-    return FrozenJob(*row(job, compact=compact))
+def freezer(*, compact: bool) -> Callable[[Job], FrozenJob]:
+    """A function that freezes finished jobs, for the jobs one command finished: one Packer
+    for them all (a Packer made per record cost more than packing a small job's record)."""
+    pack = packing.packer().pack
+    fields = job_to_compact_list if compact else job_to_list
+
+    def freeze_one(job: Job) -> FrozenJob:
+        finished_ms = job.finished_ms
+        assert job.final and finished_ms is not None, f"freezing job {job.id} in {job.status}"
+        return FrozenJob(job.id, job.status, finished_ms, job.queue, job.schedule,
+                         pack(fields(job)))
+
+    return freeze_one
 
 
 def row(job: Job | FrozenJob, *, compact: bool = False) -> list[Any]:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler.fairness import FairQueue
 from raftcron.scheduler.finished import FinishedJobs
-from raftcron.scheduler.frozen import FrozenJob, freeze, readable
+from raftcron.scheduler.frozen import FrozenJob, freezer, readable
 from raftcron.scheduler.jobs import Job
 from raftcron.scheduler.lines import ReadyQueue
 from raftcron.scheduler.ratekeys import RateKeys
@@ -103,12 +103,15 @@ class JobTable:
 
     def freeze_finished(self) -> None:
         """Freeze the jobs that are final at the end of a command (called by `apply`)."""
+        if not self.finished_now:
+            return
         jobs = self.jobs
         delta = 0
         queue: str | None = None
+        freeze_one = freezer(compact=self.compact_records)
         for job in self.finished_now:
             if job.final and jobs.get(job.id) is job:
-                frozen = jobs[job.id] = freeze(job, compact=self.compact_records)
+                frozen = jobs[job.id] = freeze_one(job)
                 if job.queue != queue and queue is not None:
                     self._recount(queue, delta, final=True)  # a batch is mostly one queue
                     delta = 0
