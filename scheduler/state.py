@@ -132,8 +132,10 @@ class SchedulerState:
         until then. The heaps may hold stale entries, so this may be early, never late."""
         if self.retention_pending:
             return self.now_ms  # eviction left for the next Tick: at once
-        heads = [heap[0][0] for heap in (self.schedule_heap, self.table.delayed,
-                                         self.table.leases) if heap]
+        heads = [heap[0][0] for heap in (self.schedule_heap, self.table.delayed) if heap]
+        lease_end = self.table.leases.first_ms()
+        if lease_end is not None:
+            heads.append(lease_end)
         # A full rate window (a queue's, a key's) with jobs waiting: the Tick as it opens.
         heads += queues.windows_opening(self.queues, self.table.ready, self.now_ms)
         heads += self.table.rates.wakes()

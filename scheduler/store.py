@@ -33,6 +33,7 @@ from raftcron.scheduler.fairness import FairQueue
 from raftcron.scheduler.finished import FinishedJobs
 from raftcron.scheduler.frozen import FrozenJob, freezer, readable
 from raftcron.scheduler.jobs import Job
+from raftcron.scheduler.leases import LeaseEnds
 from raftcron.scheduler.lines import ReadyQueue
 from raftcron.scheduler.ratekeys import RateKeys
 from raftcron.scheduler.sizes import frozen_job_bytes, key_bytes, live_job_bytes
@@ -44,7 +45,7 @@ class JobTable:
         self.finished_now: list[Job] = []  # final since the last `freeze_finished`
         self.ready: dict[str, ReadyQueue | FairQueue] = {}
         self.delayed: list[tuple[int, int]] = []  # (run_at_ms, id) of scheduled jobs
-        self.leases: list[tuple[int, int]] = []  # (lease_until_ms, id) of running jobs
+        self.leases = LeaseEnds()  # (lease_until_ms, id) of running jobs (scheduler/leases.py)
         self.finished = FinishedJobs(self.finished_entry_valid)  # retention's order
         # key -> (job id, created_ms, kept long). Client keys live the dedupe window; a
         # schedule's fire keys live the job retention period, so no time fires twice.
@@ -227,7 +228,7 @@ class JobTable:
             heapq.heappush(self.delayed, (job.run_at_ms, job.id))
         elif status == j.RUNNING:
             assert job.lease_until_ms is not None
-            heapq.heappush(self.leases, (job.lease_until_ms, job.id))
+            self.leases.add(job.lease_until_ms, job.id, job.lease_ms)
             # The two counts a claim trusts, kept inline: this runs for every job claimed.
             running = self.running_by_queue
             running[job.queue] = running.get(job.queue, 0) + 1
@@ -435,20 +436,19 @@ class JobTable:
     def pop_expired_leases(self, now_ms: int) -> list[Job]:
         """Running jobs whose lease ended at or before now_ms, in (lease_until_ms, id) order.
 
-        A heartbeat does not push a new entry: an entry that surfaces for a lease that has been
-        extended is pushed back with the new end, so the heap holds about one entry per running
+        A heartbeat does not add a new entry: an entry that surfaces for a lease that has been
+        extended is filed again with the new end, so `leases` holds about one entry per running
         job. The result is sorted by the jobs' current lease ends, not by heap entries, so the
         order is the same on a node restored from a snapshot.
         """
-        heap = self.leases
+        leases = self.leases
         expired: dict[int, Job] = {}
-        while heap and heap[0][0] <= now_ms:
-            _, job_id = heapq.heappop(heap)
+        for _, job_id in leases.take_due(now_ms):
             job = self.jobs.get(job_id)
             if not isinstance(job, Job) or job.status != j.RUNNING or job.lease_until_ms is None:
                 continue
             if job.lease_until_ms > now_ms:
-                heapq.heappush(heap, (job.lease_until_ms, job_id))
+                leases.add(job.lease_until_ms, job_id, job.lease_ms)
                 continue
             expired[job_id] = job
         return sorted(expired.values(), key=lambda job: (job.lease_until_ms or 0, job.id))

@@ -199,8 +199,10 @@ class SimTicker:
         """Until the next tick: tick_ms, or less when something in the state is due sooner."""
         assert self.node is not None
         state = self.run.machine.state(self.node)
-        heads = [heap[0][0] for heap in (state.schedule_heap, state.table.delayed,
-                                         state.table.leases) if heap]
+        heads = [heap[0][0] for heap in (state.schedule_heap, state.table.delayed) if heap]
+        lease_end = state.table.leases.first_ms()
+        if lease_end is not None:
+            heads.append(lease_end)
         wait_ms = self.run.profile.tuning.tick_ms
         if heads:
             # Against the time the next Tick may carry, not the wall clock: a clock ahead of
