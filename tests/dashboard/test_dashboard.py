@@ -208,6 +208,37 @@ def test_a_row_whose_data_changes_keeps_its_buttons_across_refreshes(
     expect(row).to_have_attribute("data-paused", "true")
 
 
+def test_a_click_held_across_a_refresh_still_lands(
+    shared_cluster: LocalCluster, dashboard: Any
+) -> None:
+    """A person's click lasts a while between press and release. A browser fires no click when
+    the pressed element left the page in between, even to be put back: a refresh that
+    re-attached the table's rows lost the click (a CI run lost a pause click this way)."""
+    name = unique("held-click")
+    put_schedule(shared_cluster, name)
+    page = dashboard.open(follower(shared_cluster))
+    row = page.locator(f'#schedules tr[data-schedule="{name}"]')
+    fires = row.locator('[data-testid="fires"]')
+    expect(fires).to_have_text(re.compile(r"^\d+$"))
+    button = row.get_by_role("button", name="pause")
+    button.scroll_into_view_if_needed()
+    box = button.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    seen = int(fires.inner_text())
+    # Released after a refresh redrew the row (its fire count changed), where the button is then.
+    expect(fires).to_have_text(re.compile(rf"^(?!{seen}$)\d+$"))
+    box = button.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.up()
+    shared_cluster.wait_for(
+        lambda: get_schedule(shared_cluster, name)["paused"], 10, f"{name} paused in the API"
+    )
+    expect(row).to_have_attribute("data-paused", "true")
+
+
 def get_queue(cluster: LocalCluster, name: str) -> dict[str, Any]:
     status, body, _ = cluster.call("GET", f"/v1/queues/{name}?consistent=1")
     assert status == 200, body
@@ -407,9 +438,12 @@ def test_a_running_jobs_progress_shows_as_a_bar_that_follows_its_reports(
     expect(caption).to_have_text("40% (40 of 100) — exporting rows")
     expect(bar).to_have_attribute("value", "0.4")
     expect(detail.locator('[data-testid="job-progress-data"]')).to_contain_text('"orders"')
+    cancel = detail.get_by_role("button", name="cancel").element_handle()
     report({"value": 0.75})  # the page refreshes every second: the bar follows
     expect(caption).to_have_text("75%")
     expect(bar).to_have_attribute("value", "0.75")
+    # The redraw kept the buttons: a click pressed on one across a report still lands.
+    assert cancel.evaluate("element => element.isConnected"), "the cancel button was replaced"
     done = {"token": token, "request_id": unique("ok")}
     status, answer, _ = shared_cluster.call("POST", f"/v1/jobs/{job['id']}/complete", done)
     assert status == 200, answer

@@ -226,7 +226,27 @@
       row.dataset.signature = signature;
       return existing ? updateRow(existing, row) : row;
     });
-    tbody.replaceChildren(...rows);
+    placeChildren(tbody, rows);
+  }
+
+  /**
+   * `parent`'s children made `nodes`, in order, moving only what is out of place. A node taken
+   * out of the page, even to be put back at once, cancels a click pressed on it (the browser
+   * fires no click when the pressed element left the document before the release), and a
+   * person's click lasts long enough for a refresh to land in between.
+   */
+  function placeChildren(parent, nodes) {
+    nodes.forEach((node, index) => {
+      const here = parent.childNodes[index];
+      if (here !== node) parent.insertBefore(node, here || null);
+    });
+    while (parent.childNodes.length > nodes.length) parent.lastChild.remove();
+  }
+
+  /** Like placeChildren, with fresh nodes: each one equal to the one in its place keeps that. */
+  function morphChildren(parent, fresh) {
+    const old = [...parent.childNodes];
+    placeChildren(parent, fresh.map((node, index) => (old[index] && old[index].isEqualNode(node) ? old[index] : node)));
   }
 
   /** `old` made like `fresh`: its attributes, and each cell that differs, replaced. */
@@ -1422,7 +1442,8 @@
           )
         : h("p", {class: "muted"}, "not attempted yet"),
     ];
-    panel.replaceChildren(...blocks.flat(Infinity).filter(Boolean));
+    // Its buttons stay the same elements while the job's progress redraws the rest.
+    morphChildren(panel, blocks.flat(Infinity).filter(Boolean));
     tickRelativeTimes();
   }
 
