@@ -69,9 +69,10 @@ class JobContext:
         # Made only when a handler thread waits on it (`wait_cancelled`): a worker runs
         # thousands of short jobs a second, and most never wait.
         self._stopped: threading.Event | None = None
-        # A bare future (not an Event waited on by a task): a worker runs thousands of short
-        # jobs a second, and every task it does not create is time for the jobs.
-        self.stopped_future: asyncio.Future[None] = loop.create_future()
+        # A bare future (not an Event waited on by a task), made when first waited on: a
+        # worker runs thousands of short jobs a second, most of them done before anything
+        # waits, and every object it does not make is time for the jobs.
+        self._stopped_future: asyncio.Future[None] | None = None
         self._loop = loop
         self._heartbeat = heartbeat
         self._report = report
@@ -93,6 +94,16 @@ class JobContext:
                     self._stopped.set()
             stopped = self._stopped
         return stopped.wait(timeout_s)
+
+    @property
+    def stopped_future(self) -> asyncio.Future[None]:
+        """Done once the job is stopped (on the event loop's thread, as `stop`)."""
+        future = self._stopped_future
+        if future is None:
+            future = self._stopped_future = self._loop.create_future()
+            if self.stop_reason is not None:
+                future.set_result(None)
+        return future
 
     async def until_cancelled(self) -> None:
         await asyncio.shield(self.stopped_future)
@@ -141,5 +152,6 @@ class JobContext:
         with _STOPPED_LOCK:
             if self._stopped is not None:
                 self._stopped.set()
-        if not self.stopped_future.done():
-            self.stopped_future.set_result(None)
+        future = self._stopped_future
+        if future is not None and not future.done():
+            future.set_result(None)

@@ -297,8 +297,12 @@ class Worker:
         # job id with a new attempt this worker claimed.
         self.running[execution.key] = execution
         self._count("claimed")
-        # Eagerly: a job that needs no waiting runs to its ack here, with no task of its own.
+        # Eagerly: a job that needs no waiting runs to its ack here, with no task of its own,
+        # and is done with here too (a callback would wait for a turn of the loop).
         future = eager(execution.run(), asyncio.get_running_loop())
+        if future.done():
+            self._finished(execution, future)
+            return
         future.add_done_callback(lambda done: self._finished(execution, done))
         assert self._stop_now is not None
         if self._stop_now.is_set():

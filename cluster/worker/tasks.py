@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raftcron.scheduler import limits, parse
@@ -39,10 +39,11 @@ class Task:
     name: str
     handler: Handler
     timeout_ms: int | None = None  # used when the job itself has no timeout_ms
+    # Whether the handler is a coroutine function: asked for every job, found out once.
+    is_async: bool = field(init=False, compare=False, repr=False)
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.handler)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
 
 
 class TaskRegistry:
