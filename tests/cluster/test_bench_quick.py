@@ -95,6 +95,7 @@ def test_a_short_soak_reports_a_record_per_interval_and_the_end_figures() -> Non
     figures = json.loads(finished.stdout.strip().splitlines()[-1])
     assert figures["measured"] == ["soak"]
     assert (figures["soak_mode"], figures["soak_rate_held_per_s"]) == ("steady", 1_000)
+    assert isinstance(figures["soak_kept_up"], bool)  # the hold's verdict, said in the table
     assert 0 < figures["soak_fill_s"] < 60  # filled until the state evicts, then measured
     records = figures["soak_records"]
     assert len(records) == 3  # at 6, 12 and 18 s: the last one is the end's

@@ -151,6 +151,7 @@ async def measure(
         stop_workers(processes)
     figures["soak_worker_warnings"] = logged_actions(log_dir)
     figures |= _totals(records, elapsed_s)
+    figures["soak_kept_up"] = soakrecord.kept_up(figures)
     figures["soak_cpu_us_per_job"] = spent
     figures["soak_records"] = records
     figures |= await _end(target, queue, say)

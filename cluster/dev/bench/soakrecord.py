@@ -186,6 +186,34 @@ def line(rec: dict[str, Any]) -> str:
     )
 
 
+HELD_BACKLOG_SHARE = 0.05  # a held rate kept up: its backlog at the end at most this share
+# of what was submitted while it was held (the ramp's "flat", RAMP_GROWTH_SHARE, over the hold)
+
+
+def kept_up(figures: dict[str, Any]) -> bool | None:
+    """Whether a steady soak's held rate ran as fast as it was submitted (None: a flood, which
+    outruns the workers on purpose). A ramp's window is short: a rate it calls flat can still
+    fall behind over minutes, and the hold is where that shows."""
+    if figures["soak_mode"] != "steady":
+        return None
+    backlog: int = figures["soak_backlog_at_end"]
+    submitted: int = figures["soak_submitted"]
+    return backlog <= HELD_BACKLOG_SHARE * submitted
+
+
+def verdict(figures: dict[str, Any]) -> str | None:
+    held = kept_up(figures)
+    if held is None:
+        return None
+    backlog = figures["soak_backlog_at_end"]
+    share = backlog / max(1, figures["soak_submitted"])
+    if held:
+        return f"kept up: a backlog of {backlog:,} at the end ({share:.1%} of the submitted)"
+    return (f"NOT kept up: a backlog of {backlog:,} at the end ({share:.1%} of the submitted, "
+            f"more than {HELD_BACKLOG_SHARE:.0%}); {figures['soak_succeeded_per_s']:,}/s ran of "
+            f"{figures['soak_submit_per_s']:,}/s submitted")
+
+
 def table(figures: dict[str, Any]) -> str:
     """The soak's figures as a compact table: how the rate was chosen, one line per record,
     the end figures."""
@@ -210,6 +238,8 @@ def table(figures: dict[str, Any]) -> str:
         f"state_full ({figures['soak_refused_jobs']:,} jobs)"
         + (f", RSS at most {rss} MB" if (rss := figures["soak_rss_mb_max"]) else "")
     )
+    if (said := verdict(figures)) is not None:
+        lines.append(f"the held rate {said}")
     if figures.get("soak_cpu_us_per_job"):
         lines.append(cpu.line(figures["soak_cpu_us_per_job"]))
     if figures.get("soak_worker_warnings"):
