@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raftcron.cluster.dev.bench.soakrecord import ProducerCounts
+from raftcron.cluster.dev.bench.soakrecord import FLAT_SHARE, ProducerCounts
 from raftcron.cluster.dev.bench.target import BenchTarget
 
 BATCH_JOBS = 1_000
@@ -33,7 +33,6 @@ RAMP_WINDOWS_MAX = 12
 RAMP_RAISE = 1.25
 RAMP_BACK_OFF = 0.75
 RAMP_RATE_MIN_PER_S = 100
-RAMP_GROWTH_SHARE = 0.05  # backlog growth per second, as a share of the rate, still "flat"
 RAMP_DONE_SHARE = 0.95  # jobs succeeded over a window, as a share of those submitted
 HOLD_SHARE = 0.9
 SETTLE_S_MAX = 120.0  # after the ramp, the longest wait for its backlog to drain
@@ -165,7 +164,7 @@ async def _window(producer: Producer, probe: Probe, rate: float) -> dict[str, An
     slope = backlog_slope(samples)
     submit_per_s = (producer.submitted - submitted) / elapsed_s
     succeeded_per_s = (succeeded - succeeded_first) / max(samples[-1][0], 1e-9)
-    allowed = max(RAMP_GROWTH_SHARE * rate, producer.batch / RAMP_WINDOW_S)
+    allowed = max(FLAT_SHARE * rate, producer.batch / RAMP_WINDOW_S)
     return {
         "rate_per_s": round(rate),
         "submit_per_s": round(submit_per_s),
