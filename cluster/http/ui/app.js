@@ -236,14 +236,20 @@
    * person's click lasts long enough for a refresh to land in between.
    */
   function placeChildren(parent, nodes) {
+    // What leaves goes first: then the children that stay are already in their places, and
+    // one replaced or removed above them does not move them (which would take them out).
+    const staying = new Set(nodes);
+    for (const child of [...parent.childNodes]) if (!staying.has(child)) child.remove();
     nodes.forEach((node, index) => {
       const here = parent.childNodes[index];
       if (here !== node) parent.insertBefore(node, here || null);
     });
-    while (parent.childNodes.length > nodes.length) parent.lastChild.remove();
   }
 
-  /** Like placeChildren, with fresh nodes: each one equal to the one in its place keeps that. */
+  /**
+   * `parent`'s children made like `fresh`: each child equal to the fresh one at its place
+   * stays (and keeps its handlers), the others are replaced; see placeChildren.
+   */
   function morphChildren(parent, fresh) {
     const old = [...parent.childNodes];
     placeChildren(parent, fresh.map((node, index) => (old[index] && old[index].isEqualNode(node) ? old[index] : node)));
@@ -253,14 +259,7 @@
   function updateRow(old, fresh) {
     for (const name of old.getAttributeNames()) if (!fresh.hasAttribute(name)) old.removeAttribute(name);
     for (const name of fresh.getAttributeNames()) old.setAttribute(name, fresh.getAttribute(name));
-    const cells = [...fresh.cells];
-    if (cells.length !== old.cells.length) {
-      old.replaceChildren(...cells);
-      return old;
-    }
-    [...old.cells].forEach((cell, index) => {
-      if (cell.outerHTML !== cells[index].outerHTML) cell.replaceWith(cells[index]);
-    });
+    morphChildren(old, [...fresh.cells]);
     return old;
   }
 
