@@ -35,7 +35,7 @@ from raftcron.cluster.worker.acks import exception_text as describe
 from raftcron.cluster.worker.context import JobContext
 from raftcron.cluster.worker.progress import ProgressReporter, Report
 from raftcron.cluster.worker.tasks import LeaseLost, PermanentError, Task
-from raftcron.cluster.worker.upstream import NO_UPSTREAM, ResultReader, Upstream
+from raftcron.cluster.worker.upstream import ResultReader, Upstream
 
 log = logging.getLogger("raftcron.worker")
 
@@ -205,7 +205,7 @@ class Execution:
                 ctx.token,
                 f"no handler for task {ctx.task!r} on worker {ctx.worker} (it has: {known})",
             ), None
-        if self.task.is_async and ctx.upstream is not NO_UPSTREAM and ctx.upstream.missing:
+        if self.task.is_async and ctx.upstream.missing:
             # Read now what the claim left out: inside a coroutine, a read would block the loop.
             await ctx.upstream.prefetch(max(HEARTBEAT_ATTEMPT_S_MIN, ctx.lease_ms / 3000))
         work = self.work = self._start_handler(self.task)

@@ -90,6 +90,8 @@ class Upstream(Mapping[str, Any]):
     @property
     def missing(self) -> list[str]:
         """Parents whose result is neither here nor known to be unreadable."""
+        if not self._ids:  # most jobs have no parents: asked for each of them
+            return []
         return [name for name in self._ids if name not in self._results
                 and name not in self._errors]
 
