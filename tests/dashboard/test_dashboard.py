@@ -157,6 +157,29 @@ def test_a_schedules_fires_appear_in_the_page(
     assert path.stat().st_size > 10_000, f"the screenshot {path} looks empty"
 
 
+def busy_schedule_row(cluster: LocalCluster, dashboard: Any, prefix: str) -> tuple[Any, Any, str]:
+    """A schedule firing every second, its row shown by a follower's page, which changes the
+    row at every refresh: (page, row, the schedule's name)."""
+    name = unique(prefix)
+    put_schedule(cluster, name)
+    page = dashboard.open(follower(cluster))
+    row = page.locator(f'#schedules tr[data-schedule="{name}"]')
+    expect(row.locator('[data-testid="fires"]')).to_have_text(re.compile(r"^\d+$"))
+    return page, row, name
+
+
+def wait_for_a_redraw(row: Any) -> None:
+    """Until a refresh changed the row's data (its fire count), which is a new render of it."""
+    fires = row.locator('[data-testid="fires"]')
+    seen = int(fires.inner_text())
+    expect(fires).to_have_text(re.compile(rf"^(?!{seen}$)\d+$"))
+
+
+def expect_paused(cluster: LocalCluster, row: Any, name: str) -> None:
+    cluster.wait_for(lambda: get_schedule(cluster, name)["paused"], 10, f"{name} paused in the API")
+    expect(row).to_have_attribute("data-paused", "true")
+
+
 def test_pausing_a_schedule_from_the_page_pauses_it(
     shared_cluster: LocalCluster, dashboard: Any
 ) -> None:
@@ -167,10 +190,7 @@ def test_pausing_a_schedule_from_the_page_pauses_it(
 
     row.get_by_role("button", name="pause").click()
 
-    shared_cluster.wait_for(
-        lambda: get_schedule(shared_cluster, name)["paused"], 10, f"{name} paused in the API"
-    )
-    expect(row).to_have_attribute("data-paused", "true")
+    expect_paused(shared_cluster, row, name)
     expect(row.get_by_role("button", name="resume")).to_be_visible()
     expect(page.locator("#notice")).to_contain_text(f"{name} paused")
 
@@ -188,24 +208,13 @@ def test_a_row_whose_data_changes_keeps_its_buttons_across_refreshes(
     """A schedule firing every second changes its row at every refresh; its buttons must stay
     the same elements, or a click that lands while the row is rebuilt is lost (a CI run lost
     one: mousedown on the old button, mouseup on its replacement)."""
-    name = unique("busy-row")
-    put_schedule(shared_cluster, name)
-    page = dashboard.open(follower(shared_cluster))
-    row = page.locator(f'#schedules tr[data-schedule="{name}"]')
-    fires = row.locator('[data-testid="fires"]')
-    expect(fires).to_have_text(re.compile(r"^\d+$"))
+    _, row, name = busy_schedule_row(shared_cluster, dashboard, "busy-row")
     button = row.get_by_role("button", name="pause").element_handle()
-    seen = int(fires.inner_text())
-    # Two refreshes that changed the row's data (its fire count), each a new render.
-    expect(fires).to_have_text(re.compile(rf"^(?!{seen}$)\d+$"))
-    seen = int(fires.inner_text())
-    expect(fires).to_have_text(re.compile(rf"^(?!{seen}$)\d+$"))
+    wait_for_a_redraw(row)
+    wait_for_a_redraw(row)
     assert button.evaluate("element => element.isConnected"), "the pause button was replaced"
     button.click()
-    shared_cluster.wait_for(
-        lambda: get_schedule(shared_cluster, name)["paused"], 10, f"{name} paused in the API"
-    )
-    expect(row).to_have_attribute("data-paused", "true")
+    expect_paused(shared_cluster, row, name)
 
 
 def test_a_click_held_across_a_refresh_still_lands(
@@ -214,29 +223,21 @@ def test_a_click_held_across_a_refresh_still_lands(
     """A person's click lasts a while between press and release. A browser fires no click when
     the pressed element left the page in between, even to be put back: a refresh that
     re-attached the table's rows lost the click (a CI run lost a pause click this way)."""
-    name = unique("held-click")
-    put_schedule(shared_cluster, name)
-    page = dashboard.open(follower(shared_cluster))
-    row = page.locator(f'#schedules tr[data-schedule="{name}"]')
-    fires = row.locator('[data-testid="fires"]')
-    expect(fires).to_have_text(re.compile(r"^\d+$"))
+    page, row, name = busy_schedule_row(shared_cluster, dashboard, "held-click")
     button = row.get_by_role("button", name="pause")
     button.scroll_into_view_if_needed()
-    box = button.bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+    def pointer_on_button() -> None:
+        box = button.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+    pointer_on_button()
     page.mouse.down()
-    seen = int(fires.inner_text())
-    # Released after a refresh redrew the row (its fire count changed), where the button is then.
-    expect(fires).to_have_text(re.compile(rf"^(?!{seen}$)\d+$"))
-    box = button.bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    wait_for_a_redraw(row)
+    pointer_on_button()  # released where the button is after the redraw
     page.mouse.up()
-    shared_cluster.wait_for(
-        lambda: get_schedule(shared_cluster, name)["paused"], 10, f"{name} paused in the API"
-    )
-    expect(row).to_have_attribute("data-paused", "true")
+    expect_paused(shared_cluster, row, name)
 
 
 def get_queue(cluster: LocalCluster, name: str) -> dict[str, Any]:
