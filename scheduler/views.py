@@ -17,6 +17,7 @@ from raftcron.scheduler import jobs as j
 from raftcron.scheduler.frozen import FrozenJob, readable
 from raftcron.scheduler.jobs import RUNNING, Attempt, Job
 from raftcron.scheduler.queues import claim_budgets
+from raftcron.scheduler.recordview import attempt_fields_view, frozen_view
 from raftcron.scheduler.schedules import Schedule, next_fire_ms
 from raftcron.scheduler.schedulespec import ScheduleSpec
 from raftcron.scheduler.search import JobFilter
@@ -25,7 +26,9 @@ from raftcron.scheduler.state import SchedulerState
 
 
 def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]:
-    job = readable(record)
+    if isinstance(record, FrozenJob):
+        return frozen_view(record, history=history)  # read off its record, not thawed
+    job = record
     view: dict[str, Any] = {
         "id": job.id,
         "key": job.key,
@@ -66,16 +69,8 @@ def job_view(record: Job | FrozenJob, *, history: bool = True) -> dict[str, Any]
 
 
 def attempt_view(attempt: Attempt) -> dict[str, Any]:
-    return {
-        "attempt": attempt.number,
-        "token": attempt.token,
-        "worker": attempt.worker,
-        "node": attempt.node,
-        "start_ms": attempt.start_ms,
-        "end_ms": attempt.end_ms,
-        "outcome": attempt.outcome or "running",
-        "error": attempt.error,
-    }
+    return attempt_fields_view(attempt.number, attempt.token, attempt.worker, attempt.node,
+                               attempt.start_ms, attempt.end_ms, attempt.outcome, attempt.error)
 
 
 def claimed_job_view(record: Job | FrozenJob, token: int) -> dict[str, Any]:

@@ -31,8 +31,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from raftcron.cluster.archive.query import document, payload_value, where
 from raftcron.scheduler.search import JobFilter, last_worker, payload_path
@@ -92,9 +91,10 @@ def check_schema(found: object, path: str) -> None:
                            f"{SCHEMA_VERSION}")
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """A job as the archive keeps it: `doc` is its API view, the rest what searches filter on."""
+class Row(NamedTuple):
+    """A job as the archive keeps it: `doc` is its API view, the rest what searches filter on.
+    A named tuple: every member makes one for every job that leaves the state, and a frozen
+    dataclass's 13 guarded setattrs cost 1.5 us of it where a tuple costs 0.3."""
 
     id: int
     task: str
@@ -114,21 +114,9 @@ class Row:
     def of_view(cls, view: dict[str, Any], left_index: int, seq: int = 0) -> Row:
         """`view` with its history (`views.job_view`): the worker searched for is the last
         attempt's (a finished job's view names none of its own)."""
-        return cls(
-            id=view["id"],
-            task=view["task"],
-            queue=view["queue"],
-            status=view["status"],
-            schedule=view["schedule"],
-            key=view["key"],
-            worker=last_worker(view),
-            error=view["error"],
-            created_ms=view["created_ms"],
-            finished_ms=view["finished_ms"],
-            left_index=left_index,
-            seq=seq,
-            doc=document(view),
-        )
+        return cls(view["id"], view["task"], view["queue"], view["status"], view["schedule"],
+                   view["key"], last_worker(view), view["error"], view["created_ms"],
+                   view["finished_ms"], left_index, seq, document(view))
 
     def to_wire(self) -> list[Any]:
         """The row as a peer sends it (`rows_by_seq`, cluster/archive/fill.py)."""
