@@ -185,7 +185,7 @@ def _rate(data: list[Any] | None) -> RateKeySpec | None:
         {"key": data[0], "max": data[1], "per_ms": data[2]})
 
 
-_BASE_FIELDS = 30  # the fields of the first record format; later ones follow when set
+BASE_FIELDS = 30  # the fields of the first record format; later ones follow when set
 
 # The compact record format (written once the cluster is finalized, scheduler/gate.py: the
 # previous release reads only the first one). It starts with COMPACT_MARK where the first
@@ -194,7 +194,7 @@ _BASE_FIELDS = 30  # the fields of the first record format; later ones follow wh
 # which msgpack writes in 1-5 bytes where a Unix time in ms takes 9. A finished job's record
 # went from 122 to 79 bytes (a claimed and completed job of a small payload).
 COMPACT_MARK = -2
-_COMPACT_FIELDS = 33  # a compact record's fields; progress, rate, fairness, traceparent follow
+COMPACT_FIELDS = 33  # a compact record's fields; progress, rate, fairness, traceparent follow
 # when set
 STATUS_CODE = {status: code for code, status in enumerate(j.STATUSES)}
 OUTCOMES = (j.OUTCOME_SUCCEEDED, j.OUTCOME_FAILED, j.OUTCOME_LEASE_EXPIRED, j.OUTCOME_CANCELLED)
@@ -259,7 +259,7 @@ def _compact_attempt(attempt: Attempt, base_ms: int) -> list[Any]:
 def job_from_list(item: list[Any]) -> Job:
     if item[0] == COMPACT_MARK:
         return _job_from_compact_list(item)
-    extra = item[_BASE_FIELDS:]
+    extra = item[BASE_FIELDS:]
     (
         job_id,
         key,
@@ -291,7 +291,7 @@ def job_from_list(item: list[Any]) -> Job:
         worker,
         history,
         cancel_reason,
-    ) = item[:_BASE_FIELDS]
+    ) = item[:BASE_FIELDS]
     job = Job.__new__(Job)  # every field is set below: __init__'s defaults would be overwritten
     job.id = job_id
     job.task = intern(task)
@@ -344,14 +344,14 @@ def _job_from_compact_list(item: list[Any]) -> Job:
      attempt_limit, base, run_at_d, backoff, timeout_ms, schedule, fire_time_d, workflow_id,
      workflow_node, depends_on, waiting_on, children, result, error, finished_d, token,
      lease_until_d, lease_ms, worker, history, cancel_reason, concurrency_key,
-     concurrency_max) = item[:_COMPACT_FIELDS]
+     concurrency_max) = item[:COMPACT_FIELDS]
     return job_from_list([
         job_id, key, task, queue, payload, priority, j.STATUSES[status], attempts,
         max_attempts, attempt_limit, base + run_at_d, backoff, timeout_ms, schedule,
         _plus(base, fire_time_d), workflow_id, workflow_node, depends_on, waiting_on, children,
         result, error, base, _plus(base, finished_d), token, _plus(base, lease_until_d),
         lease_ms, worker, [_attempt_from_compact(a, base) for a in history], cancel_reason,
-        concurrency_key, concurrency_max, *item[_COMPACT_FIELDS:],  # progress, rate, ...
+        concurrency_key, concurrency_max, *item[COMPACT_FIELDS:],  # progress, rate, ...
     ])
 
 

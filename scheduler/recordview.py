@@ -22,8 +22,8 @@ from raftcron.scheduler import jobs as j
 from raftcron.scheduler import progress
 from raftcron.scheduler.flowspecs import FairnessSpec, RateKeySpec
 from raftcron.scheduler.frozen import (
-    _BASE_FIELDS,
-    _COMPACT_FIELDS,
+    BASE_FIELDS,
+    COMPACT_FIELDS,
     COMPACT_MARK,
     OUTCOMES,
     STATUS,
@@ -43,13 +43,13 @@ def _first_view(item: list[Any], history: bool) -> dict[str, Any]:
     (job_id, key, task, queue, payload, priority, status, attempts, max_attempts,
      attempt_limit, run_at_ms, _backoff, timeout_ms, schedule, fire_time_ms, workflow_id,
      workflow_node, depends_on, _waiting_on, _children, result, error, created_ms, finished_ms,
-     token, lease_until_ms, _lease_ms, worker, attempts_kept, cancel_reason) = item[:_BASE_FIELDS]
+     token, lease_until_ms, _lease_ms, worker, attempts_kept, cancel_reason) = item[:BASE_FIELDS]
     status = STATUS[status]
     attempt_views = [attempt_fields_view(*a) for a in attempts_kept] if history else None
     return _view(job_id, key, task, queue, payload, priority, status, attempts, max_attempts,
                  attempt_limit, run_at_ms, timeout_ms, schedule, fire_time_ms, workflow_id,
                  workflow_node, depends_on, result, error, cancel_reason, created_ms,
-                 finished_ms, token, worker, lease_until_ms, item[_BASE_FIELDS:],
+                 finished_ms, token, worker, lease_until_ms, item[BASE_FIELDS:],
                  attempt_views)
 
 
@@ -58,7 +58,7 @@ def _compact_view(item: list[Any], history: bool) -> dict[str, Any]:
      attempt_limit, base, run_at_d, _backoff, timeout_ms, schedule, fire_time_d, workflow_id,
      workflow_node, depends_on, _waiting_on, _children, result, error, finished_d, token,
      lease_until_d, _lease_ms, worker, attempts_kept, cancel_reason, concurrency_key,
-     concurrency_max) = item[:_COMPACT_FIELDS]
+     concurrency_max) = item[:COMPACT_FIELDS]
     attempt_views = [_compact_attempt_view(a, base) for a in attempts_kept] if history else None
     return _view(job_id, key, task, queue, payload, priority, j.STATUSES[status], attempts,
                  max_attempts, attempt_limit, base + run_at_d, timeout_ms, schedule,
@@ -66,7 +66,7 @@ def _compact_view(item: list[Any], history: bool) -> dict[str, Any]:
                  workflow_node, depends_on, result, error, cancel_reason, base,
                  None if finished_d is None else base + finished_d, token, worker,
                  None if lease_until_d is None else base + lease_until_d,
-                 [concurrency_key, concurrency_max, *item[_COMPACT_FIELDS:]], attempt_views)
+                 [concurrency_key, concurrency_max, *item[COMPACT_FIELDS:]], attempt_views)
 
 
 def _view(job_id: int, key: str | None, task: str, queue: str, payload: bytes | None,
