@@ -73,7 +73,8 @@ def test_the_quick_bench_runs_every_measure_and_reports_its_figures() -> None:
 SOAK_RECORD_FIELDS = {
     "minute", "submitted", "succeeded", "submit_per_s", "succeeded_per_s", "backlog", "running",
     "state_bytes", "budget_bytes", "state_part_bytes", "kept", "evicted", "refused",
-    "refused_jobs", "refusals_counted", "claims", "claim_p50_ms", "claim_p99_ms", "rss_mb",
+    "refused_jobs", "refusals_counted", "claims", "claim_p50_ms", "claim_p99_ms", "slow_syncs",
+    "leader", "leader_changed", "rss_mb",
 }
 
 
@@ -105,6 +106,8 @@ def test_a_short_soak_reports_a_record_per_interval_and_the_end_figures() -> Non
         assert set(record["rss_mb"]) == {"n1", "n2", "n3"}
         assert set(record["kept"]) == {"succeeded", "failed", "cancelled"}
         assert set(record["evicted"]) == {"age", "count", "budget"}
+        assert record["leader"] in {"n1", "n2", "n3", None}  # by id (None: mid-election)
+        assert type(record["slow_syncs"]) is int and record["slow_syncs"] >= 0
     assert [record["minute"] for record in records] == sorted(r["minute"] for r in records)
     assert records[-1]["minute"] == pytest.approx(0.3, abs=0.05)
     assert records[-1]["submitted"] == figures["soak_submitted"] > 0

@@ -4,14 +4,15 @@ What it owns: one reading of the cluster (every node's `/metrics`, the node proc
 the bench started them, the bench's own counts of submits), the record made of two readings
 (figures so far and rates over the interval between them), and the table the records print
 as. Figures of the replicated state (jobs succeeded, backlog, state bytes, kept, evictions) are
-read from the leader's page; figures of each node (refusals, claim latency) are summed over the
-nodes. It starts nothing and judges nothing.
+read from the leader's page; figures of each node (refusals, claim latency, slow log syncs) are
+summed over the nodes. It starts nothing and judges nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,12 @@ CLAIM_LATENCY_SOURCE = (
     "raftcron_claim_latency_seconds: deltas of every node's histogram over the interval "
     "(a claim's commit round trip, its long-poll wait excluded), interpolated within buckets"
 )
+# A log sync longer than this (a bucket bound of raftcron_storage_sync_seconds, just past the
+# default minimum election timeout of 0.4 s) held its node's Raft thread long enough for an
+# election: a leader syncs before it counts itself, sending no heartbeats meanwhile, and one
+# whose syncs take that long 3 times in 5 s hands leadership over (DESIGN.md §9.3). A soak's
+# change of leader with no fault injected is read beside this count.
+SLOW_SYNC_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class Reading:
     evicted: dict[str, float]
     refusals: dict[str, float]  # raftcron_refusals_total by node url
     claims: dict[str, dict[float, float]]  # claim latency buckets by node url
+    syncs: dict[str, dict[float, float]]  # log sync latency buckets by node url
+    leader: str | None  # the node that said it leads (its id, or its url with --connect)
     rss_mb: dict[str, float] | None = field(default=None)  # by node id, local cluster only
 
 
@@ -70,11 +79,19 @@ async def pages(target: BenchTarget) -> dict[str, str]:
     return {url: text for url, text in zip(target.urls, texts, strict=True) if text is not None}
 
 
+def leader_url(texts: dict[str, str]) -> str | None:
+    """The url of the node whose page says it leads (None: no page says so)."""
+    for url, text in texts.items():
+        if scrape.sample(text, "raftcron_raft_role", 'role="leader"') == 1:
+            return url
+    return None
+
+
 def leader_page(texts: dict[str, str]) -> str:
     """The page of the node that says it leads; else the one that applied most."""
-    for text in texts.values():
-        if scrape.sample(text, "raftcron_raft_role", 'role="leader"') == 1:
-            return text
+    url = leader_url(texts)
+    if url is not None:
+        return texts[url]
     return max(texts.values(), key=lambda t: scrape.sample(t, "raftcron_raft_applied_index"))
 
 
@@ -100,6 +117,9 @@ async def read(target: BenchTarget, queue: str, counts: ProducerCounts) -> Readi
                   for url, text in texts.items()},
         claims={url: scrape.buckets(text, "raftcron_claim_latency_seconds")
                 for url, text in texts.items()},
+        syncs={url: scrape.buckets(text, "raftcron_storage_sync_seconds")
+               for url, text in texts.items()},
+        leader=_node_name(target, leader_url(texts)),
         rss_mb=None if cluster is None else {
             node.node_id: round(rss_mb(node.pid), 1)
             for node in cluster.nodes if node.pid is not None and node.running
@@ -107,11 +127,19 @@ async def read(target: BenchTarget, queue: str, counts: ProducerCounts) -> Readi
     )
 
 
+def _node_name(target: BenchTarget, url: str | None) -> str | None:
+    """A node's id when the bench started the cluster, else its url."""
+    if url is None or target.cluster is None:
+        return url
+    return next((node.node_id for node in target.cluster.nodes if node.url == url), url)
+
+
 def record(first: Reading, before: Reading, now: Reading) -> dict[str, Any]:
     """The figures at `now`: totals since `first` (the soak's start), rates and claim latency
     over the interval since `before` (the previous record)."""
     interval_s = max(now.at_s - before.at_s, 1e-9)
-    claims = _claim_deltas(before, now)
+    claims = _bucket_deltas(before.claims, now.claims)
+    syncs = _bucket_deltas(before.syncs, now.syncs)
     p50, p99 = scrape.quantile(claims, 0.5), scrape.quantile(claims, 0.99)
     return {
         "minute": round((now.at_s - first.at_s) / 60, 2),
@@ -137,16 +165,21 @@ def record(first: Reading, before: Reading, now: Reading) -> dict[str, Any]:
         "claims": int(claims.get(max(claims), 0)) if claims else 0,
         "claim_p50_ms": None if p50 is None else round(p50 * 1000, 2),
         "claim_p99_ms": None if p99 is None else round(p99 * 1000, 2),
+        "slow_syncs": int(syncs.get(math.inf, 0) - syncs.get(SLOW_SYNC_S, 0)) if syncs else 0,
+        "leader": now.leader,
+        "leader_changed": before.leader is not None and now.leader != before.leader,
         "rss_mb": now.rss_mb,
     }
 
 
-def _claim_deltas(before: Reading, now: Reading) -> dict[float, float]:
-    """Bucket counts observed between two readings, summed over the nodes in both (a node
-    restarted meanwhile starts again from zero: its negative deltas count as none)."""
+def _bucket_deltas(before: dict[str, dict[float, float]],
+                   now: dict[str, dict[float, float]]) -> dict[float, float]:
+    """A histogram's bucket counts observed between two readings (by node url), summed over
+    the nodes in both (a node restarted meanwhile starts again from zero: its negative deltas
+    count as none)."""
     deltas: dict[float, float] = {}
-    for url, buckets in now.claims.items():
-        earlier = before.claims.get(url)
+    for url, buckets in now.items():
+        earlier = before.get(url)
         if earlier is None:
             continue
         for bound, count in buckets.items():
@@ -159,7 +192,7 @@ def _claim_deltas(before: Reading, now: Reading) -> dict[float, float]:
 COLUMNS = (
     ("min", 5), ("submitted", 11), ("succeeded", 11), ("sub/s", 7), ("done/s", 7),
     ("backlog", 9), ("state MB", 9), ("budget", 7), ("kept", 10), ("evicted a/c/b", 17),
-    ("refused", 8), ("claim p50/p99 ms", 17), ("RSS MB", 0),
+    ("refused", 8), ("claim p50/p99 ms", 17), (f"syncs>{SLOW_SYNC_S:g}s", 10), ("RSS MB", 0),
 )
 
 
@@ -178,7 +211,7 @@ def line(rec: dict[str, Any]) -> str:
         f"{rec['minute']:.2f}", f"{rec['submitted']:,}", f"{rec['succeeded']:,}",
         f"{rec['submit_per_s']:,}", f"{rec['succeeded_per_s']:,}", f"{rec['backlog']:,}",
         f"{rec['state_bytes'] / 2**20:,.1f}", share, f"{sum(rec['kept'].values()):,}", evicted,
-        f"{rec['refused']:,}", claim, rss,
+        f"{rec['refused']:,}", claim, f"{rec['slow_syncs']:,}", rss,
     )
     return " ".join(
         f"{cell:>{width}}" if width else cell
@@ -233,6 +266,8 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(f"  rate found {found:,}/s, held {figures['soak_rate_held_per_s']:,}/s"
                      if found else f"  rate held {figures['soak_rate_held_per_s']:,}/s")
     lines += [header(), *(line(rec) for rec in figures["soak_records"])]
+    lines += [f"the leader changed before minute {rec['minute']:.2f} (now {rec['leader']})"
+              for rec in figures["soak_records"] if rec.get("leader_changed")]
     lines.append(
         f"in {figures['soak_elapsed_s']} s: {figures['soak_submitted']:,} submitted "
         f"({figures['soak_submit_per_s']:,}/s), {figures['soak_succeeded']:,} succeeded "
