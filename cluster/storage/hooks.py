@@ -140,7 +140,7 @@ def _make_on_tick(library: Callable[..., Any]) -> Callable[..., Any]:
             storage.slow_syncs.forget()
             _hand_over(self, "this node's disk stalls (its syncs took over "
                        f"{storage.slow_syncs.bound_s:g} s {storage.slow_syncs.STRIKES} times "
-                       f"in {storage.slow_syncs.WINDOW_S:g} s)")
+                       f"in {storage.slow_syncs.WINDOW_S:g} s)", level=logging.WARNING)
         if not getattr(self, "_raftcron_voters_restored", False):
             _restore_voters(self, storage)  # no snapshot to load: the log's changes alone
         if storage.snapshots.on_chunk is None:
@@ -241,12 +241,15 @@ def _stand_down(self: Any) -> None:
     self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + self.conf.raftMaxTimeout
 
 
-def _hand_over(self: Any, why: str = "this node is being removed from the cluster") -> None:
+def _hand_over(self: Any, why: str = "this node is being removed from the cluster", *,
+               level: int = logging.INFO) -> None:
     """Stop leading and stand for no election for a while (its removal is in progress, or
     its disk stalls): the others elect a leader among them. It still votes: a two-node
-    cluster removing its leader needs that vote to elect the other."""
+    cluster removing its leader needs that vote to elect the other. A stalling disk's
+    hand-over is a warning: nobody asked for that change of leader, and its log line is
+    what says why it came."""
     if self._isLeader():
-        log.info("standing down: %s", why, extra={"action": "leader_hand_over"})
+        log.log(level, "standing down: %s", why, extra={"action": "leader_hand_over"})
         self._SyncObj__setState(_FOLLOWER)
         self._SyncObj__raftLeader = None
     self._SyncObj__raftElectionDeadline = syncobj_module.monotonicTime() + self.conf.raftMaxTimeout
