@@ -113,7 +113,10 @@ def drop_learner(sync: SyncObj, address: str) -> None:
     sync._SyncObj__transport.dropNode(node)
     sync._SyncObj__raftNextIndex.pop(node, None)
     sync._SyncObj__raftMatchIndex.pop(node, None)
-    sync._SyncObj__connectedNodes.discard(node)
+    # Not struck from the connected nodes: the transport keeps its connection (raftguard,
+    # rule 4), and only the transport's callbacks, which run when that connection closes or
+    # comes up, keep that set true. Struck here, a learner registered again (this node leads
+    # again) or made a voter over the same connection was never sent an entry.
     sync._SyncObj__serializer.cancelTransmisstion(node)
 
 
