@@ -40,6 +40,12 @@ that
    missed heartbeats (a stalled disk, a pause) asks before it stands, and a member that
    hears a live leader ignores a vote request of a higher term.
 
+8. Leader: an answer to an append (``next_node_idx``) from a node it replicates to no more (a
+   member a configuration entry removed, a learner it dropped) is ignored. 0.3.17 read that
+   node's match index and raised KeyError out of the tick (the chaos suite's members
+   scenario: a tick lost on a leader now and then), or, for a reset, tracked a next index
+   for it again.
+
 How: the original functions keep doing all the work; the wrappers only rewrite their input.
 The handler is bound in ``SyncObj.__init__``, so ``install()`` must run before a node is built;
 that binding decides whether a node runs the fix (``runs_fix``), and rule 5 asks it too.
@@ -252,6 +258,8 @@ def _make_handler(library: Callable[..., Any]) -> Callable[..., Any]:
                 else:
                     _follower_snapshot(library, self, node, message)
                 return
+            if kind == "next_node_idx" and node not in self._SyncObj__raftNextIndex:
+                return  # rule 8
             if kind == "next_node_idx" and message.get("success") and not message.get("reset"):
                 _leader_success_ack(library, self, node, message)
                 return
