@@ -77,3 +77,24 @@ def test_a_record_counts_the_log_syncs_over_half_a_second_and_says_when_the_lead
                "soak_rss_mb_max": None, "soak_backlog_at_end": 0,
                "soak_claim_latency_source": CLAIM_LATENCY_SOURCE}
     assert "the leader changed before minute 1.00 (now n2)" in table(figures).splitlines()
+
+
+def test_a_reading_in_the_middle_of_an_election_hides_no_change_of_leader():
+    """n1, then no leader (an election), then n3: the change is said at n3, against n1."""
+    first = reading(0.0, {}, "n1")
+    electing = reading(60.0, {}, None)
+    later = reading(120.0, {}, "n3")
+    during = record(first, first, electing, "n1")
+    after = record(first, electing, later, "n1")
+    assert during["leader"] is None and during["leader_changed"] is False
+    assert after["leader"] == "n3" and after["leader_changed"] is True
+    assert record(first, electing, reading(120.0, {}, "n1"), "n1")["leader_changed"] is False
+    figures = {"soak_mode": "steady", "soak_workers": 2, "soak_concurrency": 128,
+               "soak_minutes": 2.0, "soak_records": [during, after], "soak_elapsed_s": 120.0,
+               "soak_submitted": 0, "soak_submit_per_s": 0, "soak_succeeded": 0,
+               "soak_succeeded_per_s": 0, "soak_refused": 0, "soak_refused_jobs": 0,
+               "soak_rss_mb_max": None, "soak_backlog_at_end": 0,
+               "soak_claim_latency_source": CLAIM_LATENCY_SOURCE}
+    lines = table(figures).splitlines()
+    assert "no leader at minute 1.00" in lines
+    assert "the leader changed before minute 2.00 (now n3)" in lines

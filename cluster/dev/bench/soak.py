@@ -174,6 +174,7 @@ async def _soak(
     started = time.monotonic()
     ends = started + minutes * 60
     first = previous = await soakrecord.read(target, queue, producer.counts())
+    known_leader = first.leader
     cpu_before = await _cpu(target, processes)
     records: list[dict[str, Any]] = []
     say(soakrecord.header())
@@ -184,9 +185,10 @@ async def _soak(
             await asyncio.sleep(min(CHECK_S, due - now))
         _check(target, task, processes)
         reading: Reading = await soakrecord.read(target, queue, producer.counts())
-        records.append(soakrecord.record(first, previous, reading))
+        records.append(soakrecord.record(first, previous, reading, known_leader))
         say(soakrecord.line(records[-1]))
         previous = reading
+        known_leader = reading.leader or known_leader
         if due >= ends:
             break
     elapsed_s = time.monotonic() - started

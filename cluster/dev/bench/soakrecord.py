@@ -134,9 +134,13 @@ def _node_name(target: BenchTarget, url: str | None) -> str | None:
     return next((node.node_id for node in target.cluster.nodes if node.url == url), url)
 
 
-def record(first: Reading, before: Reading, now: Reading) -> dict[str, Any]:
+def record(first: Reading, before: Reading, now: Reading,
+           known_leader: str | None = None) -> dict[str, Any]:
     """The figures at `now`: totals since `first` (the soak's start), rates and claim latency
-    over the interval since `before` (the previous record)."""
+    over the interval since `before` (the previous record). The leader changed when `now`
+    names one other than `known_leader`, the last one a reading named (default: `before`'s):
+    a reading in the middle of an election names none, and says nothing of a change."""
+    known = before.leader if known_leader is None else known_leader
     interval_s = max(now.at_s - before.at_s, 1e-9)
     claims = _bucket_deltas(before.claims, now.claims)
     syncs = _bucket_deltas(before.syncs, now.syncs)
@@ -167,7 +171,7 @@ def record(first: Reading, before: Reading, now: Reading) -> dict[str, Any]:
         "claim_p99_ms": None if p99 is None else round(p99 * 1000, 2),
         "slow_syncs": int(syncs.get(math.inf, 0) - syncs.get(SLOW_SYNC_S, 0)) if syncs else 0,
         "leader": now.leader,
-        "leader_changed": before.leader is not None and now.leader != before.leader,
+        "leader_changed": known is not None and now.leader is not None and now.leader != known,
         "rss_mb": now.rss_mb,
     }
 
@@ -267,7 +271,9 @@ def table(figures: dict[str, Any]) -> str:
                      if found else f"  rate held {figures['soak_rate_held_per_s']:,}/s")
     lines += [header(), *(line(rec) for rec in figures["soak_records"])]
     lines += [f"the leader changed before minute {rec['minute']:.2f} (now {rec['leader']})"
-              for rec in figures["soak_records"] if rec.get("leader_changed")]
+              if rec.get("leader_changed") else f"no leader at minute {rec['minute']:.2f}"
+              for rec in figures["soak_records"]
+              if rec.get("leader_changed") or ("leader" in rec and rec["leader"] is None)]
     lines.append(
         f"in {figures['soak_elapsed_s']} s: {figures['soak_submitted']:,} submitted "
         f"({figures['soak_submit_per_s']:,}/s), {figures['soak_succeeded']:,} succeeded "
