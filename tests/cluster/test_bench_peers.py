@@ -43,6 +43,9 @@ def test_the_folder_must_exist_and_hold_the_peers_programs_and_scripts(tmp_path:
         (["--peers", "{good}", "--only", "claim"], "--only must include drain"),
         (["--peers", "{good}", "--peer-repeats", "0"], "--peer-repeats must be at least 1"),
         (["--peer-repeats", "2"], "--peer-repeats needs --peers DIR"),
+        (["--only", "drain", "--slots", "0"], "--slots must be from 1 to 1,000"),
+        (["--only", "drain", "--slots", "1001"], "--slots must be from 1 to 1,000"),
+        (["--only", "claim", "--slots", "128"], "--only must include drain"),
     ],
 )
 def test_bad_peers_options_are_refused_before_anything_starts(

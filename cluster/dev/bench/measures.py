@@ -175,6 +175,7 @@ async def drain(
         "drain_ready_jobs_per_s": round(ready_rate),
         "drain_jobs": jobs,
         "drain_workers": workers,
+        "drain_slots": concurrency,
     }
 
 

@@ -22,6 +22,7 @@ from raftcron.cluster.dev.bench import (
 )
 from raftcron.cluster.dev.bench.target import BenchTarget
 from raftcron.cluster.dev.localcluster import LocalCluster
+from raftcron.scheduler.limits import CLAIM_MAX
 
 MEASURES = (
     "submit_single", "submit_batched", "drain", "claim", "fire", "failover", "scale", "soak",
@@ -77,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=int, help="drain, soak: worker processes (soak: 2, with --flood 1)"
     )
     parser.add_argument("--jobs", type=int, help="drain: jobs")
+    parser.add_argument(
+        "--slots", type=int,
+        help=f"drain: slots of each worker process (default {FULL['drain_concurrency']}; "
+        f"--quick {QUICK['drain_concurrency']}): fewer, larger claims with fewer workers of "
+        "more slots",
+    )
     parser.add_argument(
         "--keep", action="store_true", help="keep the local cluster's folder (logs)"
     )
@@ -155,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    problem = _peers_problem(args, chosen)
+    problem = _peers_problem(args, chosen) or _slots_problem(args, chosen)
     if problem:
         print(f"raftcron bench: {problem}", file=sys.stderr)
         return 2
@@ -177,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
         sizes["drain_workers"] = args.workers
     if args.jobs:
         sizes["drain_jobs"] = args.jobs
+    if args.slots is not None:
+        sizes["drain_concurrency"] = args.slots
     folder = Path(tempfile.mkdtemp(prefix="raftcron-bench-"))
     cluster = None
     try:
@@ -232,6 +241,16 @@ def run(args: argparse.Namespace) -> int:
         if "peers" in figures:
             print(peerreport.table(figures))
     return 0
+
+
+def _slots_problem(args: argparse.Namespace, chosen: list[str]) -> str | None:
+    if args.slots is None:
+        return None
+    if "drain" not in chosen:
+        return "--slots sets the drain's workers: --only must include drain"
+    if not 1 <= args.slots <= CLAIM_MAX:
+        return f"--slots must be from 1 to {CLAIM_MAX:,} (a claim's most jobs), not {args.slots}"
+    return None
 
 
 def _peers_problem(args: argparse.Namespace, chosen: list[str]) -> str | None:
