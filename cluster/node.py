@@ -278,6 +278,17 @@ async def _serve(config: NodeConfig, dialer: PeerDialer, rejoin_empty: bool) -> 
     await node.stop()
 
 
+def dump_stacks(signum: int = signal.SIGUSR1, frame: object = None) -> None:
+    """Every thread's stack to stderr, from a Python-level handler: the main thread runs it
+    holding the GIL, so no other thread moves its frames meanwhile. faulthandler's own handler
+    (`faulthandler.register`) walks the other threads' frames from the C signal handler while
+    they run, and a node crashed (SIGSEGV) in the middle of such a dump (a fresh-clone CI,
+    2026-12-06, the Raft thread in the log's writes): a request for stacks must never kill the
+    node. The cost: a main thread that never gets back to Python writes none (one waiting on
+    the event loop, a lock or a join does: the signal interrupts the wait)."""
+    faulthandler.dump_traceback(sys.stderr, all_threads=True)
+
+
 def run(
     config_path: str | None, overrides: dict[str, Any] | None = None, *,
     rejoin_empty: bool = False, ask_peers_s: float | None = None,
@@ -305,7 +316,7 @@ def run(
     # 50,000 allocations instead of 700: 1 full collection for the same work.
     gc.set_threshold(*GC_THRESHOLDS)
     # `kill -USR1 <pid>`: every thread's stack to stderr (the node's log), for a node that hangs.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    signal.signal(signal.SIGUSR1, dump_stacks)
     if config.environment:  # said once, so a value from a pod or a variable is never a surprise
         log.info("config from the environment: %s (node %s, raft %s, http %s)",
                  " ".join(f"{key}={variable}" for key, variable in config.environment),

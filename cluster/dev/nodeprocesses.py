@@ -188,8 +188,8 @@ class NodeProcesses:
         try:
             return process.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            # Its threads' stacks into its log first (the node registers SIGUSR1 with
-            # faulthandler): a stop that hangs then says where.
+            # Its threads' stacks into its log first (the node dumps them on SIGUSR1:
+            # cluster/node.py, dump_stacks): a stop that hangs then says where.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGUSR1)
             with contextlib.suppress(subprocess.TimeoutExpired):
