@@ -278,7 +278,7 @@ async def _serve(config: NodeConfig, dialer: PeerDialer, rejoin_empty: bool) -> 
     await node.stop()
 
 
-def dump_stacks(signum: int = signal.SIGUSR1, frame: object = None) -> None:
+def dump_stacks(signum: int, frame: object) -> None:
     """Every thread's stack to stderr, from a Python-level handler: the main thread runs it
     holding the GIL, so no other thread moves its frames meanwhile. faulthandler's own handler
     (`faulthandler.register`) walks the other threads' frames from the C signal handler while

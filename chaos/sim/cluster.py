@@ -306,6 +306,13 @@ class SimCluster:
         if not self.run_until(condition, timeout_s):
             raise TimeoutError(f"seed {self.seed}: no '{what}' within {timeout_s}s simulated")
 
+    def wait_leader(self, timeout_s: float) -> str:
+        """Run until some node leads (`leader`); its id."""
+        self.wait_for(lambda: self.leader() is not None, timeout_s, "a leader")
+        leader = self.leader()
+        assert leader is not None
+        return leader
+
     # --- roles and clients ----------------------------------------------------------------
     def leaders(self) -> list[str]:
         return [node_id for node_id in sorted(self.nodes) if self.nodes[node_id]._isLeader()]

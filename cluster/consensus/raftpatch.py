@@ -258,11 +258,12 @@ def _make_handler(library: Callable[..., Any]) -> Callable[..., Any]:
                 else:
                     _follower_snapshot(library, self, node, message)
                 return
-            if kind == "next_node_idx" and node not in self._SyncObj__raftNextIndex:
-                return  # rule 8
-            if kind == "next_node_idx" and message.get("success") and not message.get("reset"):
-                _leader_success_ack(library, self, node, message)
-                return
+            if kind == "next_node_idx":
+                if node not in self._SyncObj__raftNextIndex:
+                    return  # rule 8
+                if message.get("success") and not message.get("reset"):
+                    _leader_success_ack(library, self, node, message)
+                    return
         library(self, node, message)
 
     on_message_received.__wrapped__ = library  # type: ignore[attr-defined]

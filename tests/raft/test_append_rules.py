@@ -144,9 +144,7 @@ def test_a_late_success_ack_never_moves_next_index_backwards(patched: bool) -> N
     raftpatch.install()
     with SimCluster(["n1", "n2", "n3"], MACHINE.build, seed="late-ack",
                     patched=patched) as cluster:
-        cluster.wait_for(lambda: cluster.leader() is not None, 5.0, "a leader")
-        leader_id = cluster.leader()
-        assert leader_id is not None
+        leader_id = cluster.wait_leader(5.0)
         follower_id = next(node_id for node_id in cluster.node_ids if node_id != leader_id)
         leader, follower = cluster.nodes[leader_id], SimNode(follower_id)
         start_index = raft_log(leader)[-1][0]

@@ -16,15 +16,14 @@ guarded transport: a one-voter leader, and a node that only listens (it never st
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing
 
 import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from raftcron.cluster.consensus import raftguard, raftpatch
+from raftcron.cluster.dev.loopback import free_ports, release_ports
 from raftcron.cluster.membership import raftconfig
 
 PASSWORD = "a cluster password"
@@ -42,16 +41,6 @@ class Counter(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         return self.value
 
 
-def _free_ports(count: int) -> list[int]:
-    ports = []
-    with ExitStack() as stack:
-        for _ in range(count):
-            sock = stack.enter_context(closing(socket.socket()))
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    return ports
-
-
 def _conf(*, stands: bool) -> SyncObjConf:
     conf = SyncObjConf(password=PASSWORD, autoTick=False, dynamicMembershipChange=True,
                        connectionRetryTime=0.1, appendEntriesPeriod=0.02)
@@ -66,7 +55,8 @@ def pair() -> Iterator[tuple[Counter, Counter, str]]:
     """(leader, learner, the learner's address). The leader's address is the greater, so it
     dials the learner, as a member dials a joiner whose address sorts first."""
     raftpatch.install()
-    low, high = sorted(f"127.0.0.1:{port}" for port in _free_ports(2))
+    ports = free_ports(2)
+    low, high = sorted(f"127.0.0.1:{port}" for port in ports)
     learner = Counter(low, [high], _conf(stands=False))
     leader = Counter(high, [], _conf(stands=True))
     try:
@@ -76,6 +66,7 @@ def pair() -> Iterator[tuple[Counter, Counter, str]]:
         learner.destroy()
         for node in (leader, learner):
             node.doTick(0.0)  # the destroy takes effect on a tick
+        release_ports(ports)
 
 
 def _tick_until(nodes: tuple[Counter, ...], done: Callable[[], bool],

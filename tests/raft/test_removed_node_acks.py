@@ -21,9 +21,7 @@ def test_an_answer_from_a_node_no_longer_replicated_to_is_ignored(
     raftpatch.install()
     with SimCluster(["n1", "n2", "n3"], MACHINE.build, seed="removed-acks",
                     patched=patched) as cluster:
-        cluster.wait_for(lambda: cluster.leader() is not None, 10, "a leader")
-        leader_id = cluster.leader()
-        assert leader_id is not None
+        leader_id = cluster.wait_leader(10)
         gone = next(n for n in ["n1", "n2", "n3"] if n != leader_id)
         leader = cluster.nodes[leader_id]
         node = SimNode(gone)

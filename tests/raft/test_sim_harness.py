@@ -117,9 +117,7 @@ def test_a_cut_drops_what_is_in_flight_and_a_pause_keeps_order() -> None:
 def test_a_crash_loses_messages_in_flight_and_a_restart_keeps_the_journal() -> None:
     machine = KeyLog()
     with SimCluster(["n1", "n2", "n3"], machine.build, seed="restart") as cluster:
-        cluster.wait_for(lambda: cluster.leader() is not None, 5.0, "a leader")
-        leader = cluster.leader()
-        assert leader is not None
+        leader = cluster.wait_leader(5.0)
         proposal = cluster.propose(leader, "kept", lambda node, callback:
                                    machine.propose(node, "kept", b"x", callback))
         cluster.wait_for(lambda: proposal.acknowledged, 2.0, "the write")

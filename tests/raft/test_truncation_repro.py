@@ -36,9 +36,7 @@ def put(cluster: SimCluster, node_id: str, key: str, size_bytes: int = 16) -> Pr
 
 def start_with_leader(cluster: SimCluster) -> tuple[str, str, str]:
     """Elect a leader and commit 'init' everywhere; log: 1 no-op, 2 leader no-op, 3 init."""
-    cluster.wait_for(lambda: cluster.leader() is not None, 5.0, "a leader")
-    leader = cluster.leader()
-    assert leader is not None
+    leader = cluster.wait_leader(5.0)
     init = put(cluster, leader, "init")
     cluster.wait_for(lambda: init.acknowledged and all(
         node.raftLastApplied == 3 for node in cluster.nodes.values()), 2.0, "init applied")

@@ -253,6 +253,16 @@ def verdict(figures: dict[str, Any]) -> str | None:
             f"{figures['soak_submit_per_s']:,}/s submitted")
 
 
+def _leader_line(rec: dict[str, Any]) -> str | None:
+    """What a record says of the leader, when it says something: a change, or none known
+    (a reading in the middle of an election)."""
+    if rec.get("leader_changed"):
+        return f"the leader changed before minute {rec['minute']:.2f} (now {rec['leader']})"
+    if "leader" in rec and rec["leader"] is None:
+        return f"no leader at minute {rec['minute']:.2f}"
+    return None
+
+
 def table(figures: dict[str, Any]) -> str:
     """The soak's figures as a compact table: how the rate was chosen, one line per record,
     the end figures."""
@@ -270,10 +280,7 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(f"  rate found {found:,}/s, held {figures['soak_rate_held_per_s']:,}/s"
                      if found else f"  rate held {figures['soak_rate_held_per_s']:,}/s")
     lines += [header(), *(line(rec) for rec in figures["soak_records"])]
-    lines += [f"the leader changed before minute {rec['minute']:.2f} (now {rec['leader']})"
-              if rec.get("leader_changed") else f"no leader at minute {rec['minute']:.2f}"
-              for rec in figures["soak_records"]
-              if rec.get("leader_changed") or ("leader" in rec and rec["leader"] is None)]
+    lines += [said for rec in figures["soak_records"] if (said := _leader_line(rec))]
     lines.append(
         f"in {figures['soak_elapsed_s']} s: {figures['soak_submitted']:,} submitted "
         f"({figures['soak_submit_per_s']:,}/s), {figures['soak_succeeded']:,} succeeded "
