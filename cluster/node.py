@@ -46,6 +46,7 @@ from raftcron.cluster.ops.metrics import RAFT_ROLES, NodeStats
 from raftcron.cluster.ops.notifier import Notifier, NotifierStats
 from raftcron.cluster.storage.raftlog import StorageError
 from raftcron.cluster.telemetry import logs, tracing
+from raftcron.cluster.telemetry.gcpauses import process_pauses
 
 log = logging.getLogger("raftcron.node")
 STOP_STACKS_AFTER_S = 5.0
@@ -69,7 +70,7 @@ class Node:
     ) -> None:
         self.config = config
         self.loop = loop
-        self.stats = NodeStats()
+        self.stats = NodeStats(gc_pauses=process_pauses())
         self.waiters = ClaimWaiters(loop)
         conf = sync_conf(config, on_state_changed=self._on_state_changed)
         self.raft = RaftNode(

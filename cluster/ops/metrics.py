@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from raftcron.cluster.clock.clocks import ClockBook, ClockView
 from raftcron.cluster.membership.reach import ReachBook
 from raftcron.cluster.ops import notifier
+from raftcron.cluster.telemetry.gcpauses import GcPauses
 from raftcron.cluster.telemetry.histogram import Histogram
 from raftcron.scheduler import jobs as j
 from raftcron.scheduler import retention
@@ -47,6 +48,7 @@ class NodeStats:
     clocks: ClockBook | None = None  # the peers' clocks (cluster/clock/clocks.py), set by the node
     notifier: NotifierStats | None = None  # this node's POSTs to notification receivers
     reach: ReachBook | None = None  # whom this node reaches over Raft, set by the node
+    gc_pauses: GcPauses | None = None  # the process's cycle collector, set by the node
 
     def clock_view(self) -> ClockView | None:
         if self.clocks is None:
@@ -78,8 +80,10 @@ class Writer:
     def histogram(
         self, name: str, help_text: str, histogram: Histogram, labels: dict[str, str]
     ) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} histogram")
+        if name not in self.declared:  # one HELP and TYPE for all its label sets
+            self.lines.append(f"# HELP {name} {help_text}")
+            self.lines.append(f"# TYPE {name} histogram")
+            self.declared.add(name)
         for suffix, sample_labels, value in histogram.samples(labels):
             text = ",".join(f'{key}="{_escape(val)}"' for key, val in sample_labels.items())
             rendered = repr(value) if isinstance(value, float) else str(value)
@@ -265,6 +269,15 @@ def render(
         stats.claim_latency,
         {"node": node_id},
     )
+    if stats.gc_pauses is not None:
+        for generation, pauses in stats.gc_pauses.pauses.items():
+            out.histogram(
+                "raftcron_gc_pause_seconds",
+                "Each run of this node's cycle collector, by generation: every thread of the "
+                "node waits while it runs",
+                pauses,
+                {"node": node_id, "generation": str(generation)},
+            )
     if storage is not None:
         _storage_metrics(out, storage, node_id)
     if archive is not None:

@@ -1,7 +1,8 @@
-"""The kit against real nodes: every metric a dashboard panel or an alert rule names is one a
-live node's `/metrics` declares, and `raftcron_member_reachable` follows a member that stops
-and comes back. Three `raftcron node` processes on loopback (cluster/dev/localcluster.py),
-closed at the end whatever the test did; every wait has a deadline."""
+"""The kit against real nodes: every metric a dashboard panel or an alert rule names is one a live
+node's `/metrics` declares, and `raftcron_member_reachable` follows a member that stops and
+comes back; the cycle collector's pauses are timed by the node itself. Three `raftcron node`
+processes on loopback (cluster/dev/localcluster.py), closed at the end whatever the test did;
+every wait has a deadline."""
 
 from __future__ import annotations
 
@@ -57,6 +58,13 @@ def test_every_metric_a_panel_or_a_rule_names_is_in_a_live_nodes_metrics(
         cluster.wait_for(lambda: not missing(), 30, "every metric the kit names")
     finally:
         assert missing() == {}, f"named by the kit, not in {node.node_id}'s /metrics"
+    # Not on a panel: the cycle collector's pauses, timed from the node's own hook.
+    assert families(cluster, node).get("raftcron_gc_pause_seconds") == "histogram"
+    status, text, _ = cluster.request(node, "GET", "/metrics")
+    assert status == 200, text
+    for generation in ("0", "1", "2"):
+        assert (f'raftcron_gc_pause_seconds_count{{node="{node.node_id}",'
+                f'generation="{generation}"}}') in text
 
 
 def reachable_from(cluster: LocalCluster, node: LocalNode) -> dict[str, float]:
