@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import gc
 import re
+from collections.abc import Callable
+
+from metricfakes import ProposerFigures
 
 from raftcron.cluster.ops.metrics import NodeStats, render
 from raftcron.cluster.telemetry.gcpauses import PAUSE_SECONDS, GcPauses, process_pauses
-from raftcron.cluster.telemetry.histogram import Histogram
 from raftcron.scheduler.driver import Driver
 
 
-class StepClock:
-    def __init__(self, *readings: float) -> None:
-        self.readings = list(readings)
-
-    def __call__(self) -> float:
-        return self.readings.pop(0)
+def readings(*values: float) -> Callable[[], float]:
+    """A clock that reads `values`, one per call."""
+    return iter(values).__next__
 
 
 def test_each_collection_is_timed_from_its_start_to_its_stop_in_its_generation() -> None:
-    pauses = GcPauses(clock=StepClock(10.0, 10.0004, 20.0, 20.12))
+    pauses = GcPauses(clock=readings(10.0, 10.0004, 20.0, 20.12))
     pauses("start", {"generation": 0})
     pauses("stop", {"generation": 0, "collected": 3, "uncollectable": 0})
     pauses("start", {"generation": 1})
@@ -33,7 +32,7 @@ def test_each_collection_is_timed_from_its_start_to_its_stop_in_its_generation()
 
 
 def test_a_stop_without_its_start_is_not_counted() -> None:
-    pauses = GcPauses(clock=StepClock(5.0))
+    pauses = GcPauses(clock=readings(5.0))
     pauses("stop", {"generation": 2})  # hooked in while a collection ran
     assert all(histogram.count == 0 for histogram in pauses.pauses.values())
 
@@ -48,14 +47,12 @@ def test_the_process_recorder_is_hooked_once_and_sees_real_collections() -> None
 
 
 def test_metrics_write_one_histogram_family_with_a_series_per_generation() -> None:
-    pauses = GcPauses(clock=StepClock(1.0, 1.002))
+    pauses = GcPauses(clock=readings(1.0, 1.002))
     pauses("start", {"generation": 1})
     pauses("stop", {"generation": 1})
-    proposer = type("Figures", (), {"proposals": 0, "failures": {},
-                                    "commit_latency": Histogram(), "batch_sizes": Histogram()})
     text = render(Driver().state, node_id="n1", role=2, term=1, commit_index=1,
                   applied_index=1, stats=NodeStats(gc_pauses=pauses),
-                  proposer=proposer)  # type: ignore[arg-type]
+                  proposer=ProposerFigures())  # type: ignore[arg-type]
     assert text.count("# TYPE raftcron_gc_pause_seconds histogram") == 1
     counts = {match[1]: float(match[2]) for match in re.finditer(
         r'^raftcron_gc_pause_seconds_count\{node="n1",generation="(\d)"\} (\S+)$', text,

@@ -8,11 +8,11 @@ import re
 import time
 
 import pytest
+from metricfakes import ProposerFigures
 
 from raftcron.cluster.membership.book import Member
 from raftcron.cluster.membership.reach import ReachBook, ReachWatch
 from raftcron.cluster.ops.metrics import NodeStats, render
-from raftcron.cluster.telemetry.histogram import Histogram
 from raftcron.scheduler.driver import Driver
 
 BOUND_S = 2.0
@@ -96,10 +96,9 @@ def reach_samples(text: str) -> dict[str, float]:
 
 
 def render_with(stats: NodeStats) -> str:
-    proposer = type("Figures", (), {"proposals": 0, "failures": {},
-                                    "commit_latency": Histogram(), "batch_sizes": Histogram()})
     return render(Driver().state, node_id="n1", role=2, term=1, commit_index=1,
-                  applied_index=1, stats=stats, proposer=proposer)  # type: ignore[arg-type]
+                  applied_index=1, stats=stats,
+                  proposer=ProposerFigures())  # type: ignore[arg-type]
 
 
 def test_metrics_show_each_member_reachable_or_not_as_of_the_scrape() -> None:

@@ -68,10 +68,7 @@ class Writer:
     def metric(
         self, name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, str], float]]
     ) -> None:
-        if name not in self.declared:
-            self.lines.append(f"# HELP {name} {help_text}")
-            self.lines.append(f"# TYPE {name} {kind}")
-            self.declared.add(name)
+        self._declare(name, kind, help_text)
         for labels, value in samples:
             text = ",".join(f'{key}="{_escape(val)}"' for key, val in labels.items())
             rendered = repr(float(value)) if isinstance(value, float) else str(value)
@@ -80,10 +77,7 @@ class Writer:
     def histogram(
         self, name: str, help_text: str, histogram: Histogram, labels: dict[str, str]
     ) -> None:
-        if name not in self.declared:  # one HELP and TYPE for all its label sets
-            self.lines.append(f"# HELP {name} {help_text}")
-            self.lines.append(f"# TYPE {name} histogram")
-            self.declared.add(name)
+        self._declare(name, "histogram", help_text)
         for suffix, sample_labels, value in histogram.samples(labels):
             text = ",".join(f'{key}="{_escape(val)}"' for key, val in sample_labels.items())
             rendered = repr(value) if isinstance(value, float) else str(value)
@@ -91,6 +85,13 @@ class Writer:
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
+
+    def _declare(self, name: str, kind: str, help_text: str) -> None:
+        """HELP and TYPE once per family, before its first sample, whatever its label sets."""
+        if name not in self.declared:
+            self.lines.append(f"# HELP {name} {help_text}")
+            self.lines.append(f"# TYPE {name} {kind}")
+            self.declared.add(name)
 
 
 _JOB_COUNTERS = {
